@@ -1,0 +1,415 @@
+/*
+ * PipeFill: fill the bubbles of pipeline-parallel training with other jobs' work.
+ *
+ * This header is the library's ABI. It is C99 and needs no CUDA header: streams are passed
+ * as `void*` (a cudaStream_t on the CUDA backend, a simulated stream handle on the simulated
+ * backend). Every call returns a pfResult_t; on failure a message naming the bad value is
+ * available from pfGetLastErrorMessage() on the calling thread. No call ever throws, aborts or
+ * blocks the training job's streams.
+ *
+ * Time is in microseconds (double) and memory in bytes (size_t) throughout.
+ */
+#ifndef PIPEFILL_PIPEFILL_H_
+#define PIPEFILL_PIPEFILL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PIPEFILL_VERSION_MAJOR 0
+#define PIPEFILL_VERSION_MINOR 1
+#define PIPEFILL_VERSION_PATCH 0
+/* Encoded as MAJOR*10000 + MINOR*100 + PATCH, like NCCL_VERSION_CODE. */
+#define PIPEFILL_VERSION_CODE \
+  (PIPEFILL_VERSION_MAJOR * 10000 + PIPEFILL_VERSION_MINOR * 100 + PIPEFILL_VERSION_PATCH)
+
+#if defined(_WIN32)
+#define PF_API __declspec(dllexport)
+#elif defined(PIPEFILL_BUILDING_LIBRARY)
+#define PF_API __attribute__((visibility("default")))
+#else
+#define PF_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* Results and errors                                                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum pfResult_t {
+  pfSuccess = 0,
+  pfErrorInvalidArgument = 1,  /* a null handle/pointer or an out-of-range value */
+  pfErrorInvalidState = 2,     /* a call out of order: end without begin, nested begin, ... */
+  pfErrorOutOfMemory = 3,      /* the request does not fit the fill arena / bubble memory */
+  pfErrorNotSupported = 4,     /* backend or feature not available in this build or device */
+  pfErrorNoDevice = 5,         /* CUDA backend requested but no usable GPU */
+  pfErrorCudaFailure = 6,      /* a CUDA runtime/driver call failed; message names it */
+  pfErrorCuptiFailure = 7,     /* a CUPTI call failed; message names it */
+  pfErrorNcclFailure = 8,      /* an NCCL call failed; message names it */
+  pfErrorJobFailed = 9,        /* a fill job's callback reported failure; the job is ended */
+  pfErrorCancelled = 10,       /* the job was cancelled */
+  pfErrorTimeout = 11,         /* a wait ran out of time */
+  pfErrorBusy = 12,            /* resource in use (e.g. destroying a runtime with live jobs) */
+  pfErrorIo = 13,              /* a file could not be written/read */
+  pfErrorInternal = 14,        /* a bug in PipeFill; please report with PIPEFILL_DEBUG=trace */
+  pfResultCount = 15
+} pfResult_t;
+
+/* Static string naming the result ("pfErrorInvalidArgument: ..."). Never NULL. */
+PF_API const char* pfGetErrorString(pfResult_t result);
+
+/* Message of the last failing call on this thread (empty string when none). The pointer stays
+ * valid until the next PipeFill call on the same thread. */
+PF_API const char* pfGetLastErrorMessage(void);
+
+/* Version as PIPEFILL_VERSION_CODE of the library actually loaded. */
+PF_API pfResult_t pfGetVersion(int* version);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Opaque handles                                                                              */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct pfRuntime* pfRuntime_t;
+typedef struct pfJob* pfJob_t;
+typedef struct pfSimWorld* pfSimWorld_t;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Configuration                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum pfBackend_t {
+  pfBackendAuto = 0, /* CUDA when built with it and a GPU is present, else simulated */
+  pfBackendCuda = 1,
+  pfBackendSim = 2
+} pfBackend_t;
+
+typedef enum pfSchedulePolicy_t {
+  pfPolicyFifo = 0,              /* job creation order */
+  pfPolicyPriority = 1,          /* highest pfJobDesc_t::priority first, FIFO among equals */
+  pfPolicyShortestRemaining = 2, /* least remaining work (items x cost) first */
+  pfPolicyFairShare = 3          /* least bubble time received so far first */
+} pfSchedulePolicy_t;
+
+typedef enum pfLogLevel_t {
+  pfLogOff = 0,
+  pfLogError = 1,
+  pfLogWarn = 2,
+  pfLogInfo = 3,
+  pfLogDebug = 4,
+  pfLogTrace = 5
+} pfLogLevel_t;
+
+/* Versioned configuration. Always start from PF_CONFIG_INITIALIZER (or pfConfigInit) so that
+ * fields added later get their defaults. A field left at its "unset" value takes the value of
+ * the matching environment variable, else the default. Environment variables:
+ *   PIPEFILL_BACKEND=auto|cuda|sim      PIPEFILL_DEVICE=<int>
+ *   PIPEFILL_STAGE_ID=<int>             PIPEFILL_STAGE_COUNT=<int>
+ *   PIPEFILL_RESERVED_SMS=<int>         PIPEFILL_SAFETY_MARGIN_US=<double>
+ *   PIPEFILL_SAFETY_MARGIN_FRACTION=<double>
+ *   PIPEFILL_ARENA_BYTES=<size, K/M/G suffix allowed>
+ *   PIPEFILL_QUANTILE=<0..1>            PIPEFILL_MIN_SAMPLES=<int>
+ *   PIPEFILL_POLICY=fifo|priority|srpt|fair
+ *   PIPEFILL_DEBUG=off|error|warn|info|debug|trace   (log level)
+ *   PIPEFILL_CUPTI=0|1                  PIPEFILL_SIM_SEED=<uint64>
+ *   PIPEFILL_SIM_SMS=<int>              PIPEFILL_SIM_MEMORY_BYTES=<size>
+ */
+#define PF_CONFIG_VERSION 1
+#define PF_UNSET_INT (-1)
+#define PF_UNSET_DOUBLE (-1.0)
+#define PF_UNSET_SIZE ((size_t)-1)
+
+typedef struct pfConfig_t {
+  size_t size;     /* sizeof(pfConfig_t): lets the library accept older layouts */
+  int version;     /* PF_CONFIG_VERSION */
+  int backend;     /* pfBackend_t, or PF_UNSET_INT */
+  int device;      /* CUDA device ordinal / simulated device index in sim_world */
+  int stage_id;    /* this rank's pipeline stage (for logs, traces) */
+  int stage_count; /* number of pipeline stages */
+  int reserved_sms;              /* SMs kept free of fill work for the main job (NCCL CTAs) */
+  double safety_margin_us;       /* subtracted from every predicted bubble */
+  double safety_margin_fraction; /* and this fraction of the prediction */
+  size_t arena_bytes;            /* device memory reserved up front for fill jobs */
+  double prediction_quantile;    /* conservative quantile of the bubble-class history, (0,1] */
+  int min_samples;               /* samples a bubble class needs before it is filled */
+  int policy;                    /* pfSchedulePolicy_t */
+  int log_level;                 /* pfLogLevel_t */
+  int enable_cupti;              /* 1: calibration mode with the CUPTI collector */
+  /* Simulated backend only. */
+  pfSimWorld_t sim_world; /* NULL: the runtime creates a private one-device world */
+  uint64_t sim_seed;      /* jitter seed for a private world (0 = unset) */
+  int sim_sm_count;       /* SMs of a private world's device */
+  size_t sim_memory_bytes; /* memory of a private world's device */
+} pfConfig_t;
+
+#define PF_CONFIG_INITIALIZER                                                              \
+  {                                                                                        \
+    sizeof(pfConfig_t), PF_CONFIG_VERSION, PF_UNSET_INT, PF_UNSET_INT, PF_UNSET_INT,        \
+        PF_UNSET_INT, PF_UNSET_INT, PF_UNSET_DOUBLE, PF_UNSET_DOUBLE, PF_UNSET_SIZE,        \
+        PF_UNSET_DOUBLE, PF_UNSET_INT, PF_UNSET_INT, PF_UNSET_INT, PF_UNSET_INT, NULL, 0,   \
+        PF_UNSET_INT, PF_UNSET_SIZE                                                         \
+  }
+
+/* Same as assigning PF_CONFIG_INITIALIZER. */
+PF_API pfResult_t pfConfigInit(pfConfig_t* config);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Runtime                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Creates a runtime on one device. Reserves the fill arena, creates fill streams and events,
+ * loads fill modules eagerly and starts the executor thread. config may be NULL (defaults +
+ * environment). */
+PF_API pfResult_t pfRuntimeCreate(const pfConfig_t* config, pfRuntime_t* runtime);
+
+/* Fails with pfErrorBusy while jobs are still attached (cancel/destroy them first). */
+PF_API pfResult_t pfRuntimeDestroy(pfRuntime_t runtime);
+
+/* The configuration actually in force after defaults and environment were applied. */
+PF_API pfResult_t pfRuntimeGetConfig(pfRuntime_t runtime, pfConfig_t* config);
+
+/* Backend in force (pfBackendCuda or pfBackendSim). */
+PF_API pfResult_t pfRuntimeGetBackend(pfRuntime_t runtime, pfBackend_t* backend);
+
+/* A stream for the main job at the highest priority the device offers, so that fill work at
+ * the lowest priority only uses SMs the main job leaves. Destroy with pfStreamDestroy. */
+PF_API pfResult_t pfStreamCreateHighPriority(pfRuntime_t runtime, void** stream);
+PF_API pfResult_t pfStreamDestroy(pfRuntime_t runtime, void* stream);
+
+/* First error that happened asynchronously (in the executor thread or on the device) and is
+ * not tied to a call, e.g. a fill job's launch failing or a sticky CUDA error. Does not clear. */
+PF_API pfResult_t pfRuntimeGetAsyncError(pfRuntime_t runtime, pfResult_t* async_error);
+
+/* Blocks until every enqueued fill slice has completed and all bubble timings are harvested.
+ * Never call it inside a bubble (it synchronises the fill stream). */
+PF_API pfResult_t pfRuntimeSynchronize(pfRuntime_t runtime);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Bubble instructions (stream-ordered)                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum pfBubbleKind_t {
+  pfBubbleOther = 0,
+  pfBubbleWarmup = 1,    /* before a stage's first forward */
+  pfBubbleCooldown = 2,  /* waits during the backward drain */
+  pfBubbleDrain = 3,     /* end of iteration before the gradient reduction */
+  pfBubbleOptimizer = 4, /* data-parallel all-reduce / optimizer step */
+  pfBubbleKindCount = 5
+} pfBubbleKind_t;
+
+typedef struct pfBubbleHint_t {
+  int kind;                    /* pfBubbleKind_t */
+  const char* label;           /* optional stable label: the bubble class key if given */
+  double expected_duration_us; /* optional (<= 0: unknown); lets a class fill before history */
+  size_t lent_bytes;           /* optional memory the engine lends for this bubble only */
+  void* lent_memory;           /* device pointer of the lent memory (NULL: none) */
+} pfBubbleHint_t;
+
+#define PF_BUBBLE_HINT_INITIALIZER {pfBubbleOther, NULL, 0.0, 0, NULL}
+
+/* Call right after enqueuing the communication the stage will wait on. Records the begin event
+ * on `stream` (stream order) and hands the bubble to the executor; never blocks on the device.
+ * hint may be NULL. Nested begin on the same runtime is pfErrorInvalidState. */
+PF_API pfResult_t pfBubbleBegin(pfRuntime_t runtime, void* stream, const pfBubbleHint_t* hint);
+
+/* Call right after the wait. Closes the bubble's gate with a stream-ordered write on `stream`
+ * and records the end event. `stream` must be the stream given to pfBubbleBegin. */
+PF_API pfResult_t pfBubbleEnd(pfRuntime_t runtime, void* stream);
+
+/* Marks an iteration boundary: the k-th bubble of an iteration is bubble class k. */
+PF_API pfResult_t pfIterationEnd(pfRuntime_t runtime);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Fill jobs                                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum pfJobKind_t {
+  pfJobTicket = 0, /* items claimed by persistent gated blocks; overrun <= one item */
+  pfJobOpaque = 1  /* ungated work (library calls): admitted only when it fits the time left */
+} pfJobKind_t;
+
+typedef enum pfJobStatus_t {
+  pfJobPending = 0,   /* created, not yet given bubble time */
+  pfJobRunning = 1,   /* has completed some items */
+  pfJobCompleted = 2, /* every item done exactly once */
+  pfJobFailed = 3,    /* a callback failed; see pfJobGetStatus's message */
+  pfJobCancelled = 4
+} pfJobStatus_t;
+
+/* One way to run the job: the planner picks, per bubble class, the configuration that gives
+ * the most items per second within the memory the bubble has. */
+typedef struct pfJobConfig_t {
+  const char* name;                /* e.g. "bs32", "bs8+ckpt" (may be NULL) */
+  double item_cost_us;             /* time one worker (block) needs for one item; > 0 */
+  int parallelism;                 /* items in flight at once (ticket: blocks); 0 = fill SMs */
+  size_t resident_bytes;           /* weights/state that stay in the arena while the job lives */
+  size_t workspace_bytes_per_item; /* scratch per in-flight item, from the bubble's memory */
+  double items_per_item;           /* useful work of one item in job units (e.g. samples); 0=1 */
+} pfJobConfig_t;
+
+/* Allocator handed to setup: sub-allocates the job's arena share. Never call it in a bubble. */
+typedef struct pfArenaAllocator_t {
+  void* context;
+  pfResult_t (*allocate)(void* context, size_t bytes, size_t alignment, void** device_ptr);
+} pfArenaAllocator_t;
+
+/* Everything a launch callback needs to enqueue one slice of items. */
+typedef struct pfSliceDesc_t {
+  pfJob_t job;
+  int config_index;            /* which pfJobConfig_t the planner chose */
+  uint64_t bubble_id;          /* sequence number of the bubble (gate epoch) */
+  uint64_t first_item_hint;    /* host's view of the next item (exact for opaque jobs) */
+  uint64_t max_items;          /* item budget for this slice */
+  uint64_t total_items;        /* the job's item count */
+  int max_blocks;              /* grid cap: fill SMs available */
+  double time_budget_us;       /* predicted bubble time granted to the slice */
+  /* Device words (CUDA: device pointers; sim: simulated addresses). A ticket kernel stops
+   * claiming items once *gate >= bubble_id (the gate holds the last closed bubble's id). */
+  const volatile uint64_t* gate;
+  uint64_t* cursor;            /* next unclaimed item, persistent across slices */
+  uint64_t* budget_counter;    /* per-slice claim counter, zeroed before the slice runs */
+  void* workspace;             /* bubble memory for this slice (may be NULL) */
+  size_t workspace_bytes;
+} pfSliceDesc_t;
+
+typedef struct pfJobDesc_t {
+  const char* name;
+  int kind;                   /* pfJobKind_t */
+  int priority;               /* larger runs first under pfPolicyPriority */
+  uint64_t item_count;        /* > 0 */
+  size_t resident_bytes;      /* default for configs that leave it 0 */
+  size_t workspace_bytes_per_item;
+  double item_cost_hint_us;   /* default for configs that leave it 0 */
+  const pfJobConfig_t* configs; /* may be NULL: one config from the fields above */
+  int config_count;
+  void* user;
+  /* Called once, outside any bubble, from pfJobCreate: allocate resident memory. Optional. */
+  pfResult_t (*setup)(void* user, const pfArenaAllocator_t* allocator, int config_index);
+  /* Called from the executor thread to enqueue one slice on `stream` (fill stream). Must not
+   * allocate, synchronise or load modules. Required. */
+  pfResult_t (*launch)(void* user, const pfSliceDesc_t* slice, void* stream);
+  /* Called once when the job ends (completed, failed, cancelled, destroyed). Optional. */
+  void (*teardown)(void* user);
+} pfJobDesc_t;
+
+#define PF_JOB_DESC_INITIALIZER \
+  {NULL, pfJobTicket, 0, 0, 0, 0, 0.0, NULL, 0, NULL, NULL, NULL, NULL}
+
+typedef struct pfJobInfo_t {
+  int status;               /* pfJobStatus_t */
+  uint64_t items_completed;
+  uint64_t item_count;
+  uint64_t slices_launched;
+  double bubble_time_us;    /* bubble time granted to this job */
+  double busy_time_us;      /* measured fill execution time */
+  int config_index;         /* configuration in use (last chosen) */
+  pfResult_t error;         /* why it failed (pfSuccess otherwise) */
+} pfJobInfo_t;
+
+/* Registers a job; runs setup (arena allocations). A job whose resident memory cannot fit the
+ * arena is refused with pfErrorOutOfMemory; running jobs are unaffected. */
+PF_API pfResult_t pfJobCreate(pfRuntime_t runtime, const pfJobDesc_t* desc, pfJob_t* job);
+PF_API pfResult_t pfJobGetStatus(pfJob_t job, pfJobInfo_t* info);
+/* Stops scheduling the job; slices in flight finish (ticket slices at the next gate check). */
+PF_API pfResult_t pfJobCancel(pfJob_t job);
+/* Waits until the job completed/failed/cancelled or timeout_us passes (< 0: forever).
+ * pfErrorTimeout when it ran out. Never call inside a bubble. */
+PF_API pfResult_t pfJobWait(pfJob_t job, double timeout_us);
+/* Detaches and frees the job (cancels it first if still running; waits for its slices). */
+PF_API pfResult_t pfJobDestroy(pfJob_t job);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Statistics and traces                                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct pfStats_t {
+  uint64_t iterations;
+  uint64_t bubbles;            /* bubbles whose timings are harvested */
+  uint64_t bubbles_filled;     /* bubbles that got at least one slice */
+  uint64_t bubbles_skipped;    /* not filled: no history, too short, no job, no memory */
+  double bubble_time_us;       /* sum of measured bubble durations */
+  double filled_time_us;       /* fill execution time inside bubbles */
+  double overrun_time_us;      /* fill execution time after bubble ends (sum) */
+  double max_overrun_us;       /* largest single overrun */
+  uint64_t slices_launched;
+  uint64_t items_completed;
+  uint64_t jobs_completed;
+  uint64_t jobs_failed;
+  double host_begin_end_ns;    /* mean host cost of pfBubbleBegin+pfBubbleEnd */
+} pfStats_t;
+
+PF_API pfResult_t pfRuntimeGetStats(pfRuntime_t runtime, pfStats_t* stats);
+
+/* Writes a Chrome trace (JSON, opens in Perfetto / chrome://tracing) of the bubbles and fill
+ * slices harvested so far. Byte-identical for identical simulated runs. */
+PF_API pfResult_t pfTraceWrite(pfRuntime_t runtime, const char* path);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Simulated backend: drive a whole simulated pipeline from C                                  */
+/* ------------------------------------------------------------------------------------------ */
+/* A world is a set of simulated GPUs sharing one virtual clock. Work is enqueued on streams and
+ * executed by pfSimRunUntilIdle in virtual time (deterministic for a seed). */
+
+typedef struct pfSimEvent* pfSimEvent_t;
+
+typedef struct pfSimDeviceDesc_t {
+  int sm_count;          /* default 132 (H100/H200) */
+  size_t memory_bytes;   /* default 141 GB */
+  double jitter_fraction; /* relative std-dev of kernel and item durations (default 0) */
+  double interference;    /* main-job kernels co-running with fill blocks are slowed by
+                             (1 + interference * fill_sm_share); default 0 */
+} pfSimDeviceDesc_t;
+
+#define PF_SIM_DEVICE_DESC_INITIALIZER {132, (size_t)141 << 30, 0.0, 0.0}
+
+PF_API pfResult_t pfSimWorldCreate(int device_count, const pfSimDeviceDesc_t* desc,
+                                   uint64_t seed, pfSimWorld_t* world);
+PF_API pfResult_t pfSimWorldDestroy(pfSimWorld_t world);
+/* The world a simulated runtime runs in (its private one when config.sim_world was NULL). */
+PF_API pfResult_t pfRuntimeGetSimWorld(pfRuntime_t runtime, pfSimWorld_t* world);
+
+/* Streams: priority follows CUDA (lower number = higher priority; 0 is the lowest). */
+PF_API pfResult_t pfSimStreamCreate(pfSimWorld_t world, int device, int priority, void** stream);
+
+/* A main-job kernel of `duration_us` that needs `sm_count` SMs (it starts only when that many
+ * SMs are free of other blocks: resident fill blocks delay it). */
+PF_API pfResult_t pfSimLaunchKernel(void* stream, double duration_us, int sm_count);
+
+/* Occupies the stream for `duration_us` without using SMs (host-side delay, a copy). */
+PF_API pfResult_t pfSimStreamDelay(void* stream, double duration_us);
+
+/* Events across the world's streams (also across devices): a communication edge. */
+PF_API pfResult_t pfSimEventCreate(pfSimWorld_t world, pfSimEvent_t* event);
+PF_API pfResult_t pfSimEventRecord(pfSimEvent_t event, void* stream);
+/* The stream waits for the event's latest record plus `latency_us`; while waiting it keeps a
+ * communication kernel of `sm_count` SMs resident (0: none), like a spinning NCCL recv. */
+PF_API pfResult_t pfSimStreamWaitEvent(void* stream, pfSimEvent_t event, double latency_us,
+                                       int sm_count);
+/* Completion time of the event's latest record (negative while not completed). */
+PF_API pfResult_t pfSimEventTime(pfSimEvent_t event, double* time_us);
+
+/* Per-item callback for simulated fill work: called in virtual time as each item completes. */
+typedef void (*pfSimItemFn)(void* user, uint64_t item);
+
+/* A ticket fill kernel for the slice (use from a job's launch callback on the sim backend):
+ * min(slice->max_blocks, blocks) persistent blocks claim items from slice->cursor while the
+ * gate is open and the slice budget lasts; each item takes item_cost_us (with jitter). */
+PF_API pfResult_t pfSimLaunchTicketKernel(void* stream, const pfSliceDesc_t* slice, int blocks,
+                                          double item_cost_us, pfSimItemFn on_item, void* user);
+/* Ungated work: `items` items back to back on `blocks` SMs, each item_cost_us. */
+PF_API pfResult_t pfSimLaunchOpaque(void* stream, uint64_t first_item, uint64_t items,
+                                    int blocks, double item_cost_us, pfSimItemFn on_item,
+                                    void* user);
+
+/* Runs every enqueued operation of the world (and the runtimes attached to it) to completion. */
+PF_API pfResult_t pfSimRunUntilIdle(pfSimWorld_t world);
+/* Runs until virtual time `time_us` (or idle, whichever is first). */
+PF_API pfResult_t pfSimRunUntil(pfSimWorld_t world, double time_us);
+PF_API pfResult_t pfSimNow(pfSimWorld_t world, double* time_us);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* PIPEFILL_PIPEFILL_H_ */

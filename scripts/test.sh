@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Builds and runs every test: the normal build (CUDA backend compiled when the toolkit is
+# present; GPU tests skip without a device), then the whole suite under ASan+UBSan, then the
+# executor/runtime tests under TSan. Sanitizer builds leave the CUDA backend out (the CUDA
+# runtime is not sanitizer-clean) - the core logic they check is device-agnostic.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+jobs=$(nproc)
+export CTEST_OUTPUT_ON_FAILURE=1
+
+step() { echo; echo "=== $* ==="; }
+
+step "build (release, CUDA backend if available)"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j "$jobs"
+step "tests (release)"
+ctest --test-dir build -j "$jobs" --timeout 300
+
+step "build (ASan+UBSan, CUDA off)"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPIPEFILL_ENABLE_CUDA=OFF \
+  -DPIPEFILL_SANITIZE=address,undefined -DPIPEFILL_BUILD_BENCHMARKS=OFF >/dev/null
+cmake --build build-asan -j "$jobs"
+step "tests (ASan+UBSan)"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan -j "$jobs" --timeout 600
+
+step "build (TSan, CUDA off)"
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPIPEFILL_ENABLE_CUDA=OFF \
+  -DPIPEFILL_SANITIZE=thread -DPIPEFILL_BUILD_BENCHMARKS=OFF -DPIPEFILL_BUILD_EXAMPLES=OFF \
+  -DPIPEFILL_BUILD_TOOLS=OFF >/dev/null
+cmake --build build-tsan -j "$jobs"
+step "tests (TSan: executor and runtime threads)"
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  ctest --test-dir build-tsan -j "$jobs" --timeout 600 -L 'executor|runtime'
+
+echo; echo "All test stages passed."

@@ -1,0 +1,41 @@
+// The runtime's configuration after defaults and PIPEFILL_* environment variables are applied.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "pipefill/pipefill.h"
+
+namespace pipefill {
+
+struct RuntimeOptions {
+  pfBackend_t backend = pfBackendAuto;
+  int device = 0;
+  int stage_id = 0;
+  int stage_count = 1;
+  int reserved_sms = -1;                 // -1: backend default (NCCL CTA count, rounded)
+  double safety_margin_us = 20.0;
+  double safety_margin_fraction = 0.05;
+  size_t arena_bytes = 0;                // 0: free memory minus a margin (CUDA) / 1 GiB (sim)
+  double prediction_quantile = 0.1;      // low quantile: conservative
+  int min_samples = 2;
+  pfSchedulePolicy_t policy = pfPolicyFifo;
+  int log_level = pfLogWarn;
+  bool enable_cupti = false;
+  pfSimWorld_t sim_world = nullptr;
+  uint64_t sim_seed = 1;
+  int sim_sm_count = 132;
+  size_t sim_memory_bytes = size_t{141} << 30;
+};
+
+// Resolves a (possibly NULL) pfConfig_t: unset fields from PIPEFILL_* env vars, then defaults.
+// Validates every value; on a bad value returns pfErrorInvalidArgument with a message naming
+// the field (or variable) and the value.
+pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out);
+// Writes the resolved options back as a pfConfig_t (pfRuntimeGetConfig).
+void export_config(const RuntimeOptions& options, pfConfig_t* out);
+// Parses sizes like "512", "64K", "1.5G" (binary units). false when malformed.
+bool parse_size(const char* text, size_t* out);
+
+}  // namespace pipefill

@@ -1,0 +1,52 @@
+// The planner: how much of which configuration of a job fits one bubble. Shared by the runtime
+// executor and the cluster simulator, so they cannot disagree.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace pipefill {
+
+struct JobConfigModel {
+  double item_cost_us = 0.0;           // time one worker needs for one item
+  int parallelism = 0;                 // items in flight; 0 = as many as fill SMs allow
+  size_t resident_bytes = 0;           // stays in the arena for the job's life
+  size_t workspace_bytes_per_item = 0; // per in-flight item, from the bubble's memory
+  double work_per_item = 1.0;          // useful work units per item
+};
+
+struct PlanRequest {
+  double predicted_us = 0.0;   // predicted bubble duration (already the conservative quantile)
+  double margin_us = 0.0;      // absolute safety margin
+  double margin_fraction = 0.0;// fraction of predicted_us also subtracted
+  double launch_overhead_us = 0.0; // fixed cost of starting a slice
+  size_t free_bytes = 0;       // memory available for workspace in this bubble
+  int fill_sms = 0;            // workers (blocks) the fill partition allows
+  uint64_t remaining_items = 0;
+  bool gated = true;           // ticket kernel (gated) or opaque work
+};
+
+struct SlicePlan {
+  bool fill = false;
+  int config_index = -1;
+  uint64_t items = 0;          // item budget
+  int workers = 0;             // parallelism used
+  double expected_us = 0.0;    // predicted execution time of the slice
+  size_t workspace_bytes = 0;
+  double work = 0.0;           // useful work units planned
+  std::string reason;          // why no fill (empty when fill)
+};
+
+// Picks the configuration with the highest work per µs that fits the memory, then the number
+// of items that complete within predicted*(1-fraction) - margin - overhead. Gated work may be
+// planned up to the time budget (the gate bounds overrun); opaque work only in whole items
+// whose total duration fits the budget.
+SlicePlan plan_slice(const PlanRequest& request, std::span<const JobConfigModel> configs);
+
+// Config to set the job up with: best throughput with unconstrained bubble memory, among those
+// whose resident bytes fit `arena_free`. -1 when none fits.
+int choose_setup_config(std::span<const JobConfigModel> configs, size_t arena_free, int fill_sms);
+
+}  // namespace pipefill

@@ -1,0 +1,105 @@
+// The device interface: everything the core runtime needs from a GPU, and nothing more.
+// Two implementations: the CUDA device (cuda/, built when the toolkit is present) and the
+// simulated device (src/sim/), a deterministic discrete-event model used on machines without
+// a GPU and in every core test. The core never includes a CUDA header; it sees streams and
+// events as opaque pointers owned by the device.
+//
+// Threading: the API caller thread (bubble instructions) and the executor thread call into the
+// device concurrently; implementations must be thread-safe. No method may block on the main
+// job's streams except synchronize_event/synchronize_stream, which are only called outside
+// bubbles (pfRuntimeSynchronize, pfJobWait, shutdown).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "pipefill/pipefill.h"
+
+namespace pipefill {
+
+using Stream = void*;  // cudaStream_t / simulated stream
+using Event = void*;   // cudaEvent_t wrapper / simulated event
+
+struct RuntimeOptions;  // resolved configuration (core/config.hpp)
+
+// Which SMs fill work may use, as decided when the device is set up.
+struct FillPartition {
+  int total_sms = 0;     // SMs of the device
+  int fill_sms = 0;      // SMs fill work may occupy (total - reserved, rounded to granularity)
+  int reserved_sms = 0;  // SMs kept for the main job
+  bool hardware_confined = false;  // true: green context / simulated partition; false: grid cap
+  std::string mode;      // "green-context", "grid-cap", "simulated-partition"
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual pfBackend_t backend() const = 0;
+  virtual std::string name() const = 0;
+
+  // ---- Streams ---------------------------------------------------------------------------
+  // Priority numbers follow CUDA: lower = higher priority; `lowest` is usually 0.
+  virtual pfResult_t priority_range(int* lowest, int* highest) = 0;
+  // A stream for fill work: lowest priority, inside the fill partition when there is one.
+  virtual pfResult_t create_fill_stream(Stream* out) = 0;
+  // A stream for the main job at the given priority (pfStreamCreateHighPriority).
+  virtual pfResult_t create_stream(int priority, Stream* out) = 0;
+  virtual pfResult_t destroy_stream(Stream stream) = 0;
+  // Whether `stream` is a valid stream the main job may mark bubbles on. The simulated device
+  // checks it belongs to this device; CUDA accepts any non-fill stream (incl. legacy default).
+  virtual bool is_valid_main_stream(Stream stream) const = 0;
+  virtual pfResult_t synchronize_stream(Stream stream) = 0;
+
+  // ---- Events (always timing-capable) ----------------------------------------------------
+  virtual pfResult_t create_event(Event* out) = 0;
+  virtual pfResult_t destroy_event(Event event) = 0;
+  virtual pfResult_t record_event(Event event, Stream stream) = 0;
+  virtual pfResult_t stream_wait_event(Stream stream, Event event) = 0;
+  // Non-blocking. When the latest record has completed: *done = true and *time_us = its
+  // completion time on the device clock (µs, monotonic, same origin for all events of the
+  // device). Otherwise *done = false.
+  virtual pfResult_t query_event(Event event, bool* done, double* time_us) = 0;
+  virtual pfResult_t synchronize_event(Event event) = 0;
+
+  // ---- Device words (gate, cursors, counters) ---------------------------------------------
+  // `count` zero-initialised 64-bit words in device memory, 256-byte aligned; made only at
+  // setup time, never inside a bubble.
+  virtual pfResult_t allocate_words(size_t count, uint64_t** words) = 0;
+  virtual pfResult_t free_words(uint64_t* words) = 0;
+  // Host memory the device can write asynchronously (pinned on CUDA).
+  virtual pfResult_t allocate_host_words(size_t count, uint64_t** words) = 0;
+  virtual pfResult_t free_host_words(uint64_t* words) = 0;
+  // Stream-ordered write of `value` to a device word (the gate close). Never a wait-value op.
+  virtual pfResult_t write_word(Stream stream, uint64_t* word, uint64_t value) = 0;
+  // Stream-ordered copy of a device word to a host word (cursor read-back).
+  virtual pfResult_t copy_word_to_host(Stream stream, const uint64_t* word, uint64_t* host) = 0;
+
+  // ---- Memory -----------------------------------------------------------------------------
+  virtual pfResult_t memory_info(size_t* free_bytes, size_t* total_bytes) = 0;
+  // The fill arena: one allocation made at runtime creation.
+  virtual pfResult_t allocate_arena(size_t bytes, void** base) = 0;
+  virtual pfResult_t free_arena(void* base) = 0;
+
+  // ---- SMs --------------------------------------------------------------------------------
+  virtual int sm_count() const = 0;
+  // Sets up the fill partition keeping `reserved_sms` for the main job. Called once before
+  // create_fill_stream.
+  virtual pfResult_t configure_partition(int reserved_sms, FillPartition* partition) = 0;
+
+  // ---- Clock ------------------------------------------------------------------------------
+  // Device clock of the event timings, µs (CUDA: host steady clock aligned at creation;
+  // simulated: virtual time).
+  virtual double now_us() = 0;
+};
+
+// Factories. make_cuda_device returns pfErrorNotSupported when built without CUDA and
+// pfErrorNoDevice when no GPU is usable; the message says why.
+pfResult_t make_cuda_device(const RuntimeOptions& options, std::unique_ptr<Device>* out);
+pfResult_t make_sim_device(const RuntimeOptions& options, std::unique_ptr<Device>* out);
+// Number of usable CUDA devices (0 when built without CUDA or without a driver).
+int cuda_device_count();
+
+}  // namespace pipefill
