@@ -26,6 +26,9 @@ struct PlanRequest {
   int fill_sms = 0;            // workers (blocks) the fill partition allows
   uint64_t remaining_items = 0;
   bool gated = true;           // ticket kernel (gated) or opaque work
+  // Configs whose resident bytes exceed this are not eligible (the job was set up with a
+  // smaller resident share). Default: no limit.
+  size_t resident_limit = SIZE_MAX;
 };
 
 struct SlicePlan {

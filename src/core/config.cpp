@@ -1,0 +1,330 @@
+#include "core/config.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <strings.h>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "core/scheduler.hpp"
+
+namespace pipefill {
+namespace {
+
+// The layout of version 1 ends with sim_memory_bytes; a caller compiled against this header
+// passes exactly this size. Smaller sizes come from a header we never shipped.
+constexpr size_t kConfigV1Size = sizeof(pfConfig_t);
+
+const char* env(const char* name) {
+  const char* value = std::getenv(name);
+  return (value != nullptr && *value != '\0') ? value : nullptr;
+}
+
+bool parse_int(const char* text, long long* out) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+bool parse_double(const char* text, double* out) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(text, &end);
+  if (errno != 0 || end == text || *end != '\0' || !std::isfinite(v)) return false;
+  *out = v;
+  return true;
+}
+
+bool parse_backend(const char* text, pfBackend_t* out) {
+  if (strcasecmp(text, "auto") == 0) *out = pfBackendAuto;
+  else if (strcasecmp(text, "cuda") == 0) *out = pfBackendCuda;
+  else if (strcasecmp(text, "sim") == 0 || strcasecmp(text, "simulated") == 0) *out = pfBackendSim;
+  else return false;
+  return true;
+}
+
+// Integer field: config value when set, else the environment variable, else keep the default.
+pfResult_t resolve_int(int config_value, const char* field, const char* var, int* target) {
+  if (config_value != PF_UNSET_INT) {
+    *target = config_value;
+    return pfSuccess;
+  }
+  if (const char* text = env(var)) {
+    long long v = 0;
+    if (!parse_int(text, &v) || v < std::numeric_limits<int>::min() ||
+        v > std::numeric_limits<int>::max()) {
+      return fail(pfErrorInvalidArgument, "environment variable {}='{}' is not an integer (for {})",
+                  var, text, field);
+    }
+    *target = static_cast<int>(v);
+  }
+  return pfSuccess;
+}
+
+pfResult_t resolve_double(double config_value, const char* field, const char* var,
+                          double* target) {
+  if (config_value != PF_UNSET_DOUBLE) {
+    if (!std::isfinite(config_value)) {
+      return fail(pfErrorInvalidArgument, "config.{} = {} is not a finite number", field,
+                  config_value);
+    }
+    *target = config_value;
+    return pfSuccess;
+  }
+  if (const char* text = env(var)) {
+    double v = 0;
+    if (!parse_double(text, &v)) {
+      return fail(pfErrorInvalidArgument, "environment variable {}='{}' is not a number (for {})",
+                  var, text, field);
+    }
+    *target = v;
+  }
+  return pfSuccess;
+}
+
+pfResult_t resolve_size(size_t config_value, const char* field, const char* var, size_t* target) {
+  if (config_value != PF_UNSET_SIZE) {
+    *target = config_value;
+    return pfSuccess;
+  }
+  if (const char* text = env(var)) {
+    size_t v = 0;
+    if (!parse_size(text, &v)) {
+      return fail(pfErrorInvalidArgument,
+                  "environment variable {}='{}' is not a size (bytes, K/M/G suffix) (for {})", var,
+                  text, field);
+    }
+    *target = v;
+  }
+  return pfSuccess;
+}
+
+// Names the source of a bad value: the config field when the caller set it, else the variable.
+std::string source_of(bool from_config, const char* field, const char* var) {
+  return from_config ? fmt::format("config.{}", field) : fmt::format("{} (or default)", var);
+}
+
+}  // namespace
+
+bool parse_size(const char* text, size_t* out) {
+  if (text == nullptr || *text == '\0') return false;
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(text, &end);
+  if (errno != 0 || end == text || !std::isfinite(v) || v < 0) return false;
+  double scale = 1.0;
+  if (*end != '\0') {
+    switch (*end) {
+      case 'k': case 'K': scale = 1024.0; break;
+      case 'm': case 'M': scale = 1024.0 * 1024.0; break;
+      case 'g': case 'G': scale = 1024.0 * 1024.0 * 1024.0; break;
+      case 't': case 'T': scale = 1024.0 * 1024.0 * 1024.0 * 1024.0; break;
+      default: return false;
+    }
+    ++end;
+    // Accept "64KB"/"64KiB" too.
+    if (*end == 'i' || *end == 'I') ++end;
+    if (*end == 'b' || *end == 'B') ++end;
+    if (*end != '\0') return false;
+  }
+  const double bytes = v * scale;
+  if (bytes >= 18446744073709551615.0) return false;
+  // A fractional byte count ("1.5" bytes) is malformed; fractional K/M/G are fine.
+  if (scale == 1.0 && std::floor(v) != v) return false;
+  *out = static_cast<size_t>(bytes);
+  return true;
+}
+
+pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out) {
+  if (out == nullptr) return fail(pfErrorInvalidArgument, "resolve_config: out is NULL");
+  pfConfig_t c = PF_CONFIG_INITIALIZER;
+  if (config != nullptr) {
+    if (config->size < kConfigV1Size) {
+      return fail(pfErrorInvalidArgument,
+                  "config.size = {} is smaller than sizeof(pfConfig_t) version 1 ({}); start "
+                  "from PF_CONFIG_INITIALIZER",
+                  config->size, kConfigV1Size);
+    }
+    if (config->version != PF_CONFIG_VERSION) {
+      return fail(pfErrorInvalidArgument,
+                  "config.version = {} is unknown (this library supports version {})",
+                  config->version, PF_CONFIG_VERSION);
+    }
+    std::memcpy(&c, config, kConfigV1Size);
+  }
+
+  RuntimeOptions o;
+
+  // Backend.
+  if (c.backend != PF_UNSET_INT) {
+    if (c.backend < pfBackendAuto || c.backend > pfBackendSim) {
+      return fail(pfErrorInvalidArgument, "config.backend = {} is not a pfBackend_t (0..2)",
+                  c.backend);
+    }
+    o.backend = static_cast<pfBackend_t>(c.backend);
+  } else if (const char* text = env("PIPEFILL_BACKEND")) {
+    if (!parse_backend(text, &o.backend)) {
+      return fail(pfErrorInvalidArgument,
+                  "environment variable PIPEFILL_BACKEND='{}' is not auto|cuda|sim", text);
+    }
+  }
+
+  PF_TRY(resolve_int(c.device, "device", "PIPEFILL_DEVICE", &o.device));
+  if (o.device < 0) {
+    return fail(pfErrorInvalidArgument, "{} = {} is negative",
+                source_of(c.device != PF_UNSET_INT, "device", "PIPEFILL_DEVICE"), o.device);
+  }
+  PF_TRY(resolve_int(c.stage_count, "stage_count", "PIPEFILL_STAGE_COUNT", &o.stage_count));
+  if (o.stage_count < 1) {
+    return fail(pfErrorInvalidArgument, "{} = {} must be >= 1",
+                source_of(c.stage_count != PF_UNSET_INT, "stage_count", "PIPEFILL_STAGE_COUNT"),
+                o.stage_count);
+  }
+  PF_TRY(resolve_int(c.stage_id, "stage_id", "PIPEFILL_STAGE_ID", &o.stage_id));
+  if (o.stage_id < 0 || o.stage_id >= o.stage_count) {
+    return fail(pfErrorInvalidArgument, "{} = {} is outside [0, stage_count={})",
+                source_of(c.stage_id != PF_UNSET_INT, "stage_id", "PIPEFILL_STAGE_ID"),
+                o.stage_id, o.stage_count);
+  }
+  PF_TRY(resolve_int(c.reserved_sms, "reserved_sms", "PIPEFILL_RESERVED_SMS", &o.reserved_sms));
+  if (o.reserved_sms < -1) {
+    return fail(pfErrorInvalidArgument, "{} = {} is negative",
+                source_of(c.reserved_sms != PF_UNSET_INT, "reserved_sms", "PIPEFILL_RESERVED_SMS"),
+                o.reserved_sms);
+  }
+  PF_TRY(resolve_double(c.safety_margin_us, "safety_margin_us", "PIPEFILL_SAFETY_MARGIN_US",
+                        &o.safety_margin_us));
+  if (o.safety_margin_us < 0) {
+    return fail(pfErrorInvalidArgument, "{} = {} is negative",
+                source_of(c.safety_margin_us != PF_UNSET_DOUBLE, "safety_margin_us",
+                          "PIPEFILL_SAFETY_MARGIN_US"),
+                o.safety_margin_us);
+  }
+  PF_TRY(resolve_double(c.safety_margin_fraction, "safety_margin_fraction",
+                        "PIPEFILL_SAFETY_MARGIN_FRACTION", &o.safety_margin_fraction));
+  if (o.safety_margin_fraction < 0 || o.safety_margin_fraction >= 1) {
+    return fail(pfErrorInvalidArgument, "{} = {} is outside [0, 1)",
+                source_of(c.safety_margin_fraction != PF_UNSET_DOUBLE, "safety_margin_fraction",
+                          "PIPEFILL_SAFETY_MARGIN_FRACTION"),
+                o.safety_margin_fraction);
+  }
+  PF_TRY(resolve_size(c.arena_bytes, "arena_bytes", "PIPEFILL_ARENA_BYTES", &o.arena_bytes));
+  PF_TRY(resolve_double(c.prediction_quantile, "prediction_quantile", "PIPEFILL_QUANTILE",
+                        &o.prediction_quantile));
+  if (!(o.prediction_quantile > 0 && o.prediction_quantile <= 1)) {
+    return fail(pfErrorInvalidArgument, "{} = {} is outside (0, 1]",
+                source_of(c.prediction_quantile != PF_UNSET_DOUBLE, "prediction_quantile",
+                          "PIPEFILL_QUANTILE"),
+                o.prediction_quantile);
+  }
+  PF_TRY(resolve_int(c.min_samples, "min_samples", "PIPEFILL_MIN_SAMPLES", &o.min_samples));
+  if (o.min_samples < 0) {
+    return fail(pfErrorInvalidArgument, "{} = {} is negative",
+                source_of(c.min_samples != PF_UNSET_INT, "min_samples", "PIPEFILL_MIN_SAMPLES"),
+                o.min_samples);
+  }
+
+  if (c.policy != PF_UNSET_INT) {
+    if (c.policy < pfPolicyFifo || c.policy > pfPolicyFairShare) {
+      return fail(pfErrorInvalidArgument, "config.policy = {} is not a pfSchedulePolicy_t (0..3)",
+                  c.policy);
+    }
+    o.policy = static_cast<pfSchedulePolicy_t>(c.policy);
+  } else if (const char* text = env("PIPEFILL_POLICY")) {
+    if (!parse_policy(text, &o.policy)) {
+      return fail(pfErrorInvalidArgument,
+                  "environment variable PIPEFILL_POLICY='{}' is not fifo|priority|srpt|fair", text);
+    }
+  }
+
+  if (c.log_level != PF_UNSET_INT) {
+    if (c.log_level < pfLogOff || c.log_level > pfLogTrace) {
+      return fail(pfErrorInvalidArgument, "config.log_level = {} is not a pfLogLevel_t (0..5)",
+                  c.log_level);
+    }
+    o.log_level = c.log_level;
+  } else if (const char* text = env("PIPEFILL_DEBUG")) {
+    const int level = log::parse_level(text);
+    if (level < 0) {
+      return fail(pfErrorInvalidArgument,
+                  "environment variable PIPEFILL_DEBUG='{}' is not off|error|warn|info|debug|trace",
+                  text);
+    }
+    o.log_level = level;
+  }
+
+  int cupti = o.enable_cupti ? 1 : 0;
+  PF_TRY(resolve_int(c.enable_cupti, "enable_cupti", "PIPEFILL_CUPTI", &cupti));
+  if (cupti != 0 && cupti != 1) {
+    return fail(pfErrorInvalidArgument, "{} = {} is not 0 or 1",
+                source_of(c.enable_cupti != PF_UNSET_INT, "enable_cupti", "PIPEFILL_CUPTI"), cupti);
+  }
+  o.enable_cupti = cupti == 1;
+
+  o.sim_world = c.sim_world;
+  if (c.sim_seed != 0) {
+    o.sim_seed = c.sim_seed;
+  } else if (const char* text = env("PIPEFILL_SIM_SEED")) {
+    errno = 0;
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || text[0] == '-') {
+      return fail(pfErrorInvalidArgument,
+                  "environment variable PIPEFILL_SIM_SEED='{}' is not an unsigned integer", text);
+    }
+    o.sim_seed = v;
+  }
+  PF_TRY(resolve_int(c.sim_sm_count, "sim_sm_count", "PIPEFILL_SIM_SMS", &o.sim_sm_count));
+  if (o.sim_sm_count < 1) {
+    return fail(pfErrorInvalidArgument, "{} = {} must be >= 1",
+                source_of(c.sim_sm_count != PF_UNSET_INT, "sim_sm_count", "PIPEFILL_SIM_SMS"),
+                o.sim_sm_count);
+  }
+  PF_TRY(resolve_size(c.sim_memory_bytes, "sim_memory_bytes", "PIPEFILL_SIM_MEMORY_BYTES",
+                      &o.sim_memory_bytes));
+  if (o.sim_memory_bytes == 0) {
+    return fail(pfErrorInvalidArgument, "{} = 0 must be > 0",
+                source_of(c.sim_memory_bytes != PF_UNSET_SIZE, "sim_memory_bytes",
+                          "PIPEFILL_SIM_MEMORY_BYTES"));
+  }
+  // A private simulated world's SM count is known now; a shared world's or a GPU's is checked
+  // when the device is configured.
+  if (o.backend == pfBackendSim && o.sim_world == nullptr && o.reserved_sms >= o.sim_sm_count) {
+    return fail(pfErrorInvalidArgument,
+                "reserved_sms = {} leaves no SM for fill work (sim_sm_count = {})", o.reserved_sms,
+                o.sim_sm_count);
+  }
+
+  *out = o;
+  return pfSuccess;
+}
+
+void export_config(const RuntimeOptions& o, pfConfig_t* out) {
+  pfConfig_t c = PF_CONFIG_INITIALIZER;
+  c.backend = o.backend;
+  c.device = o.device;
+  c.stage_id = o.stage_id;
+  c.stage_count = o.stage_count;
+  c.reserved_sms = o.reserved_sms;
+  c.safety_margin_us = o.safety_margin_us;
+  c.safety_margin_fraction = o.safety_margin_fraction;
+  c.arena_bytes = o.arena_bytes;
+  c.prediction_quantile = o.prediction_quantile;
+  c.min_samples = o.min_samples;
+  c.policy = o.policy;
+  c.log_level = o.log_level;
+  c.enable_cupti = o.enable_cupti ? 1 : 0;
+  c.sim_world = o.sim_world;
+  c.sim_seed = o.sim_seed;
+  c.sim_sm_count = o.sim_sm_count;
+  c.sim_memory_bytes = o.sim_memory_bytes;
+  *out = c;
+}
+
+}  // namespace pipefill
