@@ -76,15 +76,26 @@ struct Bubble {
 struct StageTimeline {
   std::vector<Op> ops;        // compute and communication ops in execution order, timed
   std::vector<Bubble> bubbles;
-  double compute_us = 0.0;    // sum of compute op durations
-  double bubble_us = 0.0;     // sum of bubble durations
+  double compute_us = 0.0;    // sum of compute op durations (forward/backward/weight)
+  double bubble_us = 0.0;     // sum of pipeline bubble durations (all kinds but optimizer)
+  double optimizer_bubble_us = 0.0;  // the all-reduce window bubble (kind optimizer), if any
+  double last_compute_end_us = 0.0;  // end of this stage's last forward/backward/weight op
+  int peak_in_flight = 0;     // most micro-batches (x chunks) whose activations are live at once
+  size_t peak_activation_bytes = 0;  // peak_in_flight x activation_bytes
 };
 
 struct Timeline {
   std::vector<StageTimeline> stages;
   double iteration_us = 0.0;  // first op start to last op end over all stages
-  // Share of stage-time spent in bubbles (excluding all-reduce/optimizer), averaged.
+  // End of the last forward/backward/weight op over all stages: the pipeline part of the
+  // iteration, before the all-reduce and optimizer step (which every stage starts here).
+  double pipeline_us = 0.0;
+  // Share of stage-time spent in bubbles (excluding all-reduce/optimizer), averaged:
+  // mean over stages of bubble_us / pipeline_us. GPipe/1F1B uniform: (p-1)/(m+p-1).
   double bubble_share() const;
+  // Pipeline bubble time relative to ideal compute time: sum(bubble_us) / sum(compute_us).
+  // Interleaved 1F1B uniform: (p-1)/(v*m); GPipe/1F1B uniform: (p-1)/m.
+  double bubble_ratio() const;
 };
 
 // Per-stage compute op order (no times) for the schedule: what an engine executes.
