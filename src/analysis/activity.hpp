@@ -31,11 +31,19 @@ struct ActivityRecord {
   uint64_t bytes = 0;      // memcpy/memset/memory
   uint64_t correlation = 0;
   int grid_blocks = 0;     // kernels: blocks launched (0 unknown)
+  // Memory records only: bytes in use on the device right after this event when the producer
+  // knows it (PyTorch's "[memory]" events carry "Total Allocated"), else -1. Lets the analyser
+  // use absolute levels instead of summing deltas from an unknown starting point.
+  int64_t in_use_bytes = -1;
 };
 
 const char* activity_kind_name(ActivityKind kind);
 
-// Heuristic used when the producer does not know: NCCL kernels are communication.
+// Heuristic used when the producer does not know: NCCL kernels are communication. Matches
+// "nccl" (ncclKernel_*, ncclDevKernel_*), "rccl" and "msccl", case-insensitively.
 bool is_communication_kernel_name(const std::string& name);
+
+// Device id used for host-side records (CPU annotations such as ProfilerStep#N).
+inline constexpr int kHostDevice = -1;
 
 }  // namespace pipefill

@@ -1,0 +1,152 @@
+// Bubble finding in an unmodified (or filled) job's trace, per device: gaps in compute, their
+// kind, iterations, bubble classes, memory during bubbles and "what would filling give".
+// Everything is computed from ActivityRecords, so it runs the same on CUPTI records, simulated
+// device records and imported PyTorch profiler traces.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "analysis/activity.hpp"
+#include "analysis/memory.hpp"
+#include "analysis/stats.hpp"
+#include "pipefill/pipefill.h"
+
+namespace pipefill::analysis {
+
+struct AnalysisOptions {
+  // Gaps in compute shorter than this are launch gaps, not bubbles.
+  double min_gap_us = 50.0;
+  // Iterations, first that applies: a fixed period (> 0) starting at iteration_origin_us (NaN:
+  // the first compute kernel); markers whose name starts with iteration_marker (GPU-side ones on
+  // the device, else host-side ones); otherwise the whole trace is one iteration.
+  double iteration_period_us = 0.0;
+  double iteration_origin_us = std::numeric_limits<double>::quiet_NaN();
+  std::string iteration_marker = "ProfilerStep";
+  bool iteration_marker_required = false;  // true: no such marker is an error, not a fallback
+  // Memory of the device (0: unknown), for free memory per bubble class.
+  uint64_t device_memory_bytes = 0;
+  // Fill estimate, mirroring the runtime: the class's duration at `quantile` (nearest rank),
+  // minus safety_margin_fraction of it, minus safety_margin_us.
+  double quantile = 0.1;
+  double safety_margin_us = 20.0;
+  double safety_margin_fraction = 0.05;
+  // A fill job to estimate for (item_cost_us 0: time only). item_cost_us is the time of one
+  // item; item_parallelism items run at once; each needs item_memory_bytes of bubble memory.
+  double item_cost_us = 0.0;
+  int item_parallelism = 1;
+  uint64_t item_memory_bytes = 0;
+};
+
+// pfErrorInvalidArgument naming the first bad field.
+pfResult_t validate_options(const AnalysisOptions& options);
+
+enum class BubbleKind {
+  Idle,      // nothing of the main job runs
+  CommOnly,  // only communication kernels run (e.g. a spinning NCCL recv)
+  Copy       // copies or memsets run (with or without communication)
+};
+const char* bubble_kind_name(BubbleKind kind);
+
+struct Bubble {
+  double start_us = 0.0;  // end of the last compute kernel before it
+  double end_us = 0.0;    // start of the next compute kernel
+  double duration_us() const { return end_us - start_us; }
+  BubbleKind kind = BubbleKind::Idle;
+  double comm_us = 0.0;  // time of the bubble covered by communication kernels
+  double copy_us = 0.0;  // ... by memcpy/memset
+  double fill_us = 0.0;  // ... by fill kernels (a filled trace)
+  // End of the last communication or copy that finished inside the bubble: what released the
+  // next compute kernel. NaN when none did. end_us - wake_us is the main job's start delay.
+  double wake_us = std::numeric_limits<double>::quiet_NaN();
+  int iteration = -1;     // index into DeviceAnalysis::iterations; -1: outside every iteration
+  int class_index = -1;   // k: the k-th bubble of its iteration
+  double offset_us = 0.0; // start - start of its iteration
+  MemoryRange memory;     // bytes in use during the bubble
+};
+
+enum class IterationSource { WholeTrace, Period, Markers };
+const char* iteration_source_name(IterationSource source);
+
+struct Iteration {
+  std::string label;  // marker name, "period#k" or "trace"
+  double start_us = 0.0;
+  double end_us = 0.0;
+  double duration_us() const { return end_us - start_us; }
+  int bubble_count = 0;
+  double bubble_us = 0.0;
+};
+
+struct BubbleClass {
+  int index = 0;          // k
+  Summary duration;       // over the iterations that have a k-th bubble
+  Summary offset;         // start relative to the iteration start
+  size_t idle = 0;        // occurrences by kind
+  size_t comm_only = 0;
+  size_t copy = 0;
+  MemoryRange memory;     // in use during any occurrence
+  int64_t free_bytes = -1;  // device memory - peak in use; -1 when either is unknown
+  double occurrence = 0.0;  // occurrences per iteration
+  double predicted_us = 0.0;  // nearest-rank quantile of the duration (the runtime's view)
+  double usable_us = 0.0;     // predicted minus the safety margins, >= 0
+  int item_slots = 0;         // items that may run at once (parallelism, capped by memory)
+  double items_per_occurrence = 0.0;
+};
+
+struct FillEstimate {
+  double fillable_us_per_iteration = 0.0;  // sum of usable_us x occurrence
+  double fillable_share = 0.0;             // of the mean iteration time
+  double fill_efficiency = 0.0;            // fillable / bubble time per iteration
+  bool items_estimated = false;            // an item cost was given
+  double items_per_iteration = 0.0;
+  double items_per_second = 0.0;
+  double dedicated_gpu_share = 0.0;  // items x cost / (parallelism x iteration time)
+};
+
+struct DeviceAnalysis {
+  int device = 0;
+  double span_start_us = 0.0;  // first compute kernel start
+  double span_end_us = 0.0;    // last compute kernel end
+  double span_us() const { return span_end_us - span_start_us; }
+  size_t compute_kernels = 0;
+  size_t comm_kernels = 0;
+  size_t fill_kernels = 0;
+  double compute_busy_us = 0.0;  // union of compute kernels
+  double bubble_us = 0.0;        // all bubbles >= min_gap_us
+  double idle_bubble_us = 0.0;   // ... by kind
+  double comm_only_bubble_us = 0.0;
+  double copy_bubble_us = 0.0;
+  double fill_in_bubbles_us = 0.0;  // fill kernels' coverage of the bubbles
+  double bubble_share = 0.0;        // bubble_us / span_us
+  Summary start_delay;              // end_us - wake_us over bubbles with a wake
+
+  IterationSource iteration_source = IterationSource::WholeTrace;
+  std::vector<Iteration> iterations;
+  double mean_iteration_us = 0.0;
+  double bubble_us_per_iteration = 0.0;  // bubbles inside iterations / iteration count
+  double iteration_bubble_share = 0.0;   // bubbles inside iterations / iteration time
+
+  std::vector<Bubble> bubbles;  // ascending
+  std::vector<BubbleClass> classes;
+
+  bool memory_known = false;
+  bool memory_absolute = false;  // false: levels are lower bounds (see MemoryTimeline)
+  int64_t memory_peak_bytes = 0;
+
+  FillEstimate fill;
+  std::vector<std::string> notes;  // caveats worth printing
+};
+
+// Devices that ran at least one compute kernel, ascending.
+std::vector<int> devices_with_compute(const std::vector<ActivityRecord>& records);
+
+// Analyses one device. pfErrorInvalidArgument for bad options, a record with end < start (named
+// by index), a device without compute kernels, or a required marker that is not there.
+pfResult_t analyze_device(const std::vector<ActivityRecord>& records, int device,
+                          const AnalysisOptions& options, DeviceAnalysis* out);
+
+}  // namespace pipefill::analysis
