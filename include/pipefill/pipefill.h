@@ -407,6 +407,13 @@ PF_API pfResult_t pfSimRunUntilIdle(pfSimWorld_t world);
 /* Runs until virtual time `time_us` (or idle, whichever is first). */
 PF_API pfResult_t pfSimRunUntil(pfSimWorld_t world, double time_us);
 PF_API pfResult_t pfSimNow(pfSimWorld_t world, double* time_us);
+/* Device memory the simulated main job uses on `device` (<= the device's memory): the free
+ * memory a runtime sees is memory_bytes - this - its arena. */
+PF_API pfResult_t pfSimSetMemoryUsed(pfSimWorld_t world, int device, size_t bytes);
+/* Work already enqueued on the stream still runs; the handle is invalid afterwards. */
+PF_API pfResult_t pfSimStreamDestroy(void* stream);
+/* Waits already enqueued on the event keep their record; the handle is invalid afterwards. */
+PF_API pfResult_t pfSimEventDestroy(pfSimEvent_t event);
 
 #ifdef __cplusplus
 } /* extern "C" */

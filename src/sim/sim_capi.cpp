@@ -1,0 +1,227 @@
+// The pfSim* C functions: validate handles, forward to sim::World, and make sure no exception
+// crosses the C boundary.
+#include <exception>
+#include <new>
+
+#include "common/error.hpp"
+#include "pipefill/pipefill.h"
+#include "sim/sim_world.hpp"
+
+using pipefill::fail;
+using pipefill::sim::World;
+
+namespace {
+
+template <typename Body>
+pfResult_t c_boundary(const char* function, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return fail(pfErrorOutOfMemory, "{}: host memory exhausted", function);
+  } catch (const std::exception& error) {
+    return fail(pfErrorInternal, "{}: unexpected exception: {}", function, error.what());
+  } catch (...) {
+    return fail(pfErrorInternal, "{}: unexpected non-standard exception", function);
+  }
+}
+
+pfResult_t find_world(pfSimWorld_t handle, World** world) {
+  *world = pipefill::sim::world_from_handle(handle);
+  if (*world == nullptr) {
+    return fail(pfErrorInvalidArgument, "world {} is not a live simulated world",
+                static_cast<const void*>(handle));
+  }
+  return pfSuccess;
+}
+
+pfResult_t find_stream_world(const void* stream, World** world) {
+  *world = World::world_of_stream(stream);
+  if (*world == nullptr) {
+    return fail(pfErrorInvalidArgument, "stream {} is not a live simulated stream", stream);
+  }
+  return pfSuccess;
+}
+
+pfResult_t find_event_world(const void* event, World** world) {
+  *world = World::world_of_event(event);
+  if (*world == nullptr) {
+    return fail(pfErrorInvalidArgument, "event {} is not a live simulated event", event);
+  }
+  return pfSuccess;
+}
+
+}  // namespace
+
+extern "C" {
+
+PF_API pfResult_t pfSimWorldCreate(int device_count, const pfSimDeviceDesc_t* desc,
+                                   uint64_t seed, pfSimWorld_t* world) {
+  return c_boundary("pfSimWorldCreate", [&]() -> pfResult_t {
+    if (world == nullptr) return fail(pfErrorInvalidArgument, "world output pointer is NULL");
+    std::unique_ptr<World> created;
+    PF_TRY(World::create(device_count, desc, seed, &created));
+    *world = pipefill::sim::handle_of(created.release());
+    return pfSuccess;
+  });
+}
+
+PF_API pfResult_t pfSimWorldDestroy(pfSimWorld_t handle) {
+  return c_boundary("pfSimWorldDestroy", [&]() -> pfResult_t {
+    World* world = nullptr;
+    PF_TRY(find_world(handle, &world));
+    if (const int attached = world->attached_count(); attached > 0) {
+      return fail(pfErrorBusy,
+                  "world {} still has {} runtime(s)/device(s) attached; destroy them first",
+                  static_cast<const void*>(handle), attached);
+    }
+    delete world;
+    return pfSuccess;
+  });
+}
+
+PF_API pfResult_t pfSimStreamCreate(pfSimWorld_t handle, int device, int priority,
+                                    void** stream) {
+  return c_boundary("pfSimStreamCreate", [&]() -> pfResult_t {
+    World* world = nullptr;
+    PF_TRY(find_world(handle, &world));
+    return world->create_stream(device, priority, /*fill=*/false, stream);
+  });
+}
+
+PF_API pfResult_t pfSimStreamDestroy(void* stream) {
+  return c_boundary("pfSimStreamDestroy", [&]() -> pfResult_t {
+    World* world = nullptr;
+    PF_TRY(find_stream_world(stream, &world));
+    return world->destroy_stream(stream);
+  });
+}
+
+PF_API pfResult_t pfSimLaunchKernel(void* stream, double duration_us, int sm_count) {
+  return c_boundary("pfSimLaunchKernel", [&]() -> pfResult_t {
+    World* world = nullptr;
+    PF_TRY(find_stream_world(stream, &world));
+    return world->launch_kernel(stream, duration_us, sm_count);
+  });
+}
+
+PF_API pfResult_t pfSimStreamDelay(void* stream, double duration_us) {
+  return c_boundary("pfSimStreamDelay", [&]() -> pfResult_t {
+    World* world = nullptr;
+    PF_TRY(find_stream_world(stream, &world));
+    return world->delay(stream, duration_us);
+  });
+}
+
+PF_API pfResult_t pfSimEventCreate(pfSimWorld_t handle, pfSimEvent_t* event) {
+  return c_boundary("pfSimEventCreate", [&]() -> pfResult_t {
+    if (event == nullptr) return fail(pfErrorInvalidArgument, "event output pointer is NULL");
+    World* world = nullptr;
+    PF_TRY(find_world(handle, &world));
+    void* created = nullptr;
+    PF_TRY(world->create_event(&created));
+    *event = static_cast<pfSimEvent_t>(created);
+    return pfSuccess;
+  });
+}
+
+PF_API pfResult_t pfSimEventDestroy(pfSimEvent_t event) {
+  return c_boundary("pfSimEventDestroy", [&]() -> pfResult_t {
+    World* world = nullptr;
+    PF_TRY(find_event_world(event, &world));
+    return world->destroy_event(event);
+  });
+}
+
+PF_API pfResult_t pfSimEventRecord(pfSimEvent_t event, void* stream) {
+  return c_boundary("pfSimEventRecord", [&]() -> pfResult_t {
+    World* event_world = nullptr;
+    World* stream_world = nullptr;
+    PF_TRY(find_event_world(event, &event_world));
+    PF_TRY(find_stream_world(stream, &stream_world));
+    if (event_world != stream_world) {
+      return fail(pfErrorInvalidArgument, "event {} and stream {} belong to different worlds",
+                  static_cast<const void*>(event), stream);
+    }
+    return event_world->record_event(event, stream);
+  });
+}
+
+PF_API pfResult_t pfSimStreamWaitEvent(void* stream, pfSimEvent_t event, double latency_us,
+                                       int sm_count) {
+  return c_boundary("pfSimStreamWaitEvent", [&]() -> pfResult_t {
+    World* event_world = nullptr;
+    World* stream_world = nullptr;
+    PF_TRY(find_stream_world(stream, &stream_world));
+    PF_TRY(find_event_world(event, &event_world));
+    if (event_world != stream_world) {
+      return fail(pfErrorInvalidArgument, "event {} and stream {} belong to different worlds",
+                  static_cast<const void*>(event), stream);
+    }
+    return stream_world->wait_event(stream, event, latency_us, sm_count);
+  });
+}
+
+PF_API pfResult_t pfSimEventTime(pfSimEvent_t event, double* time_us) {
+  return c_boundary("pfSimEventTime", [&]() -> pfResult_t {
+    if (time_us == nullptr) return fail(pfErrorInvalidArgument, "time_us output pointer is NULL");
+    World* world = nullptr;
+    PF_TRY(find_event_world(event, &world));
+    return world->event_state(event, nullptr, nullptr, time_us);
+  });
+}
+
+PF_API pfResult_t pfSimLaunchTicketKernel(void* stream, const pfSliceDesc_t* slice, int blocks,
+                                          double item_cost_us, pfSimItemFn on_item,
+                                          void* user) {
+  return c_boundary("pfSimLaunchTicketKernel", [&]() -> pfResult_t {
+    World* world = nullptr;
+    PF_TRY(find_stream_world(stream, &world));
+    return world->launch_ticket(stream, slice, blocks, item_cost_us, on_item, user);
+  });
+}
+
+PF_API pfResult_t pfSimLaunchOpaque(void* stream, uint64_t first_item, uint64_t items,
+                                    int blocks, double item_cost_us, pfSimItemFn on_item,
+                                    void* user) {
+  return c_boundary("pfSimLaunchOpaque", [&]() -> pfResult_t {
+    World* world = nullptr;
+    PF_TRY(find_stream_world(stream, &world));
+    return world->launch_opaque(stream, first_item, items, blocks, item_cost_us, on_item, user);
+  });
+}
+
+PF_API pfResult_t pfSimRunUntilIdle(pfSimWorld_t handle) {
+  return c_boundary("pfSimRunUntilIdle", [&]() -> pfResult_t {
+    World* world = nullptr;
+    PF_TRY(find_world(handle, &world));
+    return world->run_until_idle();
+  });
+}
+
+PF_API pfResult_t pfSimRunUntil(pfSimWorld_t handle, double time_us) {
+  return c_boundary("pfSimRunUntil", [&]() -> pfResult_t {
+    World* world = nullptr;
+    PF_TRY(find_world(handle, &world));
+    return world->run_until(time_us);
+  });
+}
+
+PF_API pfResult_t pfSimNow(pfSimWorld_t handle, double* time_us) {
+  return c_boundary("pfSimNow", [&]() -> pfResult_t {
+    if (time_us == nullptr) return fail(pfErrorInvalidArgument, "time_us output pointer is NULL");
+    World* world = nullptr;
+    PF_TRY(find_world(handle, &world));
+    *time_us = world->now();
+    return pfSuccess;
+  });
+}
+
+PF_API pfResult_t pfSimSetMemoryUsed(pfSimWorld_t handle, int device, size_t bytes) {
+  return c_boundary("pfSimSetMemoryUsed", [&]() -> pfResult_t {
+    World* world = nullptr;
+    PF_TRY(find_world(handle, &world));
+    return world->set_memory_used(device, bytes);
+  });
+}
+
+}  // extern "C"

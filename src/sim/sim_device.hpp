@@ -1,0 +1,69 @@
+// The simulated device: pipefill::Device on top of one device of a sim::World. Created by
+// make_sim_device (device.hpp) either on a shared world (options.sim_world, device
+// options.device) or on a private one-device world it owns (options.sim_seed, sim_sm_count,
+// sim_memory_bytes).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <unordered_set>
+
+#include "device/device.hpp"
+#include "sim/sim_world.hpp"
+
+namespace pipefill::sim {
+
+class SimDevice final : public Device {
+ public:
+  // `owned` is non-null for a private world (then world == owned.get()).
+  SimDevice(World* world, std::unique_ptr<World> owned, int device_index);
+  ~SimDevice() override;
+
+  pfSimWorld_t world_handle() const;
+  World& world() const { return *world_; }
+  int device_index() const { return device_; }
+
+  pfBackend_t backend() const override { return pfBackendSim; }
+  std::string name() const override;
+
+  pfResult_t priority_range(int* lowest, int* highest) override;
+  pfResult_t create_fill_stream(Stream* out) override;
+  pfResult_t create_stream(int priority, Stream* out) override;
+  pfResult_t destroy_stream(Stream stream) override;
+  bool is_valid_main_stream(Stream stream) const override;
+  pfResult_t synchronize_stream(Stream stream) override;
+
+  pfResult_t create_event(Event* out) override;
+  pfResult_t destroy_event(Event event) override;
+  pfResult_t record_event(Event event, Stream stream) override;
+  pfResult_t stream_wait_event(Stream stream, Event event) override;
+  pfResult_t query_event(Event event, bool* done, double* time_us) override;
+  pfResult_t synchronize_event(Event event) override;
+
+  pfResult_t allocate_words(size_t count, uint64_t** words) override;
+  pfResult_t free_words(uint64_t* words) override;
+  pfResult_t allocate_host_words(size_t count, uint64_t** words) override;
+  pfResult_t free_host_words(uint64_t* words) override;
+  pfResult_t write_word(Stream stream, uint64_t* word, uint64_t value) override;
+  pfResult_t copy_word_to_host(Stream stream, const uint64_t* word, uint64_t* host) override;
+
+  pfResult_t memory_info(size_t* free_bytes, size_t* total_bytes) override;
+  pfResult_t allocate_arena(size_t bytes, void** base) override;
+  pfResult_t free_arena(void* base) override;
+
+  int sm_count() const override;
+  pfResult_t configure_partition(int reserved_sms, FillPartition* partition) override;
+
+  double now_us() override;
+
+ private:
+  World* world_;
+  std::unique_ptr<World> owned_world_;  // private world (destroyed after our streams)
+  int device_;
+  // What this device created, destroyed with it when the runtime did not.
+  mutable std::mutex created_mutex_;
+  std::unordered_set<void*> streams_;
+  std::unordered_set<void*> events_;
+};
+
+}  // namespace pipefill::sim

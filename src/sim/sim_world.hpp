@@ -1,0 +1,137 @@
+// The simulated world: one or more simulated GPUs sharing a virtual clock (µs), driven by a
+// deterministic discrete-event loop. See docs/simulated-device.md for the execution model.
+//
+// Handles: streams (`void*`) and events (`void*`, the same pointer as a pfSimEvent_t) are
+// pointers to objects the world owns. Every entry point validates a handle against the world's
+// registry before touching it, so a stale or foreign pointer gives pfErrorInvalidArgument, never
+// a crash. The C API (sim_capi.cpp) finds the world of a bare stream/event handle with
+// world_of_stream()/world_of_event().
+//
+// Threading: one mutex per world. Enqueueing and queries may come from any thread. Running
+// (run_until*, synchronize_*) holds the lock for the whole run, so work enqueued by another
+// thread lands either wholly before or wholly after a run: results stay deterministic as long as
+// every producer has finished enqueuing before the run (that is what pre-run hooks are for).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "analysis/activity.hpp"
+#include "device/device.hpp"
+#include "pipefill/pipefill.h"
+
+namespace pipefill::sim {
+
+// Stream priorities follow CUDA: 0 is the lowest, kHighestPriority the highest.
+inline constexpr int kLowestPriority = 0;
+inline constexpr int kHighestPriority = -5;
+
+class World {
+ public:
+  // desc may be null (PF_SIM_DEVICE_DESC_INITIALIZER); it applies to every device.
+  static pfResult_t create(int device_count, const pfSimDeviceDesc_t* desc, uint64_t seed,
+                           std::unique_ptr<World>* out);
+  ~World();
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+
+  // ---- Pre-run hooks ----------------------------------------------------------------------
+  // Called (registration order, world lock NOT held) at the start of every run_until /
+  // run_until_idle. A hook must not run the world nor add/remove hooks.
+  void add_pre_run_hook(const void* owner, std::function<void()> hook);
+  void remove_pre_run_hook(const void* owner);  // removes every hook of `owner`
+
+  // ---- Clock, devices, activity log -------------------------------------------------------
+  double now() const;
+  int device_count() const;
+  int sm_count(int device) const;  // device must be valid
+  // The device's activity log in completion order (deterministic). Empty for a bad index.
+  std::vector<ActivityRecord> activities(int device) const;
+  // Recording is on by default; turn it off for very long runs to save memory.
+  void set_activity_recording(bool enabled);
+
+  // ---- Streams ----------------------------------------------------------------------------
+  // priority in [kHighestPriority, kLowestPriority]. fill = a fill stream (not a main stream).
+  pfResult_t create_stream(int device, int priority, bool fill, void** out);
+  // Work already enqueued still runs; the handle becomes invalid at once.
+  pfResult_t destroy_stream(void* stream);
+  // Whether `stream` is a live stream of this world on `device` that is not a fill stream.
+  // Safe for any pointer value (never dereferences an unknown pointer).
+  bool is_main_stream_of(const void* stream, int device) const;
+  bool is_live_stream(const void* stream) const;
+  // The stream's id (used in activity records); 0 for an unknown stream.
+  uint64_t stream_id(const void* stream) const;
+
+  // ---- Stream operations (executed in virtual time, in stream order) ----------------------
+  pfResult_t launch_kernel(void* stream, double duration_us, int sm_count);
+  pfResult_t delay(void* stream, double duration_us);
+  pfResult_t record_event(void* event, void* stream);
+  // Waits for the record that was the event's latest when this call was made (+ latency),
+  // holding sm_count SMs from when the wait reaches the stream head (0: none).
+  pfResult_t wait_event(void* stream, void* event, double latency_us, int sm_count);
+  pfResult_t write_word(void* stream, uint64_t* word, uint64_t value);
+  pfResult_t copy_word(void* stream, const uint64_t* source, uint64_t* destination);
+  pfResult_t launch_ticket(void* stream, const pfSliceDesc_t* slice, int blocks,
+                           double item_cost_us, pfSimItemFn on_item, void* user);
+  pfResult_t launch_opaque(void* stream, uint64_t first_item, uint64_t items, int blocks,
+                           double item_cost_us, pfSimItemFn on_item, void* user);
+
+  // ---- Events -----------------------------------------------------------------------------
+  pfResult_t create_event(void** out);
+  pfResult_t destroy_event(void* event);
+  bool is_live_event(const void* event) const;
+  // recorded: the event has a record; done: that record completed at *time_us.
+  pfResult_t event_state(void* event, bool* recorded, bool* done, double* time_us) const;
+
+  // ---- Running ----------------------------------------------------------------------------
+  // Both call the pre-run hooks first. pfErrorInvalidState when the world went idle with work
+  // still blocked (a deadlock: e.g. SMs held by a wait whose record can never run).
+  pfResult_t run_until(double time_us);
+  pfResult_t run_until_idle();
+  // Run the event loop (no hooks) until the stream has drained / the event's latest record has
+  // completed. pfErrorInvalidState if that can never happen.
+  pfResult_t synchronize_stream(void* stream);
+  pfResult_t synchronize_event(void* event);
+
+  // ---- Device words (plain host memory owned by the world) --------------------------------
+  pfResult_t allocate_words(size_t count, uint64_t** words);
+  pfResult_t free_words(uint64_t* words);
+
+  // ---- Memory -----------------------------------------------------------------------------
+  // Memory the main job uses on `device` (free = total - used - arenas, floored at 0).
+  pfResult_t set_memory_used(int device, size_t bytes);
+  pfResult_t memory_info(int device, size_t* free_bytes, size_t* total_bytes) const;
+  // Arenas are simulated address ranges: unique, aligned, and never to be dereferenced.
+  pfResult_t allocate_arena(int device, size_t bytes, void** base);
+  pfResult_t free_arena(int device, void* base);
+
+  // ---- SM partition -----------------------------------------------------------------------
+  // Keeps `reserved_sms` (0 <= reserved < sm_count) free of fill work on `device`.
+  pfResult_t configure_partition(int device, int reserved_sms, FillPartition* partition);
+  int fill_sms(int device) const;
+
+  // ---- Attachment (devices/runtimes using the world) --------------------------------------
+  void attach();
+  void detach();
+  int attached_count() const;
+
+  // Finds the world owning a live stream / event handle (nullptr when unknown). Global lookup.
+  static World* world_of_stream(const void* stream);
+  static World* world_of_event(const void* event);
+
+  struct Impl;
+
+ private:
+  World();
+  std::unique_ptr<Impl> impl_;
+};
+
+// The C handle of a world and back. world_from_handle returns nullptr for a handle that is not
+// a live world (safe for any value).
+World* world_from_handle(pfSimWorld_t handle);
+pfSimWorld_t handle_of(World* world);
+
+}  // namespace pipefill::sim
