@@ -1,0 +1,61 @@
+#include "cuda_check.hpp"
+
+#include <cupti.h>
+
+#include <cstring>
+
+#include "driver_api.hpp"
+#ifdef PIPEFILL_WITH_NCCL
+#include <nccl.h>
+#endif
+
+namespace pipefill::cuda {
+
+const char* short_file_name(const char* file) {
+  if (file == nullptr) return "?";
+  // Keep the path from the project's top-level source folder on ("cuda/x.cpp").
+  for (const char* marker : {"/cuda/", "/src/", "/tests/", "/benchmarks/"}) {
+    if (const char* at = std::strstr(file, marker)) return at + 1;
+  }
+  const char* slash = std::strrchr(file, '/');
+  return slash ? slash + 1 : file;
+}
+
+pfResult_t cuda_failure(cudaError_t error, const char* call, const char* file, int line) {
+  // Reading the error resets CUDA's per-thread last error when it is not sticky; a sticky error
+  // (the context is dead) keeps being reported by every later call, which is what we want.
+  (void)cudaGetLastError();
+  return fail(pfErrorCudaFailure, "{} failed at {}:{}: {} ({})", call, short_file_name(file),
+              line, cudaGetErrorName(error), cudaGetErrorString(error));
+}
+
+pfResult_t driver_failure(int result, const char* call, const char* file, int line) {
+  const char* name = nullptr;
+  const auto& api = driver_api();
+  if (api.get_error_name == nullptr ||
+      api.get_error_name(static_cast<CUresult>(result), &name) != CUDA_SUCCESS || name == nullptr)
+    name = "CUresult";
+  return fail(pfErrorCudaFailure, "{} failed at {}:{}: {} ({})", call, short_file_name(file),
+              line, name, result);
+}
+
+pfResult_t cupti_failure(int result, const char* call, const char* file, int line) {
+  const char* name = nullptr;
+  if (cuptiGetResultString(static_cast<CUptiResult>(result), &name) != CUPTI_SUCCESS ||
+      name == nullptr)
+    name = "CUPTI_ERROR_UNKNOWN";
+  return fail(pfErrorCuptiFailure, "{} failed at {}:{}: {} ({})", call, short_file_name(file),
+              line, name, result);
+}
+
+pfResult_t nccl_failure(int result, const char* call, const char* file, int line) {
+#ifdef PIPEFILL_WITH_NCCL
+  const char* name = ncclGetErrorString(static_cast<ncclResult_t>(result));
+#else
+  const char* name = "ncclResult_t";
+#endif
+  return fail(pfErrorNcclFailure, "{} failed at {}:{}: {} ({})", call, short_file_name(file),
+              line, name ? name : "?", result);
+}
+
+}  // namespace pipefill::cuda

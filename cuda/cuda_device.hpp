@@ -1,0 +1,34 @@
+// The CUDA implementation of pipefill::Device. Internal to the backend; the core reaches it only
+// through device/device.hpp (make_cuda_device). Tests and benchmarks may include it for the
+// CUDA-specific extras (gate-write mode, CUPTI collector).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "device/device.hpp"
+
+namespace pipefill::cuda {
+
+class ActivityCollector;
+
+// How write_word (the gate close) is enqueued.
+enum class GateWriteMode {
+  StreamWriteValue,  // cuStreamWriteValue64 via driver entry point: executed by the stream's
+                     // front end, no SM, no host memory to keep alive
+  PinnedCopy         // fallback: cudaMemcpyAsync of the value from a pinned slot ring
+};
+const char* gate_write_mode_name(GateWriteMode mode);
+
+// Backend-specific view of a CUDA device (dynamic_cast a Device made by make_cuda_device).
+class CudaDeviceExtras {
+ public:
+  virtual ~CudaDeviceExtras() = default;
+  virtual int ordinal() const = 0;
+  virtual GateWriteMode gate_write_mode() const = 0;
+  // The CUPTI collector when calibration mode is on and CUPTI could start; else nullptr.
+  virtual ActivityCollector* activity_collector() = 0;
+  virtual const FillPartition& partition() const = 0;
+};
+
+}  // namespace pipefill::cuda

@@ -1,0 +1,28 @@
+// Raw launchers of the backend's kernels, compiled by nvcc (fill_kernels.cu). They return
+// cudaError_t and include no fmt/spdlog (nvcc cannot compile fmt 9's consteval checks); the
+// checked, validated entry points are in fill_kernels.hpp.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "fill_kernels.hpp"
+
+namespace pipefill::cuda::detail {
+
+cudaError_t launch_spin_items_kernel(const pfSliceDesc_t& slice, int grid, int block_threads,
+                                     size_t dynamic_smem_bytes, cudaStream_t stream, uint64_t item_ns,
+                                     const SpinItemsRecords& records);
+cudaError_t spin_items_occupancy(int* blocks_per_sm, int block_threads, size_t dynamic_smem_bytes);
+cudaError_t launch_spin_and_stamp_kernel(cudaStream_t stream, uint64_t ns, uint64_t* end_ns);
+cudaError_t launch_stamp_blocks_kernel(cudaStream_t stream, int blocks, int block_threads,
+                                       size_t dynamic_smem_bytes, uint64_t spin_ns, uint64_t* start_ns,
+                                       uint32_t* sm);
+// cudaFuncGetAttributes on every kernel (forces the module load in the current context) and
+// raises the dynamic shared-memory limits to `optin_smem_bytes` (minus static use).
+cudaError_t load_kernels(int optin_smem_bytes);
+// The gate-to-graph-condition kernel of the conditional opaque-work graph (opaque_work.cpp).
+cudaError_t add_gate_condition_node(cudaGraph_t graph, cudaGraphConditionalHandle handle,
+                                    const volatile uint64_t* gate,
+                                    const uint64_t* bubble_id, cudaGraphNode_t* node);
+
+}  // namespace pipefill::cuda::detail
