@@ -34,7 +34,7 @@ typedef enum fjKind_t {
 
 typedef enum fjExecution_t {
   fjExecTicket = 0, /* gated persistent blocks, one item per block at a time */
-  fjExecOpaque = 1  /* ungated library-style work: each item uses `opaque_blocks` SMs */
+  fjExecOpaque = 1  /* ungated library-style work (cuBLAS), admitted only when it fits */
 } fjExecution_t;
 
 typedef struct fjParams_t {
@@ -53,8 +53,8 @@ typedef struct fjParams_t {
   double item_cost_us;        /* <= 0: derived from the FLOP count and the rates below */
   double ticket_flops_per_us; /* one SM running a ticket item (fp32 CUDA cores), <= 0: default */
   double opaque_flops_per_us; /* one SM running cuBLAS (TF32 tensor cores), <= 0: default */
-  int opaque_blocks;          /* SMs one opaque item occupies (<= 0: default) */
-  int parallelism;            /* ticket: blocks in flight (0: all fill SMs; training: 1) */
+  int opaque_blocks;          /* training: SMs one step's kernels spread over (cost model) */
+  int parallelism;            /* items in flight at once (0: all fill SMs; training: 1) */
   /* Inference: keep the output of every Nth item for checking (1: all, 0: none). */
   uint64_t keep_every;
 } fjParams_t;

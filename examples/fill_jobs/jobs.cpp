@@ -125,15 +125,16 @@ void sim_item_callback(void* user, uint64_t item) { static_cast<fjJob*>(user)->c
 pfResult_t launch_callback(void* user, const pfSliceDesc_t* slice, void* stream) {
   auto* job = static_cast<fjJob*>(user);
   if (job->gpu) return job->gpu->launch(slice, stream);
-  if (job->params.execution == fjExecOpaque) {
-    const int blocks = std::max(1, std::min(job->params.opaque_blocks, slice->max_blocks));
-    return pfSimLaunchOpaque(stream, slice->first_item_hint, slice->max_items, blocks,
-                             job->item_cost_us, &sim_item_callback, job);
-  }
+  // The simulated device models every fill item as one block's work on one SM; `blocks` items
+  // are in flight at once. Training steps must run in order: one block.
   int blocks = slice->max_blocks;
   if (job->params.parallelism > 0) blocks = std::min(blocks, job->params.parallelism);
-  return pfSimLaunchTicketKernel(stream, slice, std::max(1, blocks), job->item_cost_us,
-                                 &sim_item_callback, job);
+  blocks = std::max(1, blocks);
+  if (job->params.execution == fjExecOpaque)
+    return pfSimLaunchOpaque(stream, slice->first_item_hint, slice->max_items, blocks,
+                             job->item_cost_us, &sim_item_callback, job);
+  return pfSimLaunchTicketKernel(stream, slice, blocks, job->item_cost_us, &sim_item_callback,
+                                 job);
 }
 
 pfResult_t setup_callback(void* user, const pfArenaAllocator_t* allocator, int) {
@@ -196,9 +197,9 @@ pfResult_t validate(const fjParams_t& p) {
                    p.item_cost_us);
   if (p.parallelism < 0)
     return fj_fail(pfErrorInvalidArgument, "fjParams_t.parallelism %d must be >= 0", p.parallelism);
-  if (p.kind == fjTraining && p.execution == fjExecTicket && p.parallelism != 1)
+  if (p.kind == fjTraining && p.parallelism != 1)
     return fj_fail(pfErrorInvalidArgument,
-                   "training steps run in order: a ticket training job needs parallelism 1, got %d",
+                   "training steps run in order: a training job needs parallelism 1, got %d",
                    p.parallelism);
   return pfSuccess;
 }
@@ -277,11 +278,14 @@ pfResult_t fjJobCreate(const fjParams_t* params, fjJob_t* out) {
     const double flops = flops_per_item(p);
     if (p.item_cost_us > 0) {
       job->item_cost_us = p.item_cost_us;
+    } else if (p.kind == fjTraining) {
+      // A step's kernels spread over opaque_blocks SMs (cuBLAS); small steps are launch-bound.
+      job->item_cost_us =
+          std::max(kOpaqueItemFloorUs, flops / (p.opaque_flops_per_us * p.opaque_blocks));
     } else if (p.execution == fjExecTicket) {
       job->item_cost_us = flops / p.ticket_flops_per_us;
     } else {
-      job->item_cost_us =
-          std::max(kOpaqueItemFloorUs, flops / (p.opaque_flops_per_us * p.opaque_blocks));
+      job->item_cost_us = std::max(kOpaqueItemFloorUs, flops / p.opaque_flops_per_us);
     }
     job->name = std::string(fjKindName(p.kind)) +
                 (p.execution == fjExecTicket ? "/ticket" : "/opaque");
@@ -321,7 +325,7 @@ pfResult_t fjJobCreate(const fjParams_t* params, fjJob_t* out) {
     pfJobConfig_t& c = job->config;
     c.name = p.execution == fjExecTicket ? "ticket" : "opaque";
     c.item_cost_us = job->item_cost_us;
-    c.parallelism = p.execution == fjExecTicket ? p.parallelism : 1;
+    c.parallelism = p.parallelism;
     c.resident_bytes = weight_floats(p) * sizeof(float);
     c.workspace_bytes_per_item = 0;
     c.items_per_item = p.kind == fjMlpInference ? p.rows : 1.0;

@@ -90,13 +90,22 @@ TEST(FillJobParams, CostModelFollowsFlops) {
   JobGuard opaque;
   ASSERT_EQ(fjJobCreate(&p, &opaque.job), pfSuccess);
   ASSERT_EQ(fjJobItemCost(opaque.job, &cost), pfSuccess);
-  EXPECT_DOUBLE_EQ(cost, std::max(10.0, flops / (p.opaque_flops_per_us * p.opaque_blocks)));
+  EXPECT_DOUBLE_EQ(cost, std::max(10.0, flops / p.opaque_flops_per_us));
 
   p.item_cost_us = 42.5;  // explicit cost wins
   JobGuard fixed;
   ASSERT_EQ(fjJobCreate(&p, &fixed.job), pfSuccess);
   ASSERT_EQ(fjJobItemCost(fixed.job, &cost), pfSuccess);
   EXPECT_DOUBLE_EQ(cost, 42.5);
+
+  fjParams_t t;
+  ASSERT_EQ(fjParamsInit(&t, fjTraining, pfBackendSim), pfSuccess);
+  JobGuard training;
+  ASSERT_EQ(fjJobCreate(&t, &training.job), pfSuccess);
+  ASSERT_EQ(fjJobItemCost(training.job, &cost), pfSuccess);
+  const double step_flops = fill_jobs::trainer_flops_per_item({32, 64, 4, 32, 0.05f});
+  EXPECT_DOUBLE_EQ(step_flops, 3.0 * 2 * 32 * (32 * 64 + 64 * 4));
+  EXPECT_DOUBLE_EQ(cost, std::max(10.0, step_flops / (t.opaque_flops_per_us * t.opaque_blocks)));
 }
 
 TEST(FillJobParams, DescriptorDescribesTheJob) {
