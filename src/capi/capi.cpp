@@ -1,0 +1,275 @@
+// The C boundary: every pfXxx function of include/pipefill/pipefill.h except the pfSim* ones
+// (src/sim/sim_capi.cpp). Each call clears this thread's error message, validates its handles
+// and catches every exception, so nothing throws across the boundary.
+#include <exception>
+#include <memory>
+#include <new>
+
+#include "common/error.hpp"
+#include "core/config.hpp"
+#include "core/runtime.hpp"
+
+using pipefill::fail;
+using pipefill::JobState;
+using pipefill::Runtime;
+
+namespace {
+
+template <typename Body>
+pfResult_t guarded(const char* function, Body&& body) noexcept {
+  try {
+    pipefill::clear_last_error();
+    return body();
+  } catch (const std::bad_alloc&) {
+    return fail(pfErrorOutOfMemory, "{}: host memory allocation failed", function);
+  } catch (const std::exception& e) {
+    return fail(pfErrorInternal, "{}: internal error: {}", function, e.what());
+  } catch (...) {
+    return pfErrorInternal;
+  }
+}
+
+Runtime* as_runtime(pfRuntime_t handle) { return reinterpret_cast<Runtime*>(handle); }
+JobState* as_job(pfJob_t handle) { return reinterpret_cast<JobState*>(handle); }
+
+}  // namespace
+
+extern "C" {
+
+PF_API const char* pfGetErrorString(pfResult_t result) {
+  switch (result) {
+    case pfSuccess: return "pfSuccess: no error";
+    case pfErrorInvalidArgument:
+      return "pfErrorInvalidArgument: a null handle/pointer or an out-of-range value";
+    case pfErrorInvalidState:
+      return "pfErrorInvalidState: a call out of order (end without begin, nested begin, ...)";
+    case pfErrorOutOfMemory:
+      return "pfErrorOutOfMemory: the request does not fit the fill arena or bubble memory";
+    case pfErrorNotSupported:
+      return "pfErrorNotSupported: backend or feature not available in this build or device";
+    case pfErrorNoDevice: return "pfErrorNoDevice: CUDA backend requested but no usable GPU";
+    case pfErrorCudaFailure: return "pfErrorCudaFailure: a CUDA runtime/driver call failed";
+    case pfErrorCuptiFailure: return "pfErrorCuptiFailure: a CUPTI call failed";
+    case pfErrorNcclFailure: return "pfErrorNcclFailure: an NCCL call failed";
+    case pfErrorJobFailed:
+      return "pfErrorJobFailed: a fill job's callback reported failure; the job is ended";
+    case pfErrorCancelled: return "pfErrorCancelled: the job was cancelled";
+    case pfErrorTimeout: return "pfErrorTimeout: a wait ran out of time";
+    case pfErrorBusy: return "pfErrorBusy: resource in use (e.g. a runtime with live jobs)";
+    case pfErrorIo: return "pfErrorIo: a file could not be written or read";
+    case pfErrorInternal:
+      return "pfErrorInternal: a bug in PipeFill; please report with PIPEFILL_DEBUG=trace";
+    case pfResultCount: break;
+  }
+  return "pfErrorUnknown: not a pfResult_t value";
+}
+
+PF_API const char* pfGetLastErrorMessage(void) {
+  return pipefill::last_error_message().c_str();
+}
+
+PF_API pfResult_t pfGetVersion(int* version) {
+  return guarded(__func__, [&] {
+    if (version == nullptr) return fail(pfErrorInvalidArgument, "pfGetVersion: version is NULL");
+    *version = PIPEFILL_VERSION_CODE;
+    return pfSuccess;
+  });
+}
+
+PF_API pfResult_t pfConfigInit(pfConfig_t* config) {
+  return guarded(__func__, [&] {
+    if (config == nullptr) return fail(pfErrorInvalidArgument, "pfConfigInit: config is NULL");
+    *config = pfConfig_t PF_CONFIG_INITIALIZER;
+    return pfSuccess;
+  });
+}
+
+// ---- Runtime ------------------------------------------------------------------------------
+
+PF_API pfResult_t pfRuntimeCreate(const pfConfig_t* config, pfRuntime_t* runtime) {
+  return guarded(__func__, [&] {
+    if (runtime == nullptr) {
+      return fail(pfErrorInvalidArgument, "pfRuntimeCreate: runtime (output) is NULL");
+    }
+    *runtime = nullptr;
+    std::unique_ptr<Runtime> created;
+    PF_TRY(Runtime::create(config, &created));
+    *runtime = reinterpret_cast<pfRuntime_t>(created.release());
+    return pfSuccess;
+  });
+}
+
+PF_API pfResult_t pfRuntimeDestroy(pfRuntime_t runtime) {
+  return guarded(__func__, [&] {
+    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeDestroy: runtime is NULL");
+    Runtime* rt = as_runtime(runtime);
+    PF_TRY(rt->shutdown());
+    delete rt;
+    return pfSuccess;
+  });
+}
+
+PF_API pfResult_t pfRuntimeGetConfig(pfRuntime_t runtime, pfConfig_t* config) {
+  return guarded(__func__, [&] {
+    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeGetConfig: runtime is NULL");
+    if (config == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeGetConfig: config is NULL");
+    pipefill::export_config(as_runtime(runtime)->options(), config);
+    return pfSuccess;
+  });
+}
+
+PF_API pfResult_t pfRuntimeGetBackend(pfRuntime_t runtime, pfBackend_t* backend) {
+  return guarded(__func__, [&] {
+    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeGetBackend: runtime is NULL");
+    if (backend == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeGetBackend: backend is NULL");
+    *backend = as_runtime(runtime)->options().backend;
+    return pfSuccess;
+  });
+}
+
+PF_API pfResult_t pfStreamCreateHighPriority(pfRuntime_t runtime, void** stream) {
+  return guarded(__func__, [&] {
+    if (runtime == nullptr) {
+      return fail(pfErrorInvalidArgument, "pfStreamCreateHighPriority: runtime is NULL");
+    }
+    if (stream == nullptr) {
+      return fail(pfErrorInvalidArgument, "pfStreamCreateHighPriority: stream (output) is NULL");
+    }
+    return as_runtime(runtime)->create_high_priority_stream(stream);
+  });
+}
+
+PF_API pfResult_t pfStreamDestroy(pfRuntime_t runtime, void* stream) {
+  return guarded(__func__, [&] {
+    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfStreamDestroy: runtime is NULL");
+    if (stream == nullptr) return fail(pfErrorInvalidArgument, "pfStreamDestroy: stream is NULL");
+    return as_runtime(runtime)->destroy_stream(stream);
+  });
+}
+
+PF_API pfResult_t pfRuntimeGetAsyncError(pfRuntime_t runtime, pfResult_t* async_error) {
+  return guarded(__func__, [&] {
+    if (runtime == nullptr) {
+      return fail(pfErrorInvalidArgument, "pfRuntimeGetAsyncError: runtime is NULL");
+    }
+    if (async_error == nullptr) {
+      return fail(pfErrorInvalidArgument, "pfRuntimeGetAsyncError: async_error is NULL");
+    }
+    *async_error = as_runtime(runtime)->async_error();
+    return pfSuccess;
+  });
+}
+
+PF_API pfResult_t pfRuntimeSynchronize(pfRuntime_t runtime) {
+  return guarded(__func__, [&] {
+    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeSynchronize: runtime is NULL");
+    return as_runtime(runtime)->synchronize();
+  });
+}
+
+PF_API pfResult_t pfRuntimeGetSimWorld(pfRuntime_t runtime, pfSimWorld_t* world) {
+  return guarded(__func__, [&] {
+    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeGetSimWorld: runtime is NULL");
+    if (world == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeGetSimWorld: world is NULL");
+    const pfSimWorld_t handle = as_runtime(runtime)->sim_world();
+    if (handle == nullptr) {
+      return fail(pfErrorNotSupported,
+                  "pfRuntimeGetSimWorld: the runtime runs on the CUDA backend, not the simulator");
+    }
+    *world = handle;
+    return pfSuccess;
+  });
+}
+
+// ---- Bubble instructions ------------------------------------------------------------------
+
+PF_API pfResult_t pfBubbleBegin(pfRuntime_t runtime, void* stream, const pfBubbleHint_t* hint) {
+  return guarded(__func__, [&] {
+    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfBubbleBegin: runtime is NULL");
+    return as_runtime(runtime)->bubble_begin(stream, hint);
+  });
+}
+
+PF_API pfResult_t pfBubbleEnd(pfRuntime_t runtime, void* stream) {
+  return guarded(__func__, [&] {
+    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfBubbleEnd: runtime is NULL");
+    if (stream == nullptr) return fail(pfErrorInvalidArgument, "pfBubbleEnd: stream is NULL");
+    return as_runtime(runtime)->bubble_end(stream);
+  });
+}
+
+PF_API pfResult_t pfIterationEnd(pfRuntime_t runtime) {
+  return guarded(__func__, [&] {
+    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfIterationEnd: runtime is NULL");
+    return as_runtime(runtime)->iteration_end();
+  });
+}
+
+// ---- Jobs ---------------------------------------------------------------------------------
+
+PF_API pfResult_t pfJobCreate(pfRuntime_t runtime, const pfJobDesc_t* desc, pfJob_t* job) {
+  return guarded(__func__, [&] {
+    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfJobCreate: runtime is NULL");
+    if (desc == nullptr) return fail(pfErrorInvalidArgument, "pfJobCreate: desc is NULL");
+    if (job == nullptr) return fail(pfErrorInvalidArgument, "pfJobCreate: job (output) is NULL");
+    *job = nullptr;
+    JobState* created = nullptr;
+    PF_TRY(as_runtime(runtime)->create_job(desc, &created));
+    *job = reinterpret_cast<pfJob_t>(created);
+    return pfSuccess;
+  });
+}
+
+PF_API pfResult_t pfJobGetStatus(pfJob_t job, pfJobInfo_t* info) {
+  return guarded(__func__, [&] {
+    if (job == nullptr) return fail(pfErrorInvalidArgument, "pfJobGetStatus: job is NULL");
+    if (info == nullptr) return fail(pfErrorInvalidArgument, "pfJobGetStatus: info is NULL");
+    return as_job(job)->runtime->job_info(as_job(job), info);
+  });
+}
+
+PF_API pfResult_t pfJobCancel(pfJob_t job) {
+  return guarded(__func__, [&] {
+    if (job == nullptr) return fail(pfErrorInvalidArgument, "pfJobCancel: job is NULL");
+    return as_job(job)->runtime->cancel_job(as_job(job));
+  });
+}
+
+PF_API pfResult_t pfJobWait(pfJob_t job, double timeout_us) {
+  return guarded(__func__, [&] {
+    if (job == nullptr) return fail(pfErrorInvalidArgument, "pfJobWait: job is NULL");
+    if (timeout_us != timeout_us) {
+      return fail(pfErrorInvalidArgument, "pfJobWait: timeout_us is NaN");
+    }
+    return as_job(job)->runtime->wait_job(as_job(job), timeout_us);
+  });
+}
+
+PF_API pfResult_t pfJobDestroy(pfJob_t job) {
+  return guarded(__func__, [&] {
+    if (job == nullptr) return fail(pfErrorInvalidArgument, "pfJobDestroy: job is NULL");
+    return as_job(job)->runtime->destroy_job(as_job(job));
+  });
+}
+
+// ---- Statistics and traces ----------------------------------------------------------------
+
+PF_API pfResult_t pfRuntimeGetStats(pfRuntime_t runtime, pfStats_t* stats) {
+  return guarded(__func__, [&] {
+    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeGetStats: runtime is NULL");
+    if (stats == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeGetStats: stats is NULL");
+    return as_runtime(runtime)->get_stats(stats);
+  });
+}
+
+PF_API pfResult_t pfTraceWrite(pfRuntime_t runtime, const char* path) {
+  return guarded(__func__, [&] {
+    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfTraceWrite: runtime is NULL");
+    if (path == nullptr || *path == '\0') {
+      return fail(pfErrorInvalidArgument, "pfTraceWrite: path is NULL or empty");
+    }
+    return as_runtime(runtime)->write_trace(path);
+  });
+}
+
+}  // extern "C"
