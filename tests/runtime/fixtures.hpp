@@ -1,0 +1,136 @@
+// Shared helpers of the runtime tests: simulated worlds, runtimes and a counting ticket job.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipefill/pipefill.h"
+#include "sim/sim_pipeline.hpp"
+#include "sim/sim_world.hpp"
+
+namespace pipefill::testing {
+
+#define PF_ASSERT_OK(expr)                                                   \
+  do {                                                                       \
+    const pfResult_t pf_r_ = (expr);                                         \
+    ASSERT_EQ(pf_r_, pfSuccess) << #expr << ": " << pfGetLastErrorMessage(); \
+  } while (0)
+
+// A ticket fill job on the simulated device counting how often each item ran.
+struct CountingJob {
+  std::string name = "infer";
+  double item_cost_us = 10.0;
+  uint64_t items = 1000;
+  int parallelism = 0;  // 0: every fill SM
+  int priority = 0;
+  int kind = pfJobTicket;
+  size_t resident_bytes = 0;
+  std::vector<uint32_t> runs;  // per item
+  int launches = 0;
+  int setups = 0;
+  int teardowns = 0;
+  int fail_launch_at = -1;     // launch number that returns pfErrorJobFailed
+
+  static pfResult_t setup(void* user, const pfArenaAllocator_t* allocator, int) {
+    auto* self = static_cast<CountingJob*>(user);
+    ++self->setups;
+    if (self->resident_bytes > 0) {
+      void* p = nullptr;
+      return allocator->allocate(allocator->context, self->resident_bytes, 256, &p);
+    }
+    return pfSuccess;
+  }
+  static pfResult_t launch(void* user, const pfSliceDesc_t* slice, void* stream) {
+    auto* self = static_cast<CountingJob*>(user);
+    if (self->launches++ == self->fail_launch_at) return pfErrorJobFailed;
+    if (self->kind == pfJobOpaque) {
+      return pfSimLaunchOpaque(stream, slice->first_item_hint, slice->max_items,
+                               slice->max_blocks, self->item_cost_us, &on_item, self);
+    }
+    return pfSimLaunchTicketKernel(stream, slice, slice->max_blocks, self->item_cost_us,
+                                   &on_item, self);
+  }
+  static void teardown(void* user) { ++static_cast<CountingJob*>(user)->teardowns; }
+  static void on_item(void* user, uint64_t item) {
+    auto* self = static_cast<CountingJob*>(user);
+    if (item < self->runs.size()) ++self->runs[item];
+  }
+
+  pfJobDesc_t desc() {
+    runs.assign(items, 0);
+    pfJobDesc_t d = PF_JOB_DESC_INITIALIZER;
+    d.name = name.c_str();
+    d.kind = kind;
+    d.priority = priority;
+    d.item_count = items;
+    d.resident_bytes = resident_bytes;
+    d.item_cost_hint_us = item_cost_us;
+    d.user = this;
+    d.setup = &setup;
+    d.launch = &launch;
+    d.teardown = &teardown;
+    return d;
+  }
+  bool every_item_once() const {
+    for (uint32_t r : runs) {
+      if (r != 1) return false;
+    }
+    return true;
+  }
+  uint64_t items_run() const {
+    uint64_t n = 0;
+    for (uint32_t r : runs) n += r;
+    return n;
+  }
+};
+
+struct WorldDeleter {
+  void operator()(pfSimWorld_t w) const {
+    if (w != nullptr) pfSimWorldDestroy(w);
+  }
+};
+using WorldPtr = std::unique_ptr<pfSimWorld, WorldDeleter>;
+
+inline WorldPtr make_world(int devices, int sms, uint64_t seed = 1, double jitter = 0.0) {
+  pfSimDeviceDesc_t desc = PF_SIM_DEVICE_DESC_INITIALIZER;
+  desc.sm_count = sms;
+  desc.jitter_fraction = jitter;
+  pfSimWorld_t w = nullptr;
+  EXPECT_EQ(pfSimWorldCreate(devices, &desc, seed, &w), pfSuccess) << pfGetLastErrorMessage();
+  return WorldPtr(w);
+}
+
+// A runtime on device `device` of `world`, margins off (exact fill on a jitter-free sim).
+inline pfConfig_t sim_config(pfSimWorld_t world, int device, int stages, int reserved_sms) {
+  pfConfig_t c = PF_CONFIG_INITIALIZER;
+  c.backend = pfBackendSim;
+  c.sim_world = world;
+  c.device = device;
+  c.stage_id = device;
+  c.stage_count = stages;
+  c.reserved_sms = reserved_sms;
+  c.safety_margin_us = 0.0;
+  c.safety_margin_fraction = 0.0;
+  c.arena_bytes = size_t{64} << 20;
+  c.log_level = pfLogWarn;
+  return c;
+}
+
+// A 1F1B pipeline spec with round durations (bubbles are whole multiples of 10 µs).
+inline schedule::ScheduleSpec one_f_one_b(int stages, int microbatches) {
+  schedule::ScheduleSpec spec;
+  spec.kind = schedule::ScheduleKind::OneFOneB;
+  spec.stages = stages;
+  spec.microbatches = microbatches;
+  schedule::StageCosts costs;
+  costs.forward_us = 100.0;
+  costs.backward_us = 200.0;
+  spec.costs.assign(static_cast<size_t>(stages), costs);
+  return spec;
+}
+
+}  // namespace pipefill::testing
