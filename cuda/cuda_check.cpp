@@ -13,10 +13,12 @@ namespace pipefill::cuda {
 
 const char* short_file_name(const char* file) {
   if (file == nullptr) return "?";
-  // Keep the path from the project's top-level source folder on ("cuda/x.cpp").
-  for (const char* marker : {"/cuda/", "/src/", "/tests/", "/benchmarks/"}) {
-    if (const char* at = std::strstr(file, marker)) return at + 1;
-  }
+  // Paths inside the source tree are shown relative to it ("cuda/x.cpp", "tests/cuda/t.cpp").
+#ifdef PIPEFILL_SOURCE_PREFIX
+  constexpr const char* kPrefix = PIPEFILL_SOURCE_PREFIX;
+  const size_t prefix_length = std::strlen(kPrefix);
+  if (std::strncmp(file, kPrefix, prefix_length) == 0) return file + prefix_length;
+#endif
   const char* slash = std::strrchr(file, '/');
   return slash ? slash + 1 : file;
 }

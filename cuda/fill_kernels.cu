@@ -38,11 +38,11 @@ __global__ void stamp_blocks_kernel(uint64_t spin_ns, uint64_t* start_ns, uint32
 }
 
 // Sets the IF condition of a conditional graph node: run the body only while the bubble is
-// open (*gate < *bubble_id). The bubble id is read from device memory so one instantiated graph
-// serves every bubble (the host updates the word before launching the graph).
+// open (*gate < bubble_id). The bubble id is a kernel parameter that the host updates in the
+// instantiated graph (cudaGraphExecKernelNodeSetParams) before each launch.
 __global__ void gate_condition_kernel(cudaGraphConditionalHandle handle, const volatile uint64_t* gate,
-                                      const uint64_t* bubble_id) {
-  cudaGraphSetConditional(handle, *gate < *bubble_id ? 1u : 0u);
+                                      uint64_t bubble_id) {
+  cudaGraphSetConditional(handle, *gate < bubble_id ? 1u : 0u);
 }
 
 }  // namespace
@@ -88,16 +88,8 @@ cudaError_t load_kernels(int optin_smem_bytes) {
                               optin_smem_bytes - static_cast<int>(other.sharedSizeBytes));
 }
 
-cudaError_t add_gate_condition_node(cudaGraph_t graph, cudaGraphConditionalHandle handle,
-                                    const volatile uint64_t* gate, const uint64_t* bubble_id,
-                                    cudaGraphNode_t* node) {
-  cudaKernelNodeParams params{};
-  void* args[] = {&handle, &gate, &bubble_id};
-  params.func = reinterpret_cast<void*>(gate_condition_kernel);
-  params.gridDim = dim3(1);
-  params.blockDim = dim3(1);
-  params.kernelParams = args;
-  return cudaGraphAddKernelNode(node, graph, nullptr, 0, &params);
+const void* gate_condition_kernel_function() {
+  return reinterpret_cast<const void*>(gate_condition_kernel);
 }
 
 }  // namespace detail

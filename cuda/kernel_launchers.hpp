@@ -20,9 +20,9 @@ cudaError_t launch_stamp_blocks_kernel(cudaStream_t stream, int blocks, int bloc
 // cudaFuncGetAttributes on every kernel (forces the module load in the current context) and
 // raises the dynamic shared-memory limits to `optin_smem_bytes` (minus static use).
 cudaError_t load_kernels(int optin_smem_bytes);
-// The gate-to-graph-condition kernel of the conditional opaque-work graph (opaque_work.cpp).
-cudaError_t add_gate_condition_node(cudaGraph_t graph, cudaGraphConditionalHandle handle,
-                                    const volatile uint64_t* gate,
-                                    const uint64_t* bubble_id, cudaGraphNode_t* node);
+// The kernel that sets a conditional graph node's IF condition from the gate:
+// gate_condition_kernel(cudaGraphConditionalHandle handle, const volatile uint64_t* gate,
+//                       uint64_t bubble_id) sets 1 while *gate < bubble_id (bubble open), else 0.
+const void* gate_condition_kernel_function();
 
 }  // namespace pipefill::cuda::detail

@@ -1,0 +1,48 @@
+// Opaque fill work: a cuBLAS GEMM as one item of an opaque job (pfJobOpaque). Opaque work cannot
+// check the gate between its blocks, so it is admitted only when its measured duration fits the
+// time left in the bubble, and, where the toolkit and driver support conditional graph nodes
+// (CUDA 12.4+), it is captured into a CUDA graph whose IF node reads the gate through a 1-thread
+// set-condition kernel and skips the GEMM once the bubble is closed (e.g. the item was enqueued
+// but the bubble ended before it started). Without conditional nodes it is launched directly.
+// No CUDA header here: streams are cudaStream_t passed as void*.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "pipefill/pipefill.h"
+
+namespace pipefill::cuda {
+
+struct GemmItemDesc {
+  int m = 0, n = 0, k = 0;           // C[m x n] = A[m x k] * B[k x n], fp32, column-major
+  const float* a = nullptr;          // device pointers (from the job's arena share)
+  const float* b = nullptr;
+  float* c = nullptr;
+  void* workspace = nullptr;         // cuBLAS workspace (so capture never allocates)
+  size_t workspace_bytes = 0;
+  const volatile uint64_t* gate = nullptr;  // the runtime's gate word (pfSliceDesc_t::gate)
+  int measure_runs = 5;              // runs timed at creation; the median is the item cost
+  bool allow_conditional = true;     // false: always launch directly (tests, comparison)
+};
+
+class GemmItem {
+ public:
+  virtual ~GemmItem() = default;
+  // Median measured duration of one item (µs), from creation.
+  virtual double item_us() const = 0;
+  // Whether items are gated by a conditional graph node (else launched directly).
+  virtual bool conditional() const = 0;
+  // Admission rule for opaque work: the item runs only when it fits the time left.
+  bool fits(double time_left_us) const { return time_left_us > 0.0 && item_us() <= time_left_us; }
+  // Enqueues one item on `stream` for bubble `bubble_id` (skipped on the device if the gate is
+  // already >= bubble_id when it would start, in conditional mode). No allocation, no sync.
+  virtual pfResult_t launch(void* stream, uint64_t bubble_id) = 0;
+};
+
+// Setup only (allocates the cuBLAS handle, captures and instantiates the graph, times the GEMM
+// on `setup_stream`, synchronising it). Dimensions must be > 0 and pointers non-null.
+pfResult_t make_gemm_item(const GemmItemDesc& desc, void* setup_stream, std::unique_ptr<GemmItem>* out);
+
+}  // namespace pipefill::cuda
