@@ -45,6 +45,8 @@ Registry& registry() {
   return *instance;
 }
 
+thread_local double t_callback_time_us = std::numeric_limits<double>::quiet_NaN();
+
 bool finite_nonnegative(double value) { return std::isfinite(value) && value >= 0.0; }
 
 // ---- A small growable ring buffer: a FIFO that does not allocate in steady state ------------
@@ -491,7 +493,11 @@ struct World::Impl {
     Op& op = stream->ops.front();
     ++stream->items_done;
     stream->last_item_end_us = now;
-    if (op.on_item) op.on_item(op.user, item);
+    if (op.on_item) {
+      t_callback_time_us = now;
+      op.on_item(op.user, item);
+      t_callback_time_us = std::numeric_limits<double>::quiet_NaN();
+    }
     uint64_t next = 0;
     if (claim(stream, op, &next)) {
       start_item(stream, op, next);
@@ -1142,6 +1148,8 @@ int World::fill_sms(int device) const {
 void World::attach() { impl_->attached.fetch_add(1); }
 void World::detach() { impl_->attached.fetch_sub(1); }
 int World::attached_count() const { return impl_->attached.load(); }
+
+double World::callback_time_us() { return t_callback_time_us; }
 
 World* World::world_of_stream(const void* stream) {
   Registry& reg = registry();

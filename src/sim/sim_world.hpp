@@ -118,6 +118,10 @@ class World {
   void detach();
   int attached_count() const;
 
+  // The virtual time of the item being reported, for use inside a pfSimItemFn callback (which
+  // must not call into the world); NaN outside a callback.
+  static double callback_time_us();
+
   // Finds the world owning a live stream / event handle (nullptr when unknown). Global lookup.
   static World* world_of_stream(const void* stream);
   static World* world_of_event(const void* event);
