@@ -134,3 +134,62 @@ inline schedule::ScheduleSpec one_f_one_b(int stages, int microbatches) {
 }
 
 }  // namespace pipefill::testing
+
+namespace pipefill::testing {
+
+// One simulated GPU driven by hand: each "step" is a bubble of a chosen length on the main
+// stream (a recv wait for a peer stream's delay) followed by a compute kernel on every SM.
+struct ManualStage {
+  WorldPtr world;
+  void* main = nullptr;
+  void* peer = nullptr;
+  pfSimEvent_t ready = nullptr;
+  pfSimEvent_t done = nullptr;
+  int sms = 32;
+  int comm_sms = 4;
+  double compute_us = 50.0;
+
+  void init(int sm_count = 32) {
+    sms = sm_count;
+    world = make_world(1, sms);
+    ASSERT_EQ(pfSimStreamCreate(world.get(), 0, sim::kHighestPriority, &main), pfSuccess);
+    ASSERT_EQ(pfSimStreamCreate(world.get(), 0, sim::kHighestPriority, &peer), pfSuccess);
+    ASSERT_EQ(pfSimEventCreate(world.get(), &ready), pfSuccess);
+    ASSERT_EQ(pfSimEventCreate(world.get(), &done), pfSuccess);
+  }
+
+  // Enqueues one bubble of `bubble_us` (marked on `rt` when non-null) and a compute kernel,
+  // runs the world and returns the step's duration (bubble + compute + any delay).
+  double step(pfRuntime_t rt, double bubble_us, const pfBubbleHint_t* hint = nullptr,
+              bool iteration_end = true) {
+    double start = 0.0, end = 0.0;
+    EXPECT_EQ(pfSimNow(world.get(), &start), pfSuccess);
+    EXPECT_EQ(pfSimStreamDelay(peer, bubble_us), pfSuccess);
+    EXPECT_EQ(pfSimEventRecord(ready, peer), pfSuccess);
+    if (rt != nullptr) EXPECT_EQ(pfBubbleBegin(rt, main, hint), pfSuccess) << pfGetLastErrorMessage();
+    EXPECT_EQ(pfSimStreamWaitEvent(main, ready, 0.0, comm_sms), pfSuccess);
+    if (rt != nullptr) EXPECT_EQ(pfBubbleEnd(rt, main), pfSuccess) << pfGetLastErrorMessage();
+    EXPECT_EQ(pfSimLaunchKernel(main, compute_us, sms), pfSuccess);
+    EXPECT_EQ(pfSimEventRecord(done, main), pfSuccess);
+    if (rt != nullptr && iteration_end) EXPECT_EQ(pfIterationEnd(rt), pfSuccess);
+    EXPECT_EQ(pfSimRunUntilIdle(world.get()), pfSuccess) << pfGetLastErrorMessage();
+    EXPECT_EQ(pfSimEventTime(done, &end), pfSuccess);
+    return end - start;
+  }
+
+  pfRuntime_t runtime(pfConfig_t* overrides = nullptr) {
+    pfConfig_t c = overrides != nullptr ? *overrides : sim_config(world.get(), 0, 1, comm_sms);
+    c.sim_world = world.get();
+    pfRuntime_t rt = nullptr;
+    EXPECT_EQ(pfRuntimeCreate(&c, &rt), pfSuccess) << pfGetLastErrorMessage();
+    return rt;
+  }
+};
+
+inline pfJobInfo_t info_of(pfJob_t job) {
+  pfJobInfo_t info{};
+  EXPECT_EQ(pfJobGetStatus(job, &info), pfSuccess);
+  return info;
+}
+
+}  // namespace pipefill::testing

@@ -1,0 +1,98 @@
+// A bubble that ends earlier than predicted: the gate bounds the overrun by one item, the main
+// job is delayed by exactly that overrun, and the job still completes every item exactly once.
+#include <gtest/gtest.h>
+
+#include "fixtures.hpp"
+
+namespace pipefill::testing {
+namespace {
+
+TEST(Overrun, EarlyBubbleEndCostsAtMostOneItem) {
+  constexpr double kItem = 10.0;
+  // Baseline: same steps, no runtime.
+  ManualStage base;
+  ASSERT_NO_FATAL_FAILURE(base.init());
+  ManualStage stage;
+  ASSERT_NO_FATAL_FAILURE(stage.init());
+  pfRuntime_t rt = stage.runtime();
+  ASSERT_NE(rt, nullptr);
+  CountingJob job;
+  job.item_cost_us = kItem;
+  job.items = 2000;
+  pfJobDesc_t desc = job.desc();
+  pfJob_t handle = nullptr;
+  PF_ASSERT_OK(pfJobCreate(rt, &desc, &handle));
+
+  // Three 100 µs bubbles give the class its history (the third is filled exactly).
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_DOUBLE_EQ(stage.step(rt, 100.0), base.step(nullptr, 100.0)) << "bubble " << i;
+  }
+  PF_ASSERT_OK(pfRuntimeSynchronize(rt));
+  pfStats_t before;
+  PF_ASSERT_OK(pfRuntimeGetStats(rt, &before));
+  EXPECT_EQ(before.bubbles_filled, 1u);
+  EXPECT_DOUBLE_EQ(before.max_overrun_us, 0.0);
+
+  // Predicted 100 µs, ends at 55 µs: blocks busy with the item started at 50 finish at 60.
+  const double filled_step = stage.step(rt, 55.0);
+  const double base_step = base.step(nullptr, 55.0);
+  PF_ASSERT_OK(pfRuntimeSynchronize(rt));
+  pfStats_t after;
+  PF_ASSERT_OK(pfRuntimeGetStats(rt, &after));
+  const double overrun = after.max_overrun_us;
+  EXPECT_DOUBLE_EQ(overrun, 5.0);
+  EXPECT_LE(overrun, kItem);
+  EXPECT_DOUBLE_EQ(after.overrun_time_us - before.overrun_time_us, overrun);
+  EXPECT_DOUBLE_EQ(filled_step - base_step, overrun) << "main-job slowdown equals the overrun";
+
+  // Later bubbles finish the job; every item ran exactly once.
+  for (int i = 0; i < 100 && info_of(handle).status != pfJobCompleted; ++i) {
+    stage.step(rt, 100.0);
+    PF_ASSERT_OK(pfRuntimeSynchronize(rt));
+  }
+  const pfJobInfo_t info = info_of(handle);
+  EXPECT_EQ(info.status, pfJobCompleted);
+  EXPECT_EQ(info.items_completed, job.items);
+  EXPECT_EQ(info.error, pfSuccess);
+  EXPECT_TRUE(job.every_item_once());
+  EXPECT_EQ(job.items_run(), job.items);
+  EXPECT_EQ(job.teardowns, 1);
+  EXPECT_EQ(pfJobWait(handle, 0.0), pfSuccess);
+  pfStats_t end;
+  PF_ASSERT_OK(pfRuntimeGetStats(rt, &end));
+  EXPECT_EQ(end.items_completed, job.items);
+  EXPECT_EQ(end.jobs_completed, 1u);
+  PF_ASSERT_OK(pfJobDestroy(handle));
+  PF_ASSERT_OK(pfRuntimeDestroy(rt));
+}
+
+TEST(Overrun, OpaqueWorkIsAdmittedOnlyWhenItFits) {
+  ManualStage stage;
+  ASSERT_NO_FATAL_FAILURE(stage.init());
+  pfRuntime_t rt = stage.runtime();
+  CountingJob job;
+  job.kind = pfJobOpaque;
+  job.item_cost_us = 30.0;
+  job.items = 100;
+  pfJobDesc_t desc = job.desc();
+  pfJob_t handle = nullptr;
+  PF_ASSERT_OK(pfJobCreate(rt, &desc, &handle));
+  pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
+  hint.expected_duration_us = 20.0;  // shorter than one item: nothing may run
+  stage.step(rt, 20.0, &hint);
+  PF_ASSERT_OK(pfRuntimeSynchronize(rt));
+  EXPECT_EQ(info_of(handle).slices_launched, 0u);
+  hint.expected_duration_us = 100.0;  // three rounds of 28 workers fit
+  const double step = stage.step(rt, 100.0, &hint);
+  PF_ASSERT_OK(pfRuntimeSynchronize(rt));
+  EXPECT_DOUBLE_EQ(step, 150.0) << "opaque work that fits never delays the main job";
+  const pfJobInfo_t info = info_of(handle);
+  EXPECT_EQ(info.slices_launched, 1u);
+  EXPECT_EQ(info.items_completed, 84u);  // 28 fill SMs x 3 items of 30 µs
+  EXPECT_EQ(job.items_run(), 84u);
+  PF_ASSERT_OK(pfJobDestroy(handle));
+  PF_ASSERT_OK(pfRuntimeDestroy(rt));
+}
+
+}  // namespace
+}  // namespace pipefill::testing
