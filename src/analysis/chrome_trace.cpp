@@ -121,13 +121,13 @@ class Importer {
                     source_);
       }
       if (!it->is_array()) {
-        return fail(pfErrorInvalidArgument, "{}: \"traceEvents\" is a {}, expected an array",
+        return fail(pfErrorInvalidArgument, "{}: \"traceEvents\" has JSON type {}, expected an array",
                     source_, it->type_name());
       }
       events = &*it;
     } else {
       return fail(pfErrorInvalidArgument,
-                  "{}: the trace is a JSON {}, expected an object with \"traceEvents\" or an array",
+                  "{}: the trace has JSON type {}, expected an object with \"traceEvents\" or an array",
                   source_, root.type_name());
     }
     out_->events_total = events->size();
@@ -141,7 +141,7 @@ class Importer {
  private:
   pfResult_t import_event(const json& event, size_t index) {
     if (!event.is_object()) {
-      return fail(pfErrorInvalidArgument, "{}: traceEvents[{}] is a {}, expected an object",
+      return fail(pfErrorInvalidArgument, "{}: traceEvents[{}] has JSON type {}, expected an object",
                   source_, index, event.type_name());
     }
     const std::string phase = string_field(event, "ph");
@@ -156,7 +156,7 @@ class Importer {
   pfResult_t import_complete(const json& event, size_t index) {
     const auto name_it = event.find("name");
     if (name_it != event.end() && !name_it->is_string()) {
-      return fail(pfErrorInvalidArgument, "{}: traceEvents[{}]: \"name\" is a {}, expected a string",
+      return fail(pfErrorInvalidArgument, "{}: traceEvents[{}]: \"name\" has JSON type {}, expected a string",
                   source_, index, name_it->type_name());
     }
     std::string name = name_it != event.end() ? name_it->get<std::string>() : std::string();

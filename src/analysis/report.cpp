@@ -14,6 +14,12 @@ using json = nlohmann::json;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::string gib(int64_t bytes) { return fmt::format("{:.2f}", static_cast<double>(bytes) / kGiB); }
+// Bytes with a unit that keeps a few significant digits (MiB below 1 GiB).
+std::string bytes_text(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (b >= kGiB) return fmt::format("{:.2f} GiB", b / kGiB);
+  return fmt::format("{:.1f} MiB", b / (1024.0 * 1024.0));
+}
 std::string ms(double us) { return fmt::format("{:.3f}", us / 1000.0); }
 std::string pct(double share) { return fmt::format("{:.1f}%", share * 100.0); }
 
@@ -60,7 +66,7 @@ void format_device(std::string& s, const DeviceAnalysis& d, const AnalysisOption
                      d.start_delay.count, d.start_delay.p50, d.start_delay.p90, d.start_delay.max);
   }
   if (d.memory_known) {
-    s += fmt::format("  memory in use: peak {} GiB ({})\n", gib(d.memory_peak_bytes),
+    s += fmt::format("  memory in use: peak {} ({})\n", bytes_text(d.memory_peak_bytes),
                      d.memory_absolute ? "absolute" : "lower bound: allocations during the trace");
   }
   const FillEstimate& f = d.fill;

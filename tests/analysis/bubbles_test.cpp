@@ -1,0 +1,360 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "analysis/bubbles.hpp"
+#include "common/error.hpp"
+#include "test_records.hpp"
+
+namespace pipefill::analysis {
+namespace {
+
+using namespace pipefill::analysis::testing;
+
+// Kernels on two streams with overlap, a comm-only gap, an idle gap with fill work in it, a gap
+// with a copy, and a 20 us launch gap. Compute union: [0,180) [200,300) [400,500) [700,800)
+// [1000,1100).
+std::vector<ActivityRecord> mixed_gaps() {
+  return {
+      kernel(0, 100),
+      kernel(50, 180, "gemm", 0, 8),
+      kernel(200, 300),
+      comm(290, 380),  // covers 80 us of [300,400), ends inside it
+      kernel(400, 500),
+      record(ActivityKind::Fill, 510, 690, "fill_item", 0, 30),
+      kernel(700, 800),
+      comm(820, 900),
+      record(ActivityKind::Memcpy, 850, 870, "Memcpy DtoD", 0, 7),
+      kernel(1000, 1100),
+      kernel(5, 50, "other_device", 1),  // must not affect device 0
+  };
+}
+
+AnalysisOptions options_with_gap(double min_gap_us) {
+  AnalysisOptions o;
+  o.min_gap_us = min_gap_us;
+  return o;
+}
+
+TEST(Bubbles, FindsGapsInTheComputeUnionAndClassifiesThem) {
+  DeviceAnalysis a;
+  ASSERT_EQ(analyze_device(mixed_gaps(), 0, options_with_gap(50), &a), pfSuccess)
+      << last_error_message();
+  EXPECT_EQ(a.compute_kernels, 6u);
+  EXPECT_EQ(a.comm_kernels, 2u);
+  EXPECT_EQ(a.fill_kernels, 1u);
+  EXPECT_DOUBLE_EQ(a.span_start_us, 0);
+  EXPECT_DOUBLE_EQ(a.span_end_us, 1100);
+  EXPECT_DOUBLE_EQ(a.compute_busy_us, 580);
+  ASSERT_EQ(a.bubbles.size(), 3u);
+
+  const Bubble& comm_only = a.bubbles[0];
+  EXPECT_DOUBLE_EQ(comm_only.start_us, 300);
+  EXPECT_DOUBLE_EQ(comm_only.end_us, 400);
+  EXPECT_EQ(comm_only.kind, BubbleKind::CommOnly);
+  EXPECT_DOUBLE_EQ(comm_only.comm_us, 80);
+  EXPECT_DOUBLE_EQ(comm_only.wake_us, 380);
+
+  const Bubble& idle = a.bubbles[1];
+  EXPECT_DOUBLE_EQ(idle.start_us, 500);
+  EXPECT_DOUBLE_EQ(idle.end_us, 700);
+  EXPECT_EQ(idle.kind, BubbleKind::Idle);
+  EXPECT_DOUBLE_EQ(idle.fill_us, 180);  // fill work does not close a bubble
+  EXPECT_TRUE(std::isnan(idle.wake_us));
+
+  const Bubble& copy = a.bubbles[2];
+  EXPECT_DOUBLE_EQ(copy.start_us, 800);
+  EXPECT_DOUBLE_EQ(copy.end_us, 1000);
+  EXPECT_EQ(copy.kind, BubbleKind::Copy);
+  EXPECT_DOUBLE_EQ(copy.comm_us, 80);
+  EXPECT_DOUBLE_EQ(copy.copy_us, 20);
+  EXPECT_DOUBLE_EQ(copy.wake_us, 900);
+
+  EXPECT_DOUBLE_EQ(a.bubble_us, 500);
+  EXPECT_DOUBLE_EQ(a.comm_only_bubble_us, 100);
+  EXPECT_DOUBLE_EQ(a.idle_bubble_us, 200);
+  EXPECT_DOUBLE_EQ(a.copy_bubble_us, 200);
+  EXPECT_DOUBLE_EQ(a.fill_in_bubbles_us, 180);
+  EXPECT_DOUBLE_EQ(a.bubble_share, 500.0 / 1100.0);
+  // Start delays: 400 - 380 and 1000 - 900.
+  EXPECT_EQ(a.start_delay.count, 2u);
+  EXPECT_DOUBLE_EQ(a.start_delay.min, 20);
+  EXPECT_DOUBLE_EQ(a.start_delay.max, 100);
+  EXPECT_DOUBLE_EQ(a.start_delay.p50, 60);
+}
+
+TEST(Bubbles, MinimumGapIsInclusiveAndFiltersLaunchGaps) {
+  DeviceAnalysis a;
+  ASSERT_EQ(analyze_device(mixed_gaps(), 0, options_with_gap(10), &a), pfSuccess);
+  ASSERT_EQ(a.bubbles.size(), 4u);
+  EXPECT_DOUBLE_EQ(a.bubbles[0].start_us, 180);
+  EXPECT_DOUBLE_EQ(a.bubbles[0].end_us, 200);
+  EXPECT_EQ(a.bubbles[0].kind, BubbleKind::Idle);
+
+  ASSERT_EQ(analyze_device(mixed_gaps(), 0, options_with_gap(100), &a), pfSuccess);
+  ASSERT_EQ(a.bubbles.size(), 3u);  // the 100 us gap is kept
+  EXPECT_DOUBLE_EQ(a.bubbles[0].duration_us(), 100);
+
+  ASSERT_EQ(analyze_device(mixed_gaps(), 0, options_with_gap(100.5), &a), pfSuccess);
+  EXPECT_EQ(a.bubbles.size(), 2u);
+}
+
+TEST(Bubbles, OtherDeviceIsAnalysedOnItsOwn) {
+  DeviceAnalysis a;
+  ASSERT_EQ(analyze_device(mixed_gaps(), 1, options_with_gap(50), &a), pfSuccess);
+  EXPECT_EQ(a.compute_kernels, 1u);
+  EXPECT_TRUE(a.bubbles.empty());
+  EXPECT_DOUBLE_EQ(a.span_us(), 45);
+  EXPECT_EQ(devices_with_compute(mixed_gaps()), (std::vector<int>{0, 1}));
+}
+
+TEST(Bubbles, PeriodIterationsGiveClassesWithQuantiles) {
+  AnalysisOptions o;
+  o.iteration_period_us = 1000;
+  DeviceAnalysis a;
+  ASSERT_EQ(analyze_device(five_iterations(), 0, o, &a), pfSuccess) << last_error_message();
+  EXPECT_EQ(a.iteration_source, IterationSource::Period);
+  ASSERT_EQ(a.iterations.size(), 5u);
+  EXPECT_EQ(a.iterations[3].label, "period#3");
+  EXPECT_DOUBLE_EQ(a.iterations[3].start_us, 3000);
+  EXPECT_DOUBLE_EQ(a.iterations[3].end_us, 4000);
+  EXPECT_EQ(a.iterations[3].bubble_count, 3);
+  EXPECT_DOUBLE_EQ(a.iterations[3].bubble_us, 230 + 200 + 250);
+  ASSERT_EQ(a.bubbles.size(), 15u);
+  EXPECT_EQ(a.bubbles[7].iteration, 2);
+  EXPECT_EQ(a.bubbles[7].class_index, 1);
+  EXPECT_DOUBLE_EQ(a.bubbles[7].offset_us, 400);
+
+  ASSERT_EQ(a.classes.size(), 3u);
+  const BubbleClass& c0 = a.classes[0];
+  EXPECT_EQ(c0.duration.count, 5u);
+  EXPECT_DOUBLE_EQ(c0.duration.mean, 220);
+  EXPECT_DOUBLE_EQ(c0.duration.p10, 204);
+  EXPECT_DOUBLE_EQ(c0.duration.p50, 220);
+  EXPECT_DOUBLE_EQ(c0.duration.p90, 236);
+  EXPECT_DOUBLE_EQ(c0.duration.min, 200);
+  EXPECT_DOUBLE_EQ(c0.duration.max, 240);
+  EXPECT_DOUBLE_EQ(c0.offset.mean, 100);
+  EXPECT_EQ(c0.idle, 5u);
+  EXPECT_DOUBLE_EQ(c0.occurrence, 1.0);
+  EXPECT_DOUBLE_EQ(c0.predicted_us, 200);  // nearest rank of 0.1 over 5 samples: the 1st
+  EXPECT_DOUBLE_EQ(c0.usable_us, 200 * 0.95 - 20);
+  EXPECT_DOUBLE_EQ(a.classes[1].duration.mean, 200);
+  EXPECT_DOUBLE_EQ(a.classes[2].duration.mean, 250);
+  EXPECT_DOUBLE_EQ(a.classes[2].usable_us, 250 * 0.95 - 20);
+  EXPECT_FALSE(c0.memory.known);
+  EXPECT_EQ(c0.free_bytes, -1);
+
+  EXPECT_DOUBLE_EQ(a.mean_iteration_us, 1000);
+  EXPECT_DOUBLE_EQ(a.bubble_us_per_iteration, (1100.0 + 1000.0 + 1250.0) / 5.0);
+  EXPECT_DOUBLE_EQ(a.iteration_bubble_share, 670.0 / 1000.0);
+  EXPECT_DOUBLE_EQ(a.fill.fillable_us_per_iteration, 170 + 170 + 217.5);
+  EXPECT_DOUBLE_EQ(a.fill.fillable_share, 557.5 / 1000.0);
+  EXPECT_DOUBLE_EQ(a.fill.fill_efficiency, 557.5 / 670.0);
+  EXPECT_FALSE(a.fill.items_estimated);
+  EXPECT_TRUE(a.notes.empty());
+}
+
+TEST(Bubbles, FillEstimateCountsWholeItemsPerSlot) {
+  AnalysisOptions o;
+  o.iteration_period_us = 1000;
+  o.item_cost_us = 50;
+  o.item_parallelism = 4;
+  DeviceAnalysis a;
+  ASSERT_EQ(analyze_device(five_iterations(), 0, o, &a), pfSuccess);
+  // usable 170 -> 3 items per slot, 217.5 -> 4.
+  EXPECT_DOUBLE_EQ(a.classes[0].items_per_occurrence, 12);
+  EXPECT_DOUBLE_EQ(a.classes[1].items_per_occurrence, 12);
+  EXPECT_DOUBLE_EQ(a.classes[2].items_per_occurrence, 16);
+  EXPECT_TRUE(a.fill.items_estimated);
+  EXPECT_DOUBLE_EQ(a.fill.items_per_iteration, 40);
+  EXPECT_DOUBLE_EQ(a.fill.items_per_second, 40000);
+  EXPECT_DOUBLE_EQ(a.fill.dedicated_gpu_share, 40.0 * 50.0 / (4.0 * 1000.0));
+}
+
+TEST(Bubbles, QuantileAndMarginsChangeThePrediction) {
+  AnalysisOptions o;
+  o.iteration_period_us = 1000;
+  o.quantile = 0.5;
+  o.safety_margin_us = 0;
+  o.safety_margin_fraction = 0;
+  DeviceAnalysis a;
+  ASSERT_EQ(analyze_device(five_iterations(), 0, o, &a), pfSuccess);
+  EXPECT_DOUBLE_EQ(a.classes[0].predicted_us, 220);  // rank ceil(2.5) = 3
+  EXPECT_DOUBLE_EQ(a.classes[0].usable_us, 220);
+  o.safety_margin_us = 1000;  // larger than every bubble: nothing usable, never negative
+  ASSERT_EQ(analyze_device(five_iterations(), 0, o, &a), pfSuccess);
+  EXPECT_DOUBLE_EQ(a.classes[0].usable_us, 0);
+  EXPECT_DOUBLE_EQ(a.fill.fillable_us_per_iteration, 0);
+}
+
+TEST(Bubbles, DeviceMarkersOnSeveralStreamsMakeOneIterationEach) {
+  std::vector<ActivityRecord> records = five_iterations();
+  for (int i = 0; i < 5; ++i) {
+    const double b = 1000.0 * i;
+    const std::string name = "ProfilerStep#" + std::to_string(i + 10);
+    records.push_back(marker(b, b + 990, name, 0, 7));
+    records.push_back(marker(b + 5, b + 1000, name, 0, 8));
+    records.push_back(marker(b - 400, b + 100, name, kHostDevice, 4242));  // ignored
+  }
+  AnalysisOptions o;  // default marker prefix "ProfilerStep"
+  DeviceAnalysis a;
+  ASSERT_EQ(analyze_device(records, 0, o, &a), pfSuccess) << last_error_message();
+  EXPECT_EQ(a.iteration_source, IterationSource::Markers);
+  ASSERT_EQ(a.iterations.size(), 5u);
+  EXPECT_EQ(a.iterations[0].label, "ProfilerStep#10");
+  EXPECT_DOUBLE_EQ(a.iterations[0].start_us, 0);
+  EXPECT_DOUBLE_EQ(a.iterations[0].end_us, 1000);
+  EXPECT_DOUBLE_EQ(a.iterations[4].start_us, 4000);
+  EXPECT_DOUBLE_EQ(a.iterations[4].end_us, 5000);  // the last marker's merged end
+  ASSERT_EQ(a.classes.size(), 3u);
+  EXPECT_EQ(a.classes[0].duration.count, 5u);
+  EXPECT_DOUBLE_EQ(a.classes[0].duration.p50, 220);
+}
+
+TEST(Bubbles, HostMarkersAreTheFallbackAndTheLastStepReachesTheLastKernel) {
+  std::vector<ActivityRecord> records = five_iterations();
+  for (int i = 0; i < 5; ++i) {
+    const double b = 1000.0 * i;
+    records.push_back(marker(b - 50, b + 850, "Step#" + std::to_string(i), kHostDevice, 4242));
+  }
+  AnalysisOptions o;
+  o.iteration_marker = "Step#";
+  DeviceAnalysis a;
+  ASSERT_EQ(analyze_device(records, 0, o, &a), pfSuccess) << last_error_message();
+  EXPECT_EQ(a.iteration_source, IterationSource::Markers);
+  ASSERT_EQ(a.iterations.size(), 5u);
+  EXPECT_DOUBLE_EQ(a.iterations[0].start_us, -50);
+  EXPECT_DOUBLE_EQ(a.iterations[0].end_us, 950);
+  EXPECT_DOUBLE_EQ(a.iterations[4].start_us, 3950);
+  EXPECT_DOUBLE_EQ(a.iterations[4].end_us, 5000);  // host step ended at 4850, GPU at 5000
+  EXPECT_DOUBLE_EQ(a.mean_iteration_us, (4 * 1000.0 + 1050.0) / 5.0);
+  EXPECT_EQ(a.classes.size(), 3u);
+  EXPECT_DOUBLE_EQ(a.classes[0].offset.mean, 150);
+}
+
+TEST(Bubbles, MissingMarkersFallBackToOneIterationUnlessRequired) {
+  AnalysisOptions o;
+  o.iteration_marker = "NoSuchStep";
+  DeviceAnalysis a;
+  ASSERT_EQ(analyze_device(five_iterations(), 0, o, &a), pfSuccess);
+  EXPECT_EQ(a.iteration_source, IterationSource::WholeTrace);
+  ASSERT_EQ(a.iterations.size(), 1u);
+  EXPECT_EQ(a.iterations[0].label, "trace");
+  EXPECT_DOUBLE_EQ(a.iterations[0].duration_us(), 5000);
+  EXPECT_EQ(a.classes.size(), 15u);  // every bubble is its own class
+  EXPECT_EQ(a.classes[14].duration.count, 1u);
+
+  o.iteration_marker_required = true;
+  EXPECT_EQ(analyze_device(five_iterations(), 0, o, &a), pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("NoSuchStep"), std::string::npos) << last_error_message();
+}
+
+TEST(Bubbles, BubblesBeforeTheFirstMarkerAreOutsideEveryIteration) {
+  std::vector<ActivityRecord> records = five_iterations();
+  for (int i = 1; i < 5; ++i) {
+    records.push_back(marker(1000.0 * i, 1000.0 * i + 1000, "ProfilerStep#" + std::to_string(i)));
+  }
+  DeviceAnalysis a;
+  ASSERT_EQ(analyze_device(records, 0, AnalysisOptions{}, &a), pfSuccess);
+  ASSERT_EQ(a.iterations.size(), 4u);
+  EXPECT_EQ(a.bubbles[0].iteration, -1);
+  EXPECT_EQ(a.bubbles[0].class_index, -1);
+  EXPECT_EQ(a.classes[0].duration.count, 4u);
+  EXPECT_DOUBLE_EQ(a.classes[0].duration.min, 210);
+  EXPECT_DOUBLE_EQ(a.bubble_us, 3350);  // still counted in the trace total
+  EXPECT_DOUBLE_EQ(a.bubble_us_per_iteration, (3350.0 - 650.0) / 4.0);
+  ASSERT_EQ(a.notes.size(), 1u);
+  EXPECT_NE(a.notes[0].find("3 bubble(s) lie outside"), std::string::npos) << a.notes[0];
+}
+
+TEST(Bubbles, VaryingBubbleCountsAreNotedAndClassesCountOccurrences) {
+  std::vector<ActivityRecord> records = five_iterations();
+  records.push_back(kernel(2700, 2800, "extra"));  // splits iteration 2's third bubble in two
+  AnalysisOptions o;
+  o.iteration_period_us = 1000;
+  DeviceAnalysis a;
+  ASSERT_EQ(analyze_device(records, 0, o, &a), pfSuccess);
+  ASSERT_EQ(a.classes.size(), 4u);
+  EXPECT_EQ(a.classes[3].duration.count, 1u);
+  EXPECT_DOUBLE_EQ(a.classes[3].duration.mean, 100);  // [2800, 2900)
+  EXPECT_DOUBLE_EQ(a.classes[3].occurrence, 0.2);
+  EXPECT_DOUBLE_EQ(a.classes[2].duration.min, 50);    // [2650, 2700)
+  ASSERT_EQ(a.notes.size(), 1u);
+  EXPECT_NE(a.notes[0].find("3 to 4 bubbles"), std::string::npos) << a.notes[0];
+}
+
+TEST(Bubbles, MemoryDuringBubblesGivesFreeMemoryPerClass) {
+  std::vector<ActivityRecord> records = five_iterations();
+  // Absolute levels: 1000 before, +500 inside every iteration's first bubble, freed at its end.
+  records.push_back(memory(ActivityKind::MemoryAlloc, -10, 1000, 1000));
+  for (int i = 0; i < 5; ++i) {
+    const double b = 1000.0 * i;
+    records.push_back(memory(ActivityKind::MemoryAlloc, b + 150, 500 + 100 * i));
+    records.push_back(memory(ActivityKind::MemoryFree, b + 350, 500 + 100 * i));
+  }
+  AnalysisOptions o;
+  o.iteration_period_us = 1000;
+  o.device_memory_bytes = 4000;
+  o.item_cost_us = 50;
+  o.item_parallelism = 4;
+  o.item_memory_bytes = 1000;
+  DeviceAnalysis a;
+  ASSERT_EQ(analyze_device(records, 0, o, &a), pfSuccess) << last_error_message();
+  EXPECT_TRUE(a.memory_known);
+  EXPECT_TRUE(a.memory_absolute);
+  EXPECT_EQ(a.memory_peak_bytes, 1900);
+  EXPECT_TRUE(a.bubbles[0].memory.known);
+  EXPECT_EQ(a.bubbles[0].memory.min_bytes, 1000);
+  EXPECT_EQ(a.bubbles[0].memory.max_bytes, 1500);
+  EXPECT_EQ(a.bubbles[1].memory.max_bytes, 1000);
+  const BubbleClass& c0 = a.classes[0];
+  EXPECT_EQ(c0.memory.min_bytes, 1000);
+  EXPECT_EQ(c0.memory.max_bytes, 1900);
+  EXPECT_EQ(c0.free_bytes, 2100);
+  EXPECT_EQ(c0.item_slots, 2);  // 2100 / 1000, below the parallelism of 4
+  EXPECT_DOUBLE_EQ(c0.items_per_occurrence, 3 * 2);
+  EXPECT_EQ(a.classes[1].free_bytes, 3000);
+  EXPECT_EQ(a.classes[1].item_slots, 3);
+  EXPECT_DOUBLE_EQ(a.fill.items_per_iteration, 6 + 9 + 12);
+  EXPECT_TRUE(a.notes.empty());
+}
+
+TEST(Bubbles, BadInputIsRejectedWithTheValueNamed) {
+  DeviceAnalysis a;
+  std::vector<ActivityRecord> records = {kernel(0, 10), kernel(30, 20, "backwards")};
+  EXPECT_EQ(analyze_device(records, 0, AnalysisOptions{}, &a), pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("record 1"), std::string::npos) << last_error_message();
+  EXPECT_NE(last_error_message().find("backwards"), std::string::npos);
+
+  EXPECT_EQ(analyze_device(five_iterations(), 3, AnalysisOptions{}, &a), pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("device 3 has no compute kernels"), std::string::npos)
+      << last_error_message();
+  EXPECT_NE(last_error_message().find("[0]"), std::string::npos);
+
+  AnalysisOptions o;
+  o.min_gap_us = -1;
+  EXPECT_EQ(analyze_device(five_iterations(), 0, o, &a), pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("min_gap_us"), std::string::npos);
+  o = AnalysisOptions{};
+  o.quantile = 0;
+  EXPECT_EQ(validate_options(o), pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("quantile"), std::string::npos);
+  o = AnalysisOptions{};
+  o.safety_margin_fraction = 1.0;
+  EXPECT_EQ(validate_options(o), pfErrorInvalidArgument);
+  o = AnalysisOptions{};
+  o.item_parallelism = 0;
+  EXPECT_EQ(validate_options(o), pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("item_parallelism"), std::string::npos);
+  o = AnalysisOptions{};
+  o.iteration_period_us = 1000;
+  o.iteration_origin_us = 6000;  // after the last kernel
+  EXPECT_EQ(analyze_device(five_iterations(), 0, o, &a), pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("6000"), std::string::npos);
+  EXPECT_EQ(analyze_device(five_iterations(), 0, AnalysisOptions{}, nullptr),
+            pfErrorInvalidArgument);
+}
+
+}  // namespace
+}  // namespace pipefill::analysis
