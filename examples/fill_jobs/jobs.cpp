@@ -227,7 +227,7 @@ pfResult_t fjParamsInit(fjParams_t* p, int kind, int backend) {
   *p = fjParams_t{};
   p->kind = kind;
   p->backend = backend;
-  p->items = 100000;
+  p->items = 1000000;
   p->seed = 1;
   p->learning_rate = 0.05f;
   p->ticket_flops_per_us = kTicketFlopsPerUs;

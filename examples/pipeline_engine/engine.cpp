@@ -1,0 +1,370 @@
+#include "engine.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace engine {
+
+// fill_jobs calls report through fjGetLastErrorMessage, not pfGetLastErrorMessage.
+#define ENGINE_PF_FJ(call)                                                                  \
+do {                                                                                      \
+  const pfResult_t fj_result_ = (call);                                                   \
+  if (fj_result_ != pfSuccess)                                                            \
+    return Status{fj_result_, fmt::format("{} failed: {}: {}", #call,                     \
+                                          pfGetErrorString(fj_result_),                   \
+                                          fjGetLastErrorMessage())};                      \
+} while (0)
+
+int parse_fill_kind(const std::string& name) {
+  if (name == "none") return -1;
+  if (name == "mlp") return fjMlpInference;
+  if (name == "encoder") return fjEncoderInference;
+  if (name == "train") return fjTraining;
+  return -2;
+}
+
+Status choose_transport(const EngineOptions& options, std::unique_ptr<Transport>* out) {
+  const std::string& t = options.transport;
+  std::string why;
+  if (t == "sim") {
+    *out = make_sim_transport();
+    return {};
+  }
+  if (t == "emulated") {
+    *out = make_emulated_transport(&why);
+    if (!*out) return Status{pfErrorNoDevice, "--transport emulated: " + why};
+    return {};
+  }
+  if (t == "nccl") {
+    *out = make_nccl_transport(options.pipeline.stages, &why);
+    if (!*out) return Status{pfErrorNoDevice, "--transport nccl: " + why};
+    return {};
+  }
+  if (t == "auto") {
+    const int gpus = cuda_gpu_count();
+    if (gpus >= options.pipeline.stages && options.pipeline.stages > 1) {
+      *out = make_nccl_transport(options.pipeline.stages, &why);
+      if (*out) return {};
+    }
+    if (gpus >= 1) {
+      *out = make_emulated_transport(&why);
+      if (*out) return {};
+    }
+    *out = make_sim_transport();
+    return {};
+  }
+  return Status{pfErrorInvalidArgument,
+                fmt::format("--transport must be sim, emulated, nccl or auto, got '{}'", t)};
+}
+
+namespace {
+
+struct Stage {
+  int index = 0;
+  pfRuntime_t runtime = nullptr;
+  fjJob_t fill = nullptr;
+  pfJob_t job = nullptr;
+  double item_cost_us = 0.0;
+  pfStats_t stats_before{};
+};
+
+class Engine {
+ public:
+  Engine(const EngineOptions& options, FillMode mode, Transport& transport)
+      : options_(options), mode_(mode), transport_(transport) {}
+
+  ~Engine() { teardown(); }
+
+  Status setup() {
+    std::string error;
+    if (!build_programs(options_.pipeline, &programs_, &error))
+      return Status{pfErrorInvalidArgument, error};
+    costs_ = derive_costs(options_.pipeline);
+    TransportOptions topts;
+    topts.seed = options_.seed;
+    topts.jitter = options_.jitter;
+    topts.interference = options_.interference;
+    topts.reserve_sms = mode_ != FillMode::Naive;
+    ENGINE_TRY(transport_.open(options_.pipeline, costs_, programs_, topts));
+    opened_ = true;
+
+    const int kind = parse_fill_kind(options_.fill);
+    if (kind == -2)
+      return Status{pfErrorInvalidArgument,
+                    fmt::format("--fill must be none, mlp, encoder or train, got '{}'",
+                                options_.fill)};
+    const int first = transport_.first_local_stage();
+    for (int s = first; s < first + transport_.local_stages(); ++s) {
+      Stage st;
+      st.index = s;
+      pfConfig_t config = PF_CONFIG_INITIALIZER;
+      config.stage_id = s;
+      config.stage_count = options_.pipeline.stages;
+      config.sim_seed = options_.seed;
+      transport_.configure_runtime(s, &config);
+      ENGINE_PF(pfRuntimeCreate(&config, &st.runtime));
+      stages_.push_back(st);
+      ENGINE_TRY(transport_.attach(s, stages_.back().runtime));
+      if (kind >= 0 && mode_ != FillMode::None) ENGINE_TRY(create_fill_job(stages_.back(), kind));
+    }
+    return {};
+  }
+
+  Status run(RunResult* result) {
+    result->transport = transport_.name();
+    result->mode = mode_;
+    for (Stage& st : stages_) {
+      if (st.fill && options_.fill == "train")
+        fjJobEvaluationLoss(st.fill, &eval_before_[st.index]);
+    }
+    for (int it = 0; it < options_.iterations; ++it) {
+      for (Stage& st : stages_) ENGINE_PF(pfRuntimeGetStats(st.runtime, &st.stats_before));
+      const uint64_t naive_before = transport_.naive_items_done();
+      for (Stage& st : stages_) ENGINE_TRY(transport_.begin_iteration(st.index));
+      if (transport_.single_thread()) {
+        ENGINE_TRY(run_global_order());
+      } else {
+        ENGINE_TRY(run_threads());
+      }
+      for (Stage& st : stages_) {
+        ENGINE_TRY(transport_.end_iteration(st.index));
+        ENGINE_PF(pfIterationEnd(st.runtime));
+      }
+      IterationTiming timing;
+      ENGINE_TRY(transport_.finish_iteration(&timing));
+      IterationResult r;
+      r.time_us = timing.end_us - timing.start_us;
+      for (Stage& st : stages_) {
+        // Outside any bubble: harvests every bubble and slice of the iteration.
+        ENGINE_PF(pfRuntimeSynchronize(st.runtime));
+        pfStats_t now{};
+        ENGINE_PF(pfRuntimeGetStats(st.runtime, &now));
+        pfResult_t async_error = pfSuccess;
+        ENGINE_PF(pfRuntimeGetAsyncError(st.runtime, &async_error));
+        if (async_error != pfSuccess)
+          return Status{async_error, fmt::format("stage {}: asynchronous runtime error: {}",
+                                                 st.index, pfGetErrorString(async_error))};
+        r.bubble_us += now.bubble_time_us - st.stats_before.bubble_time_us;
+        r.filled_us += now.filled_time_us - st.stats_before.filled_time_us;
+        r.overrun_us += now.overrun_time_us - st.stats_before.overrun_time_us;
+        r.items += now.items_completed - st.stats_before.items_completed;
+        r.bubbles += now.bubbles - st.stats_before.bubbles;
+        r.bubbles_filled += now.bubbles_filled - st.stats_before.bubbles_filled;
+        result->max_overrun_us = std::max(result->max_overrun_us, now.max_overrun_us);
+        result->host_begin_end_ns = now.host_begin_end_ns;
+      }
+      if (mode_ == FillMode::Naive) r.items = transport_.naive_items_done() - naive_before;
+      result->iterations.push_back(r);
+    }
+    result->naive_items = transport_.naive_items_done();
+    for (Stage& st : stages_) {
+      StageFillSummary summary;
+      if (st.job) {
+        pfJobInfo_t info{};
+        ENGINE_PF(pfJobGetStatus(st.job, &info));
+        summary.items_completed = info.items_completed;
+        summary.job_status = info.status;
+      }
+      if (st.fill) {
+        ENGINE_PF_FJ(fjJobGetProgress(st.fill, &summary.progress));
+        if (options_.fill == "train") {
+          summary.eval_loss_before = eval_before_[st.index];
+          ENGINE_PF_FJ(fjJobEvaluationLoss(st.fill, &summary.eval_loss_after));
+        }
+      }
+      result->stages.push_back(summary);
+    }
+    if (!options_.trace_prefix.empty()) {
+      for (Stage& st : stages_) {
+        const std::string path = fmt::format("{}.stage{}.json", options_.trace_prefix, st.index);
+        ENGINE_PF(pfTraceWrite(st.runtime, path.c_str()));
+      }
+    }
+    return {};
+  }
+
+  Status teardown() {
+    Status first;
+    auto keep = [&](Status s) {
+      if (first.ok() && !s.ok()) first = std::move(s);
+    };
+    for (Stage& st : stages_) {
+      if (st.job) {
+        const pfResult_t r = pfJobDestroy(st.job);
+        if (r != pfSuccess) keep(pf_status(r, "pfJobDestroy"));
+        st.job = nullptr;
+      }
+      if (st.fill) {
+        fjJobDestroy(st.fill);
+        st.fill = nullptr;
+      }
+      if (st.runtime) {
+        keep(transport_.detach(st.index, st.runtime));
+        const pfResult_t r = pfRuntimeDestroy(st.runtime);
+        if (r != pfSuccess) keep(pf_status(r, "pfRuntimeDestroy"));
+        st.runtime = nullptr;
+      }
+    }
+    stages_.clear();
+    if (opened_) {
+      transport_.close();
+      opened_ = false;
+    }
+    return first;
+  }
+
+ private:
+  Status create_fill_job(Stage& st, int kind) {
+    fjParams_t p;
+    ENGINE_PF_FJ(fjParamsInit(&p, kind, transport_.backend()));
+    if (options_.fill_items > 0) p.items = options_.fill_items;
+    if (options_.fill_execution >= 0) p.execution = options_.fill_execution;
+    p.seed = options_.seed * 1000 + static_cast<uint64_t>(st.index);  // a job per GPU
+    p.keep_every = options_.keep_every;
+    ENGINE_PF_FJ(fjJobCreate(&p, &st.fill));
+    ENGINE_PF_FJ(fjJobItemCost(st.fill, &st.item_cost_us));
+    if (mode_ == FillMode::PipeFill) {
+      pfJobDesc_t desc;
+      ENGINE_PF_FJ(fjJobGetDesc(st.fill, &desc));
+      ENGINE_PF(pfJobCreate(st.runtime, &desc, &st.job));
+    }
+    return {};
+  }
+
+  Stage* stage(int index) {
+    for (Stage& st : stages_)
+      if (st.index == index) return &st;
+    return nullptr;
+  }
+
+  // The one code path every transport shares: bubble instructions go to PipeFill, the rest to
+  // the transport.
+  Status step(Stage& st, const Instruction& in) {
+    void* stream = transport_.main_stream(st.index);
+    switch (in.type) {
+      case InstrType::BubbleBegin: {
+        pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
+        hint.kind = in.bubble_kind;
+        if (options_.hint_durations) hint.expected_duration_us = in.expected_us;
+        ENGINE_PF(pfBubbleBegin(st.runtime, stream, &hint));
+        if (mode_ == FillMode::Naive && st.fill) {
+          // Naive: as many items as the schedule's expected bubble holds on every SM, ungated.
+          const uint64_t items = static_cast<uint64_t>(
+              std::floor(in.expected_us / st.item_cost_us) * options_.pipeline.sm_count);
+          ENGINE_TRY(transport_.naive_fill(st.index, items, st.item_cost_us));
+        }
+        return {};
+      }
+      case InstrType::BubbleEnd:
+        ENGINE_PF(pfBubbleEnd(st.runtime, stream));
+        return {};
+      default:
+        return transport_.execute(st.index, in);
+    }
+  }
+
+  // Single-thread transports: advance every stage as far as its dependencies allow, so every
+  // message's send is enqueued before its receive and every stage arrives at a collective
+  // before any stage enqueues its wait on it.
+  Status run_global_order() {
+    const size_t n = stages_.size();
+    std::vector<size_t> pc(n, 0);
+    std::vector<bool> arrived(n, false);
+    std::unordered_set<uint64_t> sent;
+    size_t arrivals = 0;
+    for (;;) {
+      bool progress = false, done = true;
+      for (size_t i = 0; i < n; ++i) {
+        Stage& st = stages_[i];
+        const auto& prog = programs_.stages[static_cast<size_t>(st.index)];
+        while (pc[i] < prog.size()) {
+          const Instruction& in = prog[pc[i]];
+          if (in.type == InstrType::RecvActivation || in.type == InstrType::RecvGradient) {
+            const bool gradient = in.type == InstrType::RecvGradient;
+            if (!sent.count(message_key(gradient, in.microbatch, in.virtual_stage))) break;
+          } else if (in.type == InstrType::ReduceGradients) {
+            if (!arrived[i]) {
+              ENGINE_TRY(transport_.arrive(st.index, in));
+              arrived[i] = true;
+              ++arrivals;
+              progress = true;
+            }
+            if (arrivals < n) break;
+          }
+          ENGINE_TRY(step(st, in));
+          if (in.type == InstrType::SendActivation || in.type == InstrType::SendGradient)
+            sent.insert(message_key(in.type == InstrType::SendGradient, in.microbatch,
+                                    in.virtual_stage));
+          ++pc[i];
+          progress = true;
+        }
+        if (pc[i] < prog.size()) done = false;
+      }
+      if (done) return {};
+      if (!progress)
+        return Status{pfErrorInternal, "the instruction lists deadlock (a receive without send)"};
+    }
+  }
+
+  // Multi-thread transports: each local stage runs its own list on its own host thread.
+  Status run_threads() {
+    std::vector<Status> results(stages_.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < stages_.size(); ++i) {
+      threads.emplace_back([this, i, &results] {
+        Stage& st = stages_[i];
+        for (const Instruction& in : programs_.stages[static_cast<size_t>(st.index)]) {
+          if (in.type == InstrType::ReduceGradients) {
+            Status a = transport_.arrive(st.index, in);
+            if (!a.ok()) {
+              results[i] = std::move(a);
+              return;
+            }
+          }
+          Status s = step(st, in);
+          if (!s.ok()) {
+            results[i] = std::move(s);
+            return;
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (Status& s : results)
+      if (!s.ok()) return s;
+    return {};
+  }
+
+  EngineOptions options_;
+  FillMode mode_;
+  Transport& transport_;
+  Programs programs_;
+  StageCosts costs_;
+  bool opened_ = false;
+  std::vector<Stage> stages_;
+  std::unordered_map<int, double> eval_before_;
+};
+
+}  // namespace
+
+Status run_engine(const EngineOptions& options, FillMode mode, RunResult* result) {
+  std::unique_ptr<Transport> transport;
+  ENGINE_TRY(choose_transport(options, &transport));
+  Status status;
+  {
+    Engine engine(options, mode, *transport);
+    status = engine.setup();
+    if (status.ok()) status = engine.run(result);
+    Status down = engine.teardown();
+    if (status.ok()) status = std::move(down);
+  }
+  return status;
+}
+
+}  // namespace engine

@@ -1,0 +1,69 @@
+// The example pipeline engine: runs each stage's instruction list through a Transport, with one
+// PipeFill runtime per stage, and measures every iteration.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../fill_jobs/fill_jobs.h"
+#include "instructions.hpp"
+#include "transport.hpp"
+
+namespace engine {
+
+enum class FillMode { None, PipeFill, Naive };
+
+struct EngineOptions {
+  PipelineSpec pipeline;
+  int iterations = 8;
+  std::string transport = "auto";  // sim | emulated | nccl | auto
+  std::string fill = "mlp";        // none | mlp | encoder | train
+  int fill_execution = -1;         // fjExecution_t; -1: the kind's default
+  uint64_t fill_items = 0;         // 0: the kind's default
+  uint64_t keep_every = 4096;      // inference: compute/keep every Nth item's output on the sim
+  uint64_t seed = 1;
+  double jitter = 0.0;
+  double interference = 0.0;
+  bool hint_durations = false;     // pass the schedule's expected bubble durations as hints
+  std::string trace_prefix;        // write <prefix>.stage<N>.json Chrome traces
+};
+
+struct IterationResult {
+  double time_us = 0.0;
+  double bubble_us = 0.0;   // summed over stages
+  double filled_us = 0.0;   // fill execution inside bubbles, summed over stages
+  double overrun_us = 0.0;
+  uint64_t items = 0;       // fill items completed in this iteration (all stages)
+  uint64_t bubbles = 0;
+  uint64_t bubbles_filled = 0;
+};
+
+struct StageFillSummary {
+  uint64_t items_completed = 0;  // the runtime's count
+  int job_status = pfJobPending;
+  fjProgress_t progress{};       // the job's own count (simulated backend)
+  double eval_loss_before = 0.0, eval_loss_after = 0.0;  // training
+};
+
+struct RunResult {
+  std::string transport;
+  FillMode mode = FillMode::None;
+  std::vector<IterationResult> iterations;
+  std::vector<StageFillSummary> stages;
+  double max_overrun_us = 0.0;
+  double host_begin_end_ns = 0.0;
+  uint64_t naive_items = 0;
+};
+
+// Resolves the fill-kind name to fjKind_t (-1 for "none", -2 when unknown).
+int parse_fill_kind(const std::string& name);
+
+// Picks the transport for options.transport ("auto": NCCL with >= stages GPUs, emulated with
+// one GPU, else sim).
+Status choose_transport(const EngineOptions& options, std::unique_ptr<Transport>* out);
+
+// Runs `options.iterations` iterations with the given fill mode on a fresh transport.
+Status run_engine(const EngineOptions& options, FillMode mode, RunResult* result);
+
+}  // namespace engine

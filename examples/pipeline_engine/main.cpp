@@ -1,0 +1,182 @@
+// pipeline_engine: a Megatron-style pipeline-parallel engine that marks its bubbles with
+// PipeFill's bubble instructions and fills them with a fill job. Runs the same iterations with
+// filling off and on (and optionally the naive baseline) and prints them side by side.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "engine.hpp"
+
+using namespace engine;
+
+namespace {
+
+double mean_from(const std::vector<double>& v, size_t first) {
+  double sum = 0;
+  size_t n = 0;
+  for (size_t i = first; i < v.size(); ++i, ++n) sum += v[i];
+  return n ? sum / n : 0.0;
+}
+
+int fail(const Status& status) {
+  std::fprintf(stderr, "pipeline_engine: error %d (%s): %s\n", static_cast<int>(status.code),
+               pfGetErrorString(status.code), status.message.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  EngineOptions o;
+  PipelineSpec& p = o.pipeline;
+  std::string schedule = "1f1b", fill_exec = "default";
+  bool naive = false;
+  int print_program = -1;
+
+  CLI::App app{"PipeFill example pipeline engine (Megatron-style 1F1B / interleaved 1F1B)"};
+  app.add_option("--stages", p.stages, "Pipeline stages")->capture_default_str();
+  app.add_option("--microbatches", p.microbatches, "Micro-batches per iteration")->capture_default_str();
+  app.add_option("--schedule", schedule, "1f1b | interleaved | gpipe")->capture_default_str();
+  auto* chunks = app.add_option("--chunks", p.chunks, "Model chunks per stage (interleaved; default 2)");
+  app.add_option("--iterations", o.iterations, "Training iterations")->capture_default_str();
+  app.add_option("--transport", o.transport, "sim | emulated | nccl | auto")->capture_default_str();
+  app.add_option("--fill", o.fill, "none | mlp | encoder | train")->capture_default_str();
+  app.add_option("--fill-exec", fill_exec, "ticket | opaque | default (the job kind's)")->capture_default_str();
+  app.add_option("--fill-items", o.fill_items, "Items of each stage's fill job (0: kind default)")->capture_default_str();
+  app.add_option("--keep-every", o.keep_every, "Sim: compute and keep every Nth inference output on the CPU")->capture_default_str();
+  app.add_option("--seed", o.seed, "Seed (simulation jitter, fill-job data)")->capture_default_str();
+  app.add_option("--hidden", p.model.hidden, "Hidden size")->capture_default_str();
+  app.add_option("--seq", p.model.seq, "Sequence length")->capture_default_str();
+  app.add_option("--micro-batch", p.model.micro_batch, "Micro-batch size")->capture_default_str();
+  app.add_option("--layers-per-stage", p.model.layers_per_stage, "Transformer layers per stage")->capture_default_str();
+  app.add_option("--tflops", p.model.tflops, "Achieved TFLOP/s of the main job per GPU")->capture_default_str();
+  app.add_option("--p2p-latency-us", p.model.p2p_latency_us, "Point-to-point latency")->capture_default_str();
+  app.add_option("--p2p-gbps", p.model.p2p_gbps, "Point-to-point bandwidth, GB/s")->capture_default_str();
+  app.add_option("--allreduce-us", p.model.allreduce_us, "Data-parallel all-reduce time")->capture_default_str();
+  app.add_option("--sms", p.sm_count, "SMs per (simulated) GPU")->capture_default_str();
+  app.add_option("--comm-sms", p.comm_sms, "SMs a communication kernel holds (reserved from fill)")->capture_default_str();
+  app.add_option("--min-bubble-us", p.min_bubble_us, "Shortest idle gap marked as a bubble")->capture_default_str();
+  app.add_option("--jitter", o.jitter, "Sim: relative std-dev of kernel durations")->capture_default_str();
+  app.add_option("--interference", o.interference, "Sim: main-kernel slowdown per fill-SM share")->capture_default_str();
+  app.add_flag("--hint-durations", o.hint_durations, "Pass the schedule's expected bubble durations as hints (fills from iteration 1)");
+  app.add_flag("--naive", naive, "Also run the naive baseline (ungated fill at the main job's priority, no SM reservation)");
+  app.add_option("--trace", o.trace_prefix, "Write Chrome traces <prefix>.stage<N>.json of the filled run");
+  app.add_option("--print-program", print_program, "Print this stage's instruction list and exit");
+  CLI11_PARSE(app, argc, argv);
+
+  if (!pipefill::schedule::parse_schedule_kind(schedule, &p.kind) ||
+      p.kind == pipefill::schedule::ScheduleKind::ZBH1)
+    return fail(Status{pfErrorInvalidArgument,
+                       fmt::format("--schedule must be 1f1b, interleaved or gpipe, got '{}'", schedule)});
+  if (p.kind == pipefill::schedule::ScheduleKind::Interleaved1F1B && chunks->count() == 0)
+    p.chunks = 2;
+  if (fill_exec == "ticket") o.fill_execution = fjExecTicket;
+  else if (fill_exec == "opaque") o.fill_execution = fjExecOpaque;
+  else if (fill_exec != "default")
+    return fail(Status{pfErrorInvalidArgument,
+                       fmt::format("--fill-exec must be ticket, opaque or default, got '{}'", fill_exec)});
+  if (o.iterations < 1)
+    return fail(Status{pfErrorInvalidArgument, fmt::format("--iterations must be >= 1, got {}", o.iterations)});
+  if (parse_fill_kind(o.fill) == -2)
+    return fail(Status{pfErrorInvalidArgument,
+                       fmt::format("--fill must be none, mlp, encoder or train, got '{}'", o.fill)});
+
+  if (print_program >= 0) {
+    Programs programs;
+    std::string error;
+    if (!build_programs(p, &programs, &error)) return fail(Status{pfErrorInvalidArgument, error});
+    if (print_program >= p.stages)
+      return fail(Status{pfErrorInvalidArgument,
+                         fmt::format("--print-program {} is not a stage (0..{})", print_program, p.stages - 1)});
+    for (const Instruction& in : programs.stages[static_cast<size_t>(print_program)])
+      std::printf("%s\n", to_string(in).c_str());
+    return 0;
+  }
+
+  const StageCosts costs = derive_costs(p);
+  RunResult base, filled, naive_run;
+  Status status = run_engine(o, FillMode::None, &base);
+  if (!status.ok()) return fail(status);
+  const bool fill_on = o.fill != "none";
+  if (fill_on) {
+    status = run_engine(o, FillMode::PipeFill, &filled);
+    if (!status.ok()) return fail(status);
+    if (naive) {
+      status = run_engine(o, FillMode::Naive, &naive_run);
+      if (!status.ok()) return fail(status);
+    }
+  }
+
+  std::printf("PipeFill pipeline engine: %d stages, %s%s, %d micro-batches, transport %s\n",
+              p.stages, schedule.c_str(),
+              p.chunks > 1 ? fmt::format(" (v={})", p.chunks).c_str() : "", p.microbatches,
+              base.transport.c_str());
+  std::printf("model: hidden %d, seq %d, micro-batch %d, %d layers/stage: forward %.1f us, "
+              "backward %.1f us per layer; p2p %.1f us\n",
+              p.model.hidden, p.model.seq, p.model.micro_batch, p.model.layers_per_stage,
+              costs.forward_layer_us, costs.backward_layer_us, costs.p2p_us);
+  std::printf("fill: %s%s\n\n", o.fill.c_str(),
+              fill_on ? "" : " (bubbles measured, nothing filled)");
+  std::printf("%4s | %12s | %12s | %9s | %7s | %7s | %14s%s\n", "iter", "no-fill ms",
+              "PipeFill ms", "slowdown", "bubble", "filled", "fill items/s",
+              naive ? " | naive ms | naive slowdown" : "");
+  std::vector<double> slowdowns, filled_shares, bubble_shares, rates, naive_slowdowns;
+  for (size_t i = 0; i < base.iterations.size(); ++i) {
+    const IterationResult& b = base.iterations[i];
+    const IterationResult& f = fill_on ? filled.iterations[i] : b;
+    const double slowdown = f.time_us / b.time_us - 1.0;
+    const double bubble_share = b.bubble_us / (p.stages * b.time_us);
+    const double filled_share = f.bubble_us > 0 ? f.filled_us / f.bubble_us : 0.0;
+    const double rate = f.items / (f.time_us * 1e-6);
+    slowdowns.push_back(slowdown);
+    bubble_shares.push_back(bubble_share);
+    filled_shares.push_back(filled_share);
+    rates.push_back(rate);
+    std::string naive_cols;
+    if (naive) {
+      const IterationResult& n = naive_run.iterations[i];
+      naive_slowdowns.push_back(n.time_us / b.time_us - 1.0);
+      naive_cols = fmt::format(" | {:8.3f} | {:+13.2f}%", n.time_us / 1e3,
+                               100.0 * naive_slowdowns.back());
+    }
+    std::printf("%4zu | %12.3f | %12.3f | %+8.2f%% | %6.1f%% | %6.1f%% | %14.0f%s\n", i + 1,
+                b.time_us / 1e3, f.time_us / 1e3, 100.0 * slowdown, 100.0 * bubble_share,
+                100.0 * filled_share, rate, naive_cols.c_str());
+  }
+  // The predictor needs min_samples iterations of history before it fills (unless hinted).
+  const size_t warm = o.hint_durations ? 0 : std::min<size_t>(2, base.iterations.size() - 1);
+  std::printf("mean from iteration %zu: slowdown %+.3f%%, bubble %.1f%%, filled %.1f%% of bubble "
+              "time, %.0f fill items/s%s\n",
+              warm + 1, 100.0 * mean_from(slowdowns, warm), 100.0 * mean_from(bubble_shares, warm),
+              100.0 * mean_from(filled_shares, warm), mean_from(rates, warm),
+              naive ? fmt::format("; naive slowdown {:+.2f}%", 100.0 * mean_from(naive_slowdowns, warm)).c_str() : "");
+  if (fill_on) {
+    std::printf("max overrun past a bubble end: %.1f us; host cost of BubbleBegin+End: %.0f ns\n",
+                filled.max_overrun_us, filled.host_begin_end_ns);
+    uint64_t runtime_items = 0, job_items = 0, duplicates = 0, out_of_order = 0;
+    for (const StageFillSummary& s : filled.stages) {
+      runtime_items += s.items_completed;
+      job_items += s.progress.items_done;
+      duplicates += s.progress.duplicate_items;
+      out_of_order += s.progress.out_of_order;
+    }
+    std::printf("fill check: %llu items completed (runtime), %llu computed (job), %llu "
+                "duplicates, %llu out of order\n",
+                static_cast<unsigned long long>(runtime_items),
+                static_cast<unsigned long long>(job_items),
+                static_cast<unsigned long long>(duplicates),
+                static_cast<unsigned long long>(out_of_order));
+    if (o.fill == "train") {
+      for (size_t s = 0; s < filled.stages.size(); ++s)
+        std::printf("stage %zu training job: held-out loss %.5f -> %.5f after %llu steps\n", s,
+                    filled.stages[s].eval_loss_before, filled.stages[s].eval_loss_after,
+                    static_cast<unsigned long long>(filled.stages[s].items_completed));
+    }
+    if (filled.transport == "sim" && (duplicates != 0 || out_of_order != 0 || job_items != runtime_items))
+      return fail(Status{pfErrorInternal, "fill-job accounting mismatch (see the fill check line)"});
+  }
+  return 0;
+}

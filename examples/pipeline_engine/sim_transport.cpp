@@ -1,0 +1,239 @@
+// The simulated transport: all stages in one process on one pfSim world, one simulated GPU per
+// stage. Per stage: a compute stream and a communication stream, both at the main job's high
+// priority (pfStreamCreateHighPriority). Compute ops are kernels sized from the model flags that
+// need every SM but the communication ones; a send records the message's event on the compute
+// stream; a receive waits for it (+ p2p latency) on the communication stream while holding
+// `comm_sms` SMs, as a spinning NCCL kernel does; WaitComm makes the compute stream wait for the
+// receive. The engine enqueues the stages in global dependency order, so every event record is
+// enqueued before the waits on it.
+#include <fmt/format.h>
+
+#include <atomic>
+#include <unordered_map>
+#include <vector>
+
+#include "transport.hpp"
+
+namespace engine {
+
+Status pf_status(pfResult_t code, const char* what) {
+  return Status{code, fmt::format("{} failed: {}: {}", what, pfGetErrorString(code),
+                                  pfGetLastErrorMessage())};
+}
+
+namespace {
+
+class SimTransport final : public Transport {
+ public:
+  ~SimTransport() override { close(); }
+
+  std::string name() const override { return "sim"; }
+  pfBackend_t backend() const override { return pfBackendSim; }
+  bool single_thread() const override { return true; }
+  int local_stages() const override { return spec_.stages; }
+
+  Status open(const PipelineSpec& spec, const StageCosts& costs, const Programs& programs,
+              const TransportOptions& options) override {
+    spec_ = spec;
+    costs_ = costs;
+    options_ = options;
+    pfSimDeviceDesc_t desc = PF_SIM_DEVICE_DESC_INITIALIZER;
+    desc.sm_count = spec.sm_count;
+    desc.jitter_fraction = options.jitter;
+    desc.interference = options.interference;
+    ENGINE_PF(pfSimWorldCreate(spec.stages, &desc, options.seed, &world_));
+    stages_.assign(static_cast<size_t>(spec.stages), StageState{});
+    for (StageState& st : stages_) {
+      for (pfSimEvent_t* e : {&st.recv_done, &st.begin, &st.end, &st.arrive, &st.naive_start})
+        ENGINE_PF(pfSimEventCreate(world_, e));
+    }
+    // One event per message of an iteration, created up front (reused every iteration: all of
+    // an iteration's waits are enqueued before the next iteration's records).
+    for (const auto& prog : programs.stages) {
+      for (const Instruction& in : prog) {
+        if (in.type != InstrType::SendActivation && in.type != InstrType::SendGradient) continue;
+        pfSimEvent_t event = nullptr;
+        ENGINE_PF(pfSimEventCreate(world_, &event));
+        messages_[key_of(in)] = event;
+      }
+    }
+    return {};
+  }
+
+  void configure_runtime(int stage, pfConfig_t* config) override {
+    config->backend = pfBackendSim;
+    config->sim_world = world_;
+    config->device = stage;
+    config->reserved_sms = options_.reserve_sms ? spec_.comm_sms : 0;
+  }
+
+  Status attach(int stage, pfRuntime_t runtime) override {
+    StageState& st = stages_[static_cast<size_t>(stage)];
+    ENGINE_PF(pfStreamCreateHighPriority(runtime, &st.main));
+    ENGINE_PF(pfStreamCreateHighPriority(runtime, &st.comm));
+    return {};
+  }
+
+  void* main_stream(int stage) override { return stages_[static_cast<size_t>(stage)].main; }
+
+  Status begin_iteration(int stage) override {
+    StageState& st = stages_[static_cast<size_t>(stage)];
+    ENGINE_PF(pfSimEventRecord(st.begin, st.main));
+    return {};
+  }
+
+  Status arrive(int stage, const Instruction&) override {
+    StageState& st = stages_[static_cast<size_t>(stage)];
+    ENGINE_PF(pfSimEventRecord(st.arrive, st.main));
+    return {};
+  }
+
+  Status execute(int stage, const Instruction& in) override {
+    StageState& st = stages_[static_cast<size_t>(stage)];
+    const int compute_sms = spec_.sm_count - spec_.comm_sms;
+    switch (in.type) {
+      case InstrType::LoadMicrobatch:
+        ENGINE_PF(pfSimStreamDelay(st.main, costs_.load_us));
+        return {};
+      case InstrType::Forward:
+      case InstrType::Backward: {
+        const double us = in.type == InstrType::Forward ? costs_.forward_layer_us
+                                                        : costs_.backward_layer_us;
+        for (int layer = 0; layer < costs_.layers_per_chunk; ++layer)
+          ENGINE_PF(pfSimLaunchKernel(st.main, us, compute_sms));
+        return {};
+      }
+      case InstrType::SendActivation:
+      case InstrType::SendGradient:
+        ENGINE_PF(pfSimEventRecord(message(in), st.main));
+        return {};
+      case InstrType::RecvActivation:
+      case InstrType::RecvGradient:
+        ENGINE_PF(pfSimStreamWaitEvent(st.comm, message(in), costs_.p2p_us, spec_.comm_sms));
+        ENGINE_PF(pfSimEventRecord(st.recv_done, st.comm));
+        return {};
+      case InstrType::WaitComm:
+        ENGINE_PF(pfSimStreamWaitEvent(st.main, st.recv_done, 0.0, 0));
+        return {};
+      case InstrType::ReduceGradients:
+        // Every stage's gradients must be ready (the cross-stage gradient-norm reduction), then
+        // the data-parallel all-reduce runs on the communication SMs.
+        for (const StageState& other : stages_)
+          ENGINE_PF(pfSimStreamWaitEvent(st.comm, other.arrive, 0.0, spec_.comm_sms));
+        if (spec_.model.allreduce_us > 0.0)
+          ENGINE_PF(pfSimLaunchKernel(st.comm, spec_.model.allreduce_us, spec_.comm_sms));
+        ENGINE_PF(pfSimEventRecord(st.recv_done, st.comm));
+        return {};
+      case InstrType::OptimizerStep:
+        ENGINE_PF(pfSimLaunchKernel(st.main, costs_.optimizer_us, compute_sms));
+        return {};
+      case InstrType::BubbleBegin:
+      case InstrType::BubbleEnd:
+        break;
+    }
+    return Status{pfErrorInternal,
+                  fmt::format("sim transport cannot execute {}", instr_name(in.type))};
+  }
+
+  Status end_iteration(int stage) override {
+    StageState& st = stages_[static_cast<size_t>(stage)];
+    ENGINE_PF(pfSimEventRecord(st.end, st.main));
+    return {};
+  }
+
+  Status finish_iteration(IterationTiming* timing) override {
+    ENGINE_PF(pfSimRunUntilIdle(world_));
+    IterationTiming t{1e300, -1e300};
+    for (const StageState& st : stages_) {
+      double begin = 0, end = 0;
+      ENGINE_PF(pfSimEventTime(st.begin, &begin));
+      ENGINE_PF(pfSimEventTime(st.end, &end));
+      if (begin < 0 || end < 0)
+        return Status{pfErrorInternal, "an iteration event did not complete in the simulation"};
+      t.start_us = std::min(t.start_us, begin);
+      t.end_us = std::max(t.end_us, end);
+    }
+    *timing = t;
+    return {};
+  }
+
+  Status naive_fill(int stage, uint64_t items, double item_cost_us) override {
+    StageState& st = stages_[static_cast<size_t>(stage)];
+    if (st.naive == nullptr)  // same priority as the main streams: the highest there is
+      ENGINE_PF(pfSimStreamCreate(world_, stage, kSimHighestPriority, &st.naive));
+    if (items == 0) return {};
+    ENGINE_PF(pfSimEventRecord(st.naive_start, st.main));
+    ENGINE_PF(pfSimStreamWaitEvent(st.naive, st.naive_start, 0.0, 0));
+    ENGINE_PF(pfSimLaunchOpaque(st.naive, st.naive_next, items, spec_.sm_count, item_cost_us,
+                                &count_naive_item, this));
+    st.naive_next += items;
+    return {};
+  }
+
+  uint64_t naive_items_done() const override { return naive_items_.load(); }
+
+  Status detach(int stage, pfRuntime_t runtime) override {
+    StageState& st = stages_[static_cast<size_t>(stage)];
+    Status status;
+    for (void** s : {&st.main, &st.comm}) {
+      if (*s == nullptr) continue;
+      const pfResult_t r = pfStreamDestroy(runtime, *s);
+      if (r != pfSuccess && status.ok()) status = pf_status(r, "pfStreamDestroy");
+      *s = nullptr;
+    }
+    return status;
+  }
+
+  void close() override {
+    if (world_ == nullptr) return;
+    for (StageState& st : stages_) {
+      if (st.naive) pfSimStreamDestroy(st.naive);
+      for (pfSimEvent_t e : {st.recv_done, st.begin, st.end, st.arrive, st.naive_start})
+        if (e) pfSimEventDestroy(e);
+    }
+    for (auto& [key, event] : messages_) pfSimEventDestroy(event);
+    messages_.clear();
+    stages_.clear();
+    pfSimWorldDestroy(world_);
+    world_ = nullptr;
+  }
+
+ private:
+  // pipefill's simulated device: priorities -5 (highest) .. 0 (lowest), like CUDA on H100.
+  static constexpr int kSimHighestPriority = -5;
+
+  struct StageState {
+    void* main = nullptr;
+    void* comm = nullptr;
+    void* naive = nullptr;
+    pfSimEvent_t recv_done = nullptr, begin = nullptr, end = nullptr, arrive = nullptr;
+    pfSimEvent_t naive_start = nullptr;
+    uint64_t naive_next = 0;
+  };
+
+  static uint64_t key_of(const Instruction& in) {
+    const bool gradient = in.type == InstrType::SendGradient || in.type == InstrType::RecvGradient;
+    return message_key(gradient, in.microbatch, in.virtual_stage);
+  }
+  pfSimEvent_t message(const Instruction& in) {
+    const auto it = messages_.find(key_of(in));
+    return it == messages_.end() ? nullptr : it->second;
+  }
+  static void count_naive_item(void* user, uint64_t) {
+    static_cast<SimTransport*>(user)->naive_items_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  PipelineSpec spec_;
+  StageCosts costs_;
+  TransportOptions options_;
+  pfSimWorld_t world_ = nullptr;
+  std::vector<StageState> stages_;
+  std::unordered_map<uint64_t, pfSimEvent_t> messages_;
+  std::atomic<uint64_t> naive_items_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_sim_transport() { return std::make_unique<SimTransport>(); }
+
+}  // namespace engine

@@ -1,0 +1,97 @@
+// How the engine's instructions reach a device. One interface, three implementations:
+//  - SimTransport: every stage on one simulated world (one process, one thread), work enqueued
+//    in global dependency order and executed in virtual time;
+//  - emulated peers on one GPU (CUDA): this GPU runs one stage for real, the other stages are
+//    a host timeline that releases the stage's receives through device flags;
+//  - NCCL send/recv across GPUs, one host thread per GPU.
+// The engine (engine.cpp) drives all of them through the same code path.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "instructions.hpp"
+#include "pipefill/pipefill.h"
+
+namespace engine {
+
+// A failed call: its result code and a message naming the call and the library's explanation.
+struct Status {
+  pfResult_t code = pfSuccess;
+  std::string message;
+  bool ok() const { return code == pfSuccess; }
+};
+
+Status pf_status(pfResult_t code, const char* what);  // reads pfGetLastErrorMessage()
+
+#define ENGINE_PF(call)                                                  \
+  do {                                                                   \
+    const pfResult_t engine_result_ = (call);                            \
+    if (engine_result_ != pfSuccess) return ::engine::pf_status(engine_result_, #call); \
+  } while (0)
+#define ENGINE_TRY(expr)                          \
+  do {                                            \
+    ::engine::Status engine_status_ = (expr);     \
+    if (!engine_status_.ok()) return engine_status_; \
+  } while (0)
+
+struct IterationTiming {
+  double start_us = 0.0;  // earliest stage start
+  double end_us = 0.0;    // latest stage end
+};
+
+struct TransportOptions {
+  uint64_t seed = 1;
+  double jitter = 0.0;        // simulated kernel-duration jitter (relative std-dev)
+  double interference = 0.0;  // simulated slowdown of main kernels co-running with fill blocks
+  bool reserve_sms = true;    // false: fill may use every SM (the naive baseline)
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual std::string name() const = 0;
+  virtual pfBackend_t backend() const = 0;
+  // true: the engine drives every stage from one thread in global dependency order (the
+  // simulated device runs enqueued work only when asked to). false: one host thread per stage.
+  virtual bool single_thread() const = 0;
+  // Stages this process drives with a real runtime (the emulated transport drives one).
+  virtual int local_stages() const = 0;
+  virtual int first_local_stage() const { return 0; }
+
+  virtual Status open(const PipelineSpec& spec, const StageCosts& costs, const Programs& programs,
+                      const TransportOptions& options) = 0;
+  virtual void configure_runtime(int stage, pfConfig_t* config) = 0;
+  // After the stage's runtime exists: main-job streams at high priority, events.
+  virtual Status attach(int stage, pfRuntime_t runtime) = 0;
+  virtual void* main_stream(int stage) = 0;
+
+  virtual Status begin_iteration(int stage) = 0;
+  // A collective's arrival: called for every stage before any stage's execute() of it when
+  // single_thread(); right before execute() otherwise.
+  virtual Status arrive(int stage, const Instruction& instruction) = 0;
+  virtual Status execute(int stage, const Instruction& instruction) = 0;
+  virtual Status end_iteration(int stage) = 0;
+  // Runs (sim) or waits for (GPU) the iteration's work; returns its span.
+  virtual Status finish_iteration(IterationTiming* timing) = 0;
+
+  // The naive baseline: ungated work of `items` items at `item_cost_us` on all SMs at the main
+  // job's priority, starting when the stage goes idle. Only the simulated transport has it.
+  virtual Status naive_fill(int /*stage*/, uint64_t /*items*/, double /*item_cost_us*/) {
+    return Status{pfErrorNotSupported, name() + " transport has no naive fill baseline"};
+  }
+  virtual uint64_t naive_items_done() const { return 0; }
+
+  // Before the stage's runtime is destroyed (streams it created), then after all of them.
+  virtual Status detach(int stage, pfRuntime_t runtime) = 0;
+  virtual void close() = 0;
+};
+
+std::unique_ptr<Transport> make_sim_transport();
+// CUDA transports; nullptr (and *why set) when built without CUDA or without enough GPUs.
+std::unique_ptr<Transport> make_emulated_transport(std::string* why);
+std::unique_ptr<Transport> make_nccl_transport(int stages, std::string* why);
+int cuda_gpu_count();  // 0 without CUDA
+
+}  // namespace engine
