@@ -191,6 +191,14 @@ pfResult_t Runtime::init(const RuntimeOptions& requested) {
       sim_world_ = sim_device->world_handle();
       // Before the world runs, the executor must have enqueued the fill work of every bubble
       // already begun, or the simulated run would not see it (and would not be deterministic).
+      //
+      // The messages are handled right here, on the thread that runs the world, rather than by
+      // the executor thread: the simulator breaks ties between operations at the same virtual
+      // time by enqueue order across all streams, so fill work enqueued by another thread at
+      // an arbitrary moment would make runs differ. Enqueued at this fixed point (after the
+      // main job's operations of this run, in hook registration order), same-seed runs are
+      // byte-identical.
+      inline_processing_ = true;
       sim_device->world().add_pre_run_hook(this, [this] { wait_for_executor(); });
       hook_registered_ = true;
     }
@@ -416,9 +424,37 @@ void Runtime::push_message(const BubbleMessage& m) {
 }
 
 void Runtime::wait_for_executor() {
+  if (inline_processing_) {
+    process_messages_inline();
+    return;
+  }
   std::unique_lock<std::mutex> lock(queue_mutex_);
   const uint64_t target = ring_tail_;
   processed_cv_.wait(lock, [&] { return processed_ >= target || stop_; });
+}
+
+void Runtime::process_messages_inline() {
+  std::lock_guard<std::mutex> work(mutex_);
+  std::vector<BubbleMessage> batch;
+  {
+    std::lock_guard<std::mutex> lock(queue_mutex_);
+    while (ring_head_ != ring_tail_) {
+      batch.push_back(ring_[ring_head_ % kQueueCapacity]);
+      ++ring_head_;
+    }
+  }
+  for (const BubbleMessage& m : batch) {
+    if (m.type == BubbleMessage::Type::Begin) {
+      handle_begin(m);
+    } else {
+      handle_end(m);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(queue_mutex_);
+    processed_ += batch.size();
+  }
+  processed_cv_.notify_all();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -433,7 +469,12 @@ void Runtime::executor_main() {
     batch.clear();
     {
       std::unique_lock<std::mutex> lock(queue_mutex_);
-      if (ring_head_ == ring_tail_ && !stop_) {
+      if (inline_processing_) {
+        // Simulated backend: messages are handled by the thread that runs the world (see
+        // process_messages_inline); this thread only polls completions.
+        if (!stop_) queue_cv_.wait_for(lock, kIdlePoll, [&] { return stop_; });
+        if (stop_) break;
+      } else if (ring_head_ == ring_tail_ && !stop_) {
         if (Clock::now() - last_work < kSpinAfterWork) {
           lock.unlock();
           while (ring_tail_atomic_.load(std::memory_order_acquire) == ring_head_ &&
@@ -448,8 +489,8 @@ void Runtime::executor_main() {
           executor_sleeping_.store(false, std::memory_order_release);
         }
       }
-      if (stop_ && ring_head_ == ring_tail_) break;
-      while (ring_head_ != ring_tail_) {
+      if (stop_ && (inline_processing_ || ring_head_ == ring_tail_)) break;
+      while (!inline_processing_ && ring_head_ != ring_tail_) {
         batch.push_back(ring_[ring_head_ % kQueueCapacity]);
         ++ring_head_;
       }

@@ -172,6 +172,7 @@ class Runtime {
 
   // executor side (mutex_ held)
   void push_message(const BubbleMessage& m);
+  void process_messages_inline();
   void executor_main();
   void handle_begin(const BubbleMessage& m);
   void handle_end(const BubbleMessage& m);
@@ -191,6 +192,7 @@ class Runtime {
   FillPartition partition_;
   pfSimWorld_t sim_world_ = nullptr;
   bool hook_registered_ = false;
+  bool inline_processing_ = false;  // sim: messages handled in the world's pre-run hook
   double launch_overhead_us_ = 0.0;
   Stream fill_stream_ = nullptr;
   std::vector<Event> bubble_begin_events_, bubble_end_events_;
