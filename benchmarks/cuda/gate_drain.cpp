@@ -1,0 +1,96 @@
+// How fast the main job gets its SMs back when a bubble ends, with fill blocks resident on the
+// fill SMs. One experiment per iteration (as in gpu-probes P3): fill blocks that each own an SM
+// (maximum shared memory, 20 µs items) start; the main stream runs a 2 ms "receive wait" kernel
+// (the bubble), closes the gate, then launches a full-width kernel whose blocks cannot share an
+// SM with a fill block. Reported per variant (medians):
+//   gate_latency_us      bubble end -> last fill block exit
+//   main_start_delay_us  bubble end -> last block of the main kernel started (owns every SM)
+// Variants: naive ungated fill on every SM (the baseline: blocks run their whole work),
+// gated fill on every SM, gated + grid cap (SMs - R), gated in the device's fill partition
+// (green context when the driver has it, else the grid cap again).
+#include "gpu_bench_common.hpp"
+
+namespace pipefill::cuda::bench {
+namespace {
+
+constexpr uint64_t kItemNs = 20'000;
+constexpr uint64_t kBubbleNs = 2'000'000;
+constexpr uint64_t kNaiveItemsPerBlock = 400;  // ~8 ms of work per block, like a long opaque kernel
+constexpr size_t kMainSmem = 48 * 1024;
+
+enum Variant { NaiveAllSms, GatedAllSms, GatedGridCap, GatedPartition };
+const char* kNames[] = {"naive_ungated_all_sms", "gated_all_sms", "gated_grid_cap", "gated_partition"};
+
+void BM_Drain(benchmark::State& state) {
+  GpuContext& g = gpu();
+  const auto variant = static_cast<Variant>(state.range(0));
+  const bool gated = variant != NaiveAllSms;
+  const int reserved = g.partition.total_sms - g.partition.fill_sms;
+  int grid = g.sms;
+  cudaStream_t fill_stream = g.plain_fill;
+  if (variant == GatedGridCap) grid = g.sms - reserved;
+  if (variant == GatedPartition) {
+    grid = g.partition.fill_sms;
+    fill_stream = static_cast<cudaStream_t>(g.fill);
+  }
+  uint64_t* bubble_end = g.stamps;
+  uint64_t* main_starts = g.stamps + 8;
+  uint64_t* fill_exits = g.stamps + 8 + g.sms;
+  std::vector<double> gate_latency, main_delay;
+  for (auto _ : state) {
+    g.reset_words();
+    pfSliceDesc_t slice{};
+    slice.bubble_id = gated ? 1 : ~uint64_t{0};  // naive: the gate never reads as closed
+    slice.total_items = gated ? (uint64_t{1} << 40) : kNaiveItemsPerBlock * static_cast<uint64_t>(grid);
+    slice.max_items = slice.total_items;
+    slice.max_blocks = grid;
+    slice.gate = g.gate();
+    slice.cursor = g.cursor();
+    slice.budget_counter = g.budget();
+    SpinItemsParams params;
+    params.item_ns = kItemNs;
+    params.dynamic_smem_bytes = g.fill_smem;
+    params.records.block_exit_ns = fill_exits;
+    int launched = 0;
+    BENCH_OK(launch_spin_items(slice, fill_stream, params, &launched));
+    BENCH_OK(launch_spin_and_stamp(g.main, kBubbleNs, bubble_end));
+    if (gated) BENCH_OK(g.device->write_word(g.main, g.gate(), 1));
+    BENCH_OK(launch_stamp_blocks(g.main, g.sms, 256, kMainSmem, 20'000, main_starts, nullptr));
+    BENCH_CUDA(cudaDeviceSynchronize());
+    const double end = static_cast<double>(g.read(bubble_end, 1)[0]);
+    const auto starts = g.read(main_starts, static_cast<size_t>(g.sms));
+    const auto exits = g.read(fill_exits, static_cast<size_t>(launched));
+    const double last_exit = static_cast<double>(*std::max_element(exits.begin(), exits.end()));
+    const double last_start = static_cast<double>(*std::max_element(starts.begin(), starts.end()));
+    gate_latency.push_back((last_exit - end) / 1000.0);
+    main_delay.push_back((last_start - end) / 1000.0);
+    state.SetIterationTime(std::max(0.0, last_start - end) / 1e9);
+  }
+  state.counters["gate_latency_us"] = median(gate_latency);
+  state.counters["main_start_delay_us"] = median(main_delay);
+  state.counters["fill_blocks"] = grid;
+  state.SetLabel(variant == GatedPartition ? g.partition.mode : kNames[variant]);
+  results()[std::string("gate_latency/") + kNames[variant]] = median(gate_latency);
+  results()[std::string("main_start_delay/") + kNames[variant]] = median(main_delay);
+}
+BENCHMARK(BM_Drain)
+    ->ArgName("variant")
+    ->DenseRange(NaiveAllSms, GatedPartition)
+    ->Iterations(10)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+void summary() {
+  print_ratio("gate close -> last fill exit (us)", "gate_latency/naive_ungated_all_sms", "gate_latency/gated_partition");
+  print_ratio("bubble end -> main owns all SMs (us)", "main_start_delay/naive_ungated_all_sms",
+              "main_start_delay/gated_partition");
+  print_ratio("main start: gate only vs gate+partition (us)", "main_start_delay/gated_all_sms",
+              "main_start_delay/gated_partition");
+  std::printf("partition: %s, %d fill SMs of %d (target: main owns its SMs <= 50 us after the bubble ends)\n",
+              gpu().partition.mode.c_str(), gpu().partition.fill_sms, gpu().partition.total_sms);
+}
+
+}  // namespace
+}  // namespace pipefill::cuda::bench
+
+PIPEFILL_GPU_BENCHMARK_MAIN(pipefill::cuda::bench::summary)
