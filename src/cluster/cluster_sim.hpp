@@ -1,0 +1,110 @@
+// Cluster simulator: one training job on TP*PP*DP GPUs whose pipeline bubbles are filled with
+// jobs from a shared queue. The bubble timeline is computed once per pipeline stage (every DP
+// replica and TP rank of a stage has the same schedule); the filling is simulated per GPU and
+// per iteration, so the cost is linear in GPUs x iterations. Placement and slicing go through
+// the core's choose_setup_config / plan_slice / schedule_order, like the runtime's executor.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cluster/model.hpp"
+#include "cluster/workload.hpp"
+#include "pipefill/pipefill.h"
+#include "schedule/schedule.hpp"
+
+namespace pipefill::cluster {
+
+struct FillOptions {
+  bool enabled = true;                // false: schedule-only baseline (no filling)
+  pfSchedulePolicy_t policy = pfPolicyFifo;
+  double efficiency = 0.85;           // fill throughput in a bubble vs a dedicated GPU
+  double margin_us = -1.0;            // < 0: the runtime's default (RuntimeOptions)
+  double margin_fraction = -1.0;      // < 0: the runtime's default
+  double prediction_quantile = -1.0;  // < 0: the runtime's default
+  int warmup_iterations = -1;         // iterations before filling starts; < 0: runtime min_samples
+  double launch_overhead_us = 10.0;   // per slice
+  double jitter = 0.0;                // actual bubble = nominal x (1 + jitter x U(-1, 1))
+  double min_bubble_us = 0.0;         // bubbles shorter than this are not filled
+  bool gated = true;                  // ticket kernels (gate stops at the bubble end) or opaque
+  bool fill_optimizer_bubble = true;  // also fill the all-reduce window
+};
+
+struct ClusterSimSpec {
+  TrainingSpec training;
+  FillOptions fill;
+  WorkloadSpec workload;
+  std::vector<FillJobType> job_types;
+  int iterations = 100;
+  int record_iteration = -1;          // iteration whose fill slices are recorded; -1: the last
+};
+
+// A fill slice of the recorded iteration on the first GPU of a stage (for plots and traces).
+struct FillSlice {
+  int stage = 0;
+  int bubble_index = 0;
+  double start_us = 0.0;
+  double busy_us = 0.0;     // launch overhead + items (may run past the bubble end: overrun)
+  int job_type = -1;
+  uint64_t job = 0;
+  uint64_t items = 0;
+};
+
+struct StageSummary {
+  int stage = 0;
+  int bubbles_per_iteration = 0;
+  double compute_us = 0.0;           // per iteration
+  double bubble_us = 0.0;            // pipeline bubbles per iteration (nominal)
+  double optimizer_bubble_us = 0.0;  // all-reduce window per iteration
+  double filled_share = 0.0;         // fill busy time / fillable bubble time, this stage's GPUs
+  size_t arena_bytes = 0;            // memory free through the whole iteration (for residents)
+  int peak_in_flight = 0;
+};
+
+struct ClusterResult {
+  // Shape.
+  int gpus = 0, tensor = 0, pipeline = 0, data = 0, microbatches = 0, chunks = 1, iterations = 0;
+  std::string schedule;
+  // Main job, per iteration (nominal, without fill-induced slowdown).
+  double iteration_us = 0.0;
+  double pipeline_us = 0.0;
+  double bubble_share = 0.0;        // Timeline::bubble_share(): pipeline bubbles / pipeline time
+  double bubble_ratio = 0.0;        // pipeline bubble time / compute time
+  double idle_share = 0.0;          // all bubbles incl. all-reduce window / iteration time
+  double main_busy_share = 0.0;     // compute time / iteration time, averaged over GPUs
+  double main_mfu = 0.0;            // model FLOPs / (GPUs x peak x iteration time)
+  // Filling (totals over all GPUs and iterations).
+  double fillable_bubble_us = 0.0;  // actual (jittered) durations of the bubbles considered
+  double filled_us = 0.0;           // fill busy time inside bubbles
+  double filled_share = 0.0;        // filled_us / fillable_bubble_us
+  double fill_work_dedicated_us = 0.0;  // useful fill work in dedicated-GPU time
+  double fill_gpu_equivalents = 0.0;    // fill_work_dedicated_us / (iterations x iteration_us)
+  double utilisation_gain = 0.0;    // fill_gpu_equivalents / (GPUs x main_busy_share)
+  double slowdown_fraction = 0.0;   // mean over iterations of max-over-GPUs overrun / iteration
+  double mean_gpu_overrun_fraction = 0.0;  // mean over GPUs and iterations of overrun / iteration
+  uint64_t slices = 0;
+  uint64_t overrun_slices = 0;
+  // Jobs.
+  uint64_t jobs_generated = 0, jobs_arrived = 0, jobs_started = 0, jobs_completed = 0, jobs_unplaceable = 0;
+  double completion_mean_s = 0.0, completion_p50_s = 0.0, completion_p95_s = 0.0;
+  double wait_mean_s = 0.0;         // arrival to start, started jobs
+  std::vector<uint64_t> completed_per_type;
+  std::vector<StageSummary> stages;
+  // One stage timeline (shared by every GPU of the stage) and the recorded fill slices.
+  schedule::Timeline timeline;
+  std::vector<FillSlice> recorded_slices;
+  int recorded_iteration = -1;
+  std::string note;                 // how GPUs were aggregated, stated in outputs
+};
+
+using ProgressFn = std::function<void(int iterations_done, int iterations_total)>;
+
+pfResult_t run_cluster_sim(const ClusterSimSpec& spec, ClusterResult* out, const ProgressFn& progress = {});
+
+// Sets parallel.data = gpus / (tensor x pipeline); fails naming the value when it does not divide.
+pfResult_t set_gpu_count(TrainingSpec* spec, int gpus);
+
+}  // namespace pipefill::cluster
