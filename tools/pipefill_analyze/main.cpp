@@ -90,9 +90,11 @@ int main(int argc, char** argv) {
   app.add_option("--item-memory-mb", item_memory_mb, "Bubble memory each running item needs, MiB")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--fill-stream", import_options.fill_streams,
-                 "Stream id whose kernels are fill work (repeatable)");
+                 "Stream id whose kernels are fill work (repeatable)")
+      ->allow_extra_args(false);
   app.add_option("--fill-name", import_options.fill_name_substrings,
-                 "Kernel-name substring marking fill work (repeatable; default: pipefill)");
+                 "Kernel-name substring marking fill work (repeatable; default: pipefill)")
+      ->allow_extra_args(false);
   app.add_option("--json", json_path, "Also write the full report (every bubble) as JSON ('-': stdout)");
   app.add_option("--max-classes", max_classes, "Bubble classes shown per device")
       ->capture_default_str();
@@ -102,7 +104,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int code = app.exit(e);  // prints help or the usage error
+    return code == 0 ? 0 : 2;
   }
 
   try {
