@@ -27,6 +27,10 @@ struct RuntimeOptions {
   uint64_t sim_seed = 1;
   int sim_sm_count = 132;
   size_t sim_memory_bytes = size_t{141} << 30;
+  // Simulated backend: handle bubble messages in the world's pre-run hook on the thread that
+  // runs the world (deterministic; the default) instead of on the executor thread. Not in
+  // pfConfig_t: only tests of the threaded executor turn it off.
+  bool sim_messages_in_hook = true;
 };
 
 // Resolves a (possibly NULL) pfConfig_t: unset fields from PIPEFILL_* env vars, then defaults.

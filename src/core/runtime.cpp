@@ -103,6 +103,10 @@ pfResult_t setup_allocate(void* context, size_t bytes, size_t alignment, void** 
 pfResult_t Runtime::create(const pfConfig_t* config, std::unique_ptr<Runtime>* out) {
   RuntimeOptions options;
   PF_TRY(resolve_config(config, &options));
+  return create(options, out);
+}
+
+pfResult_t Runtime::create(const RuntimeOptions& options, std::unique_ptr<Runtime>* out) {
   log::set_level(options.log_level);
   std::unique_ptr<Runtime> runtime(new Runtime());
   const pfResult_t result = runtime->init(options);
@@ -198,7 +202,7 @@ pfResult_t Runtime::init(const RuntimeOptions& requested) {
       // an arbitrary moment would make runs differ. Enqueued at this fixed point (after the
       // main job's operations of this run, in hook registration order), same-seed runs are
       // byte-identical.
-      inline_processing_ = true;
+      inline_processing_ = options_.sim_messages_in_hook;
       sim_device->world().add_pre_run_hook(this, [this] { wait_for_executor(); });
       hook_registered_ = true;
     }

@@ -96,6 +96,8 @@ class Runtime {
   static constexpr size_t kMaxTraceRecords = 1 << 20;
 
   static pfResult_t create(const pfConfig_t* config, std::unique_ptr<Runtime>* out);
+  // From already resolved options (C++ callers and tests).
+  static pfResult_t create(const RuntimeOptions& options, std::unique_ptr<Runtime>* out);
   ~Runtime();
   // pfErrorBusy while jobs are attached; otherwise stops the executor and frees everything.
   pfResult_t shutdown();
