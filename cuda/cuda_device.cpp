@@ -404,6 +404,15 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
     return pfSuccess;
   }
 
+  // ---- Calibration --------------------------------------------------------------------------
+  pfResult_t collect_activity(std::vector<ActivityRecord>* out) override {
+    if (out == nullptr) return fail(pfErrorInvalidArgument, "collect_activity: out is null");
+    if (!collector_)
+      return fail(pfErrorNotSupported,
+                  "collect_activity: calibration mode is off (PIPEFILL_CUPTI=1) or CUPTI could not start");
+    return collector_->flush(out);
+  }
+
   // ---- Clock --------------------------------------------------------------------------------
   double now_us() override {
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_).count();

@@ -14,7 +14,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "analysis/activity.hpp"
 #include "pipefill/pipefill.h"
 
 namespace pipefill {
@@ -93,6 +95,16 @@ class Device {
   // Device clock of the event timings, µs (CUDA: host steady clock aligned at creation;
   // simulated: virtual time).
   virtual double now_us() = 0;
+
+  // ---- Calibration (optional) ---------------------------------------------------------------
+  // Activity records (kernels, copies, memsets, memory) completed since the last call, appended
+  // to *out; meant to be called once per iteration, outside bubbles. CUDA: from the CUPTI
+  // collector in calibration mode (PIPEFILL_CUPTI=1 / enable_cupti). pfErrorNotSupported when
+  // the device collects none.
+  virtual pfResult_t collect_activity(std::vector<ActivityRecord>* out) {
+    (void)out;
+    return pfErrorNotSupported;
+  }
 };
 
 // Factories. make_cuda_device returns pfErrorNotSupported when built without CUDA and
