@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <atomic>
 #include <numeric>
+#include <thread>
 
 #include "common/error.hpp"
 #include "sim_test_support.hpp"
@@ -536,6 +538,46 @@ TEST(SimWorld, ManyKernelsRunQuickly) {
   // run once a has drained: 20000 x 1 µs + 20000 x 0.5 µs.
   EXPECT_DOUBLE_EQ(world->now(), 1.5 * kSteps);
   EXPECT_TRUE(world->activities(0).empty());
+}
+
+}  // namespace
+}  // namespace pipefill::sim
+
+namespace pipefill::sim {
+namespace {
+
+TEST(SimWorldThreads, EnqueueFromAnotherThreadWhileRunning) {
+  auto world = testing::make_world(1, 4);
+  void* producer_stream = testing::make_stream(*world, 0, 0);
+  void* consumer_stream = testing::make_stream(*world, 0, -1);
+  void* event = testing::make_event(*world);
+  constexpr int kKernels = 2000;
+  std::atomic<bool> producing{true};
+  std::thread producer([&] {
+    for (int i = 0; i < kKernels; ++i) {
+      EXPECT_EQ(world->launch_kernel(producer_stream, 1.0, 1), pfSuccess);
+      EXPECT_EQ(world->record_event(event, producer_stream), pfSuccess);
+      bool recorded = false;
+      bool done = false;
+      double time = 0.0;
+      EXPECT_EQ(world->event_state(event, &recorded, &done, &time), pfSuccess);
+    }
+    producing = false;
+  });
+  double horizon = 0.0;
+  while (producing.load()) {
+    horizon += 5.0;
+    EXPECT_EQ(world->run_until(horizon), pfSuccess);
+    EXPECT_EQ(world->launch_kernel(consumer_stream, 0.5, 1), pfSuccess);
+  }
+  producer.join();
+  ASSERT_EQ(world->synchronize_event(event), pfSuccess);
+  ASSERT_EQ(world->run_until_idle(), pfSuccess);
+  EXPECT_EQ(testing::records_of_stream(*world, 0, producer_stream).size(),
+            static_cast<size_t>(kKernels));
+  // Sequential 1 µs kernels on a stream that never waited for SMs: it ends at kKernels µs or
+  // later (later only if the producer was idle while the clock moved on).
+  EXPECT_GE(world->now(), static_cast<double>(kKernels));
 }
 
 }  // namespace
