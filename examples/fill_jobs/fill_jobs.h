@@ -79,6 +79,10 @@ pfResult_t fjJobGetProgress(fjJob_t job, fjProgress_t* progress);
 pfResult_t fjJobGetOutput(fjJob_t job, uint64_t item, float* out, size_t count);
 /* Training: loss of the current parameters on a fixed held-out batch. */
 pfResult_t fjJobEvaluationLoss(fjJob_t job, double* loss);
+/* Training: copies the current parameters (count = fjJobParameterCount) in the CPU reference's
+ * layout (w1, b1, w2, b2). CUDA: read back from device memory (outside bubbles). */
+pfResult_t fjJobGetParameters(fjJob_t job, float* out, size_t count);
+pfResult_t fjJobParameterCount(fjJob_t job, size_t* count);
 /* Modelled cost of one item (what the job tells the planner). */
 pfResult_t fjJobItemCost(fjJob_t job, double* item_cost_us);
 pfResult_t fjJobDestroy(fjJob_t job);

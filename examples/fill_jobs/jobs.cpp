@@ -420,6 +420,39 @@ pfResult_t fjJobEvaluationLoss(fjJob_t job, double* loss) {
   return pfSuccess;
 }
 
+pfResult_t fjJobParameterCount(fjJob_t job, size_t* count) {
+  t_last_error.clear();
+  if (!job || !count)
+    return fj_fail(pfErrorInvalidArgument, "fjJobParameterCount: %s is NULL", job ? "count" : "job");
+  if (job->params.kind != fjTraining)
+    return fj_fail(pfErrorInvalidArgument, "fjJobParameterCount: job kind %s is not training",
+                   fjKindName(job->params.kind));
+  *count = job->model.trainer_parameters.size();
+  return pfSuccess;
+}
+
+pfResult_t fjJobGetParameters(fjJob_t job, float* out, size_t count) {
+  t_last_error.clear();
+  if (!job || !out)
+    return fj_fail(pfErrorInvalidArgument, "fjJobGetParameters: %s is NULL", job ? "out" : "job");
+  if (job->params.kind != fjTraining)
+    return fj_fail(pfErrorInvalidArgument, "fjJobGetParameters: job kind %s is not training",
+                   fjKindName(job->params.kind));
+  std::vector<float> parameters;
+  if (job->gpu) {
+    const pfResult_t read = job->gpu->read_parameters(&parameters);
+    if (read != pfSuccess) return read;
+  } else {
+    std::lock_guard<std::mutex> lock(job->mutex);
+    parameters = job->trainer->parameters();
+  }
+  if (count != parameters.size())
+    return fj_fail(pfErrorInvalidArgument, "fjJobGetParameters: count %zu, the job has %zu",
+                   count, parameters.size());
+  std::copy(parameters.begin(), parameters.end(), out);
+  return pfSuccess;
+}
+
 pfResult_t fjJobItemCost(fjJob_t job, double* item_cost_us) {
   t_last_error.clear();
   if (!job || !item_cost_us)
