@@ -1,0 +1,115 @@
+// pipefill-sim configuration parsing: shipped configs load, bad values are named.
+#include "cluster/config_io.hpp"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.hpp"
+
+namespace pipefill::cluster {
+namespace {
+
+using nlohmann::json;
+
+const std::string kSource = PIPEFILL_SOURCE_DIR;
+
+json minimal() {
+  return json::parse(R"({
+    "model": {"layers": 8, "hidden": 512, "heads": 8, "sequence": 512, "vocabulary": 1000},
+    "parallelism": {"tensor": 2, "pipeline": 4, "gpus": 32, "micro_batch": 1, "global_batch": 32},
+    "schedule": "gpipe",
+    "fill": {"policy": "srpt", "jitter": 0.05, "jobs_file": "jobs.json"},
+    "workload": {"seed": 9, "mix": {"a": 2}},
+    "iterations": 12,
+    "sweep_gpus": [8, 16],
+    "sweep_schedules": ["1f1b", "zbh1"]
+  })");
+}
+
+std::string parse_error(const json& doc) {
+  SimConfig cfg;
+  EXPECT_EQ(parse_sim_config(doc, "/base", &cfg), pfErrorInvalidArgument);
+  return last_error_message();
+}
+
+TEST(Config, ParsesFieldsAndResolvesJobsFile) {
+  SimConfig cfg;
+  ASSERT_EQ(parse_sim_config(minimal(), "/base/configs", &cfg), pfSuccess) << last_error_message();
+  EXPECT_EQ(cfg.sim.training.model.layers, 8);
+  EXPECT_EQ(cfg.sim.training.parallel.data, 4);  // 32 / (2 * 4)
+  EXPECT_EQ(cfg.sim.training.schedule, schedule::ScheduleKind::GPipe);
+  EXPECT_EQ(cfg.sim.fill.policy, pfPolicyShortestRemaining);
+  EXPECT_DOUBLE_EQ(cfg.sim.fill.jitter, 0.05);
+  EXPECT_EQ(cfg.sim.workload.seed, 9u);
+  EXPECT_DOUBLE_EQ(cfg.sim.workload.mix.at("a"), 2.0);
+  EXPECT_EQ(cfg.sim.iterations, 12);
+  EXPECT_EQ(cfg.jobs_file, "/base/configs/jobs.json");
+  EXPECT_EQ(cfg.sweep_gpus, (std::vector<int>{8, 16}));
+  ASSERT_EQ(cfg.sweep_schedules.size(), 2u);
+  EXPECT_EQ(cfg.sweep_schedules[1], schedule::ScheduleKind::ZBH1);
+}
+
+TEST(Config, ErrorsNameFieldAndValue) {
+  json d = minimal();
+  d["model"]["layerz"] = 3;
+  EXPECT_NE(parse_error(d).find("unknown field 'model.layerz'"), std::string::npos);
+  d = minimal();
+  d["extra"] = 1;
+  EXPECT_NE(parse_error(d).find("unknown field 'extra'"), std::string::npos);
+  d = minimal();
+  d["model"]["hidden"] = "big";
+  EXPECT_NE(parse_error(d).find("model.hidden must be an integer, got \"big\""), std::string::npos);
+  d = minimal();
+  d["parallelism"]["pipeline"] = 0;
+  EXPECT_NE(parse_error(d).find("parallelism.pipeline must be in [1, "), std::string::npos);
+  d = minimal();
+  d["parallelism"]["gpus"] = 30;
+  EXPECT_NE(parse_error(d).find("GPU count 30 is not a multiple of tensor (2) x pipeline (4)"), std::string::npos);
+  d = minimal();
+  d["schedule"] = "2f2b";
+  EXPECT_NE(parse_error(d).find("schedule must be gpipe, 1f1b, interleaved or zbh1, got '2f2b'"), std::string::npos);
+  d = minimal();
+  d["fill"]["policy"] = "random";
+  EXPECT_NE(parse_error(d).find("fill.policy must be fifo, priority, srpt or fair, got 'random'"), std::string::npos);
+  d = minimal();
+  d["fill"]["efficiency"] = 1.5;
+  EXPECT_NE(parse_error(d).find("fill.efficiency must be in (0, 1], got 1.5"), std::string::npos);
+  d = minimal();
+  d["parallelism"]["recompute"] = "half";
+  EXPECT_NE(parse_error(d).find("parallelism.recompute must be none, selective or full, got 'half'"), std::string::npos);
+  d = minimal();
+  d["sweep_gpus"] = json::array({8, -16});
+  EXPECT_NE(parse_error(d).find("sweep_gpus[1] must be a positive integer, got -16"), std::string::npos);
+  d = minimal();
+  d["workload"]["mix"]["a"] = -1;
+  EXPECT_NE(parse_error(d).find("workload.mix.a must be a number >= 0, got -1"), std::string::npos);
+  d = minimal();
+  d["gpu"] = 5;
+  EXPECT_NE(parse_error(d).find("gpu must be an object, got 5"), std::string::npos);
+}
+
+TEST(Config, ShippedConfigsLoad) {
+  for (const char* name : {"llm40b_scale.json", "small_1f1b.json"}) {
+    SimConfig cfg;
+    ASSERT_EQ(load_sim_config(kSource + "/configs/" + name, &cfg), pfSuccess) << name << ": " << last_error_message();
+    EXPECT_FALSE(cfg.sim.job_types.empty()) << name;
+  }
+  SimConfig cfg;
+  EXPECT_EQ(load_sim_config(kSource + "/configs/no_such.json", &cfg), pfErrorIo);
+  EXPECT_NE(last_error_message().find("no_such.json"), std::string::npos);
+}
+
+TEST(Config, IntListParsing) {
+  std::vector<int> v;
+  ASSERT_EQ(parse_int_list("1024,2048,4096", "--sweep-gpus", &v), pfSuccess);
+  EXPECT_EQ(v, (std::vector<int>{1024, 2048, 4096}));
+  EXPECT_EQ(parse_int_list("1024,,8", "--sweep-gpus", &v), pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("--sweep-gpus: '' is not a positive integer (in '1024,,8')"), std::string::npos);
+  EXPECT_EQ(parse_int_list("12x", "--sweep-gpus", &v), pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("'12x'"), std::string::npos);
+  EXPECT_EQ(parse_int_list("0", "--sweep-gpus", &v), pfErrorInvalidArgument);
+}
+
+}  // namespace
+}  // namespace pipefill::cluster
