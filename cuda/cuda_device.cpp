@@ -57,6 +57,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
 
   pfResult_t init(const RuntimeOptions& options) {
     ordinal_ = options.device;
+    origin_ = std::chrono::steady_clock::now();  // the device clock's origin (CUPTI aligns to it)
     // CUPTI first: activity must be enabled before the work it should see.
     if (options.enable_cupti || env_flag("PIPEFILL_CUPTI")) {
       if (start_cupti_collector([this] { return now_us(); }, &collector_) != pfSuccess) {
@@ -431,7 +432,6 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
 
   // Records the first reference event and aligns it with the host clock.
   pfResult_t init_clock() {
-    origin_ = std::chrono::steady_clock::now();
     PF_CUDA_CHECK(cudaEventCreateWithFlags(&reference_event_, cudaEventDefault));
     PF_CUDA_CHECK(cudaEventRecord(reference_event_, control_stream_));
     PF_CUDA_CHECK(cudaEventSynchronize(reference_event_));

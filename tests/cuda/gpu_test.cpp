@@ -231,6 +231,14 @@ TEST_F(CudaGpu, FillBlocksStayWithinTheFillSms) {
   EXPECT_LE(static_cast<int>(distinct.size()), partition_.fill_sms);
 }
 
+TEST_F(CudaGpu, ActivityCollectionNeedsCalibrationMode) {
+  std::vector<ActivityRecord> records;
+  if (dynamic_cast<CudaDeviceExtras&>(*device_).activity_collector() != nullptr)
+    GTEST_SKIP() << "PIPEFILL_CUPTI=1 is set in the environment";
+  EXPECT_EQ(device_->collect_activity(&records), pfErrorNotSupported);
+  EXPECT_TRUE(records.empty());
+}
+
 TEST_F(CudaGpu, CuptiRecordsAgreeWithEvents) {
   std::unique_ptr<ActivityCollector> collector;
   if (start_cupti_collector([this] { return device_->now_us(); }, &collector) != pfSuccess)
