@@ -42,4 +42,8 @@ bool is_communication_kernel_name(const std::string& name) {
                      [&](std::string_view stem) { return contains_ignoring_case(name, stem); });
 }
 
+bool is_bubble_marker(const ActivityRecord& record) {
+  return record.kind == ActivityKind::Marker && record.name.rfind(kBubbleMarkerPrefix, 0) == 0;
+}
+
 }  // namespace pipefill

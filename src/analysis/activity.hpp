@@ -46,4 +46,9 @@ bool is_communication_kernel_name(const std::string& name);
 // Device id used for host-side records (CPU annotations such as ProfilerStep#N).
 inline constexpr int kHostDevice = -1;
 
+// A Marker whose name starts with this is a bubble PipeFill measured ("bubble <class key>", as
+// pfTraceWrite writes it): its interval is the bubble, the rest of the name its class.
+inline constexpr const char* kBubbleMarkerPrefix = "bubble ";
+bool is_bubble_marker(const ActivityRecord& record);
+
 }  // namespace pipefill

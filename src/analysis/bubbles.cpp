@@ -73,10 +73,25 @@ std::vector<int> devices_with_compute(const std::vector<ActivityRecord>& records
   return {devices.begin(), devices.end()};
 }
 
+std::vector<int> analysable_devices(const std::vector<ActivityRecord>& records) {
+  std::set<int> devices;
+  for (const ActivityRecord& r : records) {
+    if (r.device == kHostDevice) continue;
+    if (r.kind == ActivityKind::Kernel || is_bubble_marker(r)) devices.insert(r.device);
+  }
+  return {devices.begin(), devices.end()};
+}
+
 namespace {
+
+struct BubbleMarker {
+  Interval interval;
+  std::string class_key;
+};
 
 struct DeviceIntervals {
   std::vector<Interval> compute, comm, copy, fill;
+  std::vector<BubbleMarker> bubble_markers;
 };
 
 pfResult_t collect_intervals(const std::vector<ActivityRecord>& records, int device,
@@ -102,15 +117,23 @@ pfResult_t collect_intervals(const std::vector<ActivityRecord>& records, int dev
       case ActivityKind::Memset:
         target = &out->copy;
         break;
+      case ActivityKind::Marker:
+        if (!is_bubble_marker(r)) continue;  // iteration markers are read elsewhere
+        break;
       default:
-        continue;  // memory and markers are read elsewhere
+        continue;  // memory is read elsewhere
     }
     if (!std::isfinite(r.start_us) || !std::isfinite(r.end_us) || r.end_us < r.start_us) {
       return fail(pfErrorInvalidArgument,
                   "record {} ({} '{}' on device {}): start {} / end {} is not a valid interval",
                   i, activity_kind_name(r.kind), r.name, device, r.start_us, r.end_us);
     }
-    target->push_back({r.start_us, r.end_us});
+    if (target != nullptr) {
+      target->push_back({r.start_us, r.end_us});
+    } else {
+      out->bubble_markers.push_back(
+          {{r.start_us, r.end_us}, r.name.substr(std::string_view(kBubbleMarkerPrefix).size())});
+    }
   }
   return pfSuccess;
 }
@@ -125,21 +148,22 @@ double latest_end_inside(const std::vector<Interval>& merged, double start_us, d
   return it->end_us > start_us ? it->end_us : std::numeric_limits<double>::quiet_NaN();
 }
 
-std::vector<Bubble> find_bubbles(const DeviceIntervals& in, const std::vector<Interval>& compute,
-                                 double min_gap_us) {
-  const std::vector<Interval> comm = merge_intervals(in.comm);
-  const std::vector<Interval> copy = merge_intervals(in.copy);
-  const std::vector<Interval> fill = merge_intervals(in.fill);
-  std::vector<Interval> waking = comm;
-  waking.insert(waking.end(), copy.begin(), copy.end());
-  waking = merge_intervals(std::move(waking));
+// What ran during bubbles: unions of the device's non-compute activity.
+struct Surroundings {
+  std::vector<Interval> comm, copy, fill, waking;
 
-  std::vector<Bubble> bubbles;
-  for (size_t i = 1; i < compute.size(); ++i) {
+  explicit Surroundings(const DeviceIntervals& in)
+      : comm(merge_intervals(in.comm)), copy(merge_intervals(in.copy)),
+        fill(merge_intervals(in.fill)) {
+    waking = comm;
+    waking.insert(waking.end(), copy.begin(), copy.end());
+    waking = merge_intervals(std::move(waking));
+  }
+
+  Bubble measure(double start_us, double end_us) const {
     Bubble b;
-    b.start_us = compute[i - 1].end_us;
-    b.end_us = compute[i].start_us;
-    if (b.duration_us() < min_gap_us) continue;
+    b.start_us = start_us;
+    b.end_us = end_us;
     b.comm_us = covered_time(comm, b.start_us, b.end_us);
     b.copy_us = covered_time(copy, b.start_us, b.end_us);
     b.fill_us = covered_time(fill, b.start_us, b.end_us);
@@ -147,7 +171,18 @@ std::vector<Bubble> find_bubbles(const DeviceIntervals& in, const std::vector<In
              : b.comm_us > 0.0 ? BubbleKind::CommOnly
                                : BubbleKind::Idle;
     b.wake_us = latest_end_inside(waking, b.start_us, b.end_us);
-    bubbles.push_back(b);
+    return b;
+  }
+};
+
+std::vector<Bubble> find_bubbles(const Surroundings& around, const std::vector<Interval>& compute,
+                                 double min_gap_us) {
+  std::vector<Bubble> bubbles;
+  for (size_t i = 1; i < compute.size(); ++i) {
+    const double start = compute[i - 1].end_us;
+    const double end = compute[i].start_us;
+    if (end - start < min_gap_us) continue;
+    bubbles.push_back(around.measure(start, end));
   }
   return bubbles;
 }
@@ -225,6 +260,7 @@ void assign_bubbles(std::vector<Iteration>& iterations, std::vector<Bubble>& bub
 }
 
 std::vector<BubbleClass> build_classes(const std::vector<Bubble>& bubbles, size_t iterations,
+                                       const std::vector<std::string>& labels,
                                        const AnalysisOptions& options) {
   int class_count = 0;
   for (const Bubble& b : bubbles) class_count = std::max(class_count, b.class_index + 1);
@@ -236,10 +272,13 @@ std::vector<BubbleClass> build_classes(const std::vector<Bubble>& bubbles, size_
   for (int k = 0; k < class_count; ++k) {
     BubbleClass c;
     c.index = k;
+    c.label = static_cast<size_t>(k) < labels.size() ? labels[static_cast<size_t>(k)]
+                                                     : fmt::format("#{}", k);
     std::vector<double> durations, offsets;
     for (const Bubble* b : members[static_cast<size_t>(k)]) {
       durations.push_back(b->duration_us());
       offsets.push_back(b->offset_us);
+      c.fill_us += b->fill_us;
       switch (b->kind) {
         case BubbleKind::Idle: ++c.idle; break;
         case BubbleKind::CommOnly: ++c.comm_only; break;
@@ -287,21 +326,41 @@ pfResult_t analyze_device(const std::vector<ActivityRecord>& records, int device
   a.device = device;
   DeviceIntervals intervals;
   PF_TRY(collect_intervals(records, device, &intervals, &a));
-  if (intervals.compute.empty()) {
-    return fail(pfErrorInvalidArgument,
-                "device {} has no compute kernels in the trace (devices with kernels: [{}])",
-                device, fmt::join(devices_with_compute(records), ", "));
-  }
-
+  const Surroundings around(intervals);
   const std::vector<Interval> compute = merge_intervals(intervals.compute);
-  if (compute.empty()) {  // only zero-length kernels
+  // Explicit bubbles: class key of each bubble (same order as a.bubbles).
+  std::vector<std::string> bubble_keys;
+  if (!compute.empty()) {
+    a.span_start_us = compute.front().start_us;
+    a.span_end_us = compute.back().end_us;
+    for (const Interval& i : compute) a.compute_busy_us += i.end_us - i.start_us;
+    a.bubbles = find_bubbles(around, compute, options.min_gap_us);
+  } else if (!intervals.bubble_markers.empty()) {
+    // A PipeFill trace: no main-job kernels, but the bubbles PipeFill measured.
+    a.explicit_bubbles = true;
+    std::vector<BubbleMarker>& markers = intervals.bubble_markers;
+    std::stable_sort(markers.begin(), markers.end(), [](const BubbleMarker& x, const BubbleMarker& y) {
+      return x.interval.start_us < y.interval.start_us;
+    });
+    a.span_start_us = markers.front().interval.start_us;
+    for (const BubbleMarker& m : markers) {
+      a.span_end_us = std::max(a.span_end_us, m.interval.end_us);
+      a.bubbles.push_back(around.measure(m.interval.start_us, m.interval.end_us));
+      bubble_keys.push_back(m.class_key);
+    }
+    a.notes.push_back(fmt::format(
+        "device {}: no main-job kernels; the {} bubbles are PipeFill's bubble markers, classes "
+        "their class keys, and shares are of the time from the first to the last bubble",
+        device, markers.size()));
+  } else if (intervals.compute.empty()) {
+    return fail(pfErrorInvalidArgument,
+                "device {} has no compute kernels and no PipeFill bubble markers in the trace "
+                "(devices with kernels: [{}])",
+                device, fmt::join(devices_with_compute(records), ", "));
+  } else {
     return fail(pfErrorInvalidArgument, "device {}: every compute kernel has zero duration", device);
   }
-  a.span_start_us = compute.front().start_us;
-  a.span_end_us = compute.back().end_us;
-  for (const Interval& i : compute) a.compute_busy_us += i.end_us - i.start_us;
 
-  a.bubbles = find_bubbles(intervals, compute, options.min_gap_us);
   std::vector<double> delays;
   for (const Bubble& b : a.bubbles) {
     a.bubble_us += b.duration_us();
@@ -363,6 +422,19 @@ pfResult_t analyze_device(const std::vector<ActivityRecord>& records, int device
     }
   }
   assign_bubbles(a.iterations, a.bubbles);
+  std::vector<std::string> class_labels;
+  if (a.explicit_bubbles) {
+    // Classes are PipeFill's class keys, numbered in order of first appearance.
+    std::map<std::string, int> index_of_key;
+    for (size_t i = 0; i < a.bubbles.size(); ++i) {
+      Bubble& b = a.bubbles[i];
+      if (b.iteration < 0) continue;
+      const auto [it, inserted] =
+          index_of_key.try_emplace(bubble_keys[i], static_cast<int>(class_labels.size()));
+      if (inserted) class_labels.push_back(bubble_keys[i]);
+      b.class_index = it->second;
+    }
+  }
 
   double iteration_time = 0.0;
   double bubbles_in_iterations = 0.0;
@@ -377,7 +449,7 @@ pfResult_t analyze_device(const std::vector<ActivityRecord>& records, int device
   a.mean_iteration_us = iteration_time / n;
   a.bubble_us_per_iteration = bubbles_in_iterations / n;
   a.iteration_bubble_share = iteration_time > 0.0 ? bubbles_in_iterations / iteration_time : 0.0;
-  if (fewest != most) {
+  if (fewest != most && !a.explicit_bubbles) {
     a.notes.push_back(fmt::format(
         "device {}: iterations have {} to {} bubbles; classes above {} occur in some iterations "
         "only (consider --min-gap-us)",
@@ -406,7 +478,9 @@ pfResult_t analyze_device(const std::vector<ActivityRecord>& records, int device
     }
   }
 
-  a.classes = build_classes(a.bubbles, a.iterations.size(), options);
+  a.classes = build_classes(a.bubbles, a.iterations.size(), class_labels, options);
+  for (const Interval& i : around.fill) a.fill_busy_us += i.end_us - i.start_us;
+  a.fill_outside_bubbles_us = std::max(0.0, a.fill_busy_us - a.fill_in_bubbles_us);
 
   // What filling would give.
   FillEstimate& f = a.fill;

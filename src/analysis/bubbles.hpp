@@ -83,12 +83,14 @@ struct Iteration {
 
 struct BubbleClass {
   int index = 0;          // k
+  std::string label;      // "#k", or the class key of PipeFill bubble markers
   Summary duration;       // over the iterations that have a k-th bubble
   Summary offset;         // start relative to the iteration start
   size_t idle = 0;        // occurrences by kind
   size_t comm_only = 0;
   size_t copy = 0;
   MemoryRange memory;     // in use during any occurrence
+  double fill_us = 0.0;   // fill kernels' coverage of its occurrences (a filled trace)
   int64_t free_bytes = -1;  // device memory - peak in use; -1 when either is unknown
   double occurrence = 0.0;  // occurrences per iteration
   double predicted_us = 0.0;  // nearest-rank quantile of the duration (the runtime's view)
@@ -109,6 +111,9 @@ struct FillEstimate {
 
 struct DeviceAnalysis {
   int device = 0;
+  // true: the device has no compute kernels but PipeFill bubble markers (a pfTraceWrite trace);
+  // the markers are the bubbles, classes are their class keys, span = first to last bubble.
+  bool explicit_bubbles = false;
   double span_start_us = 0.0;  // first compute kernel start
   double span_end_us = 0.0;    // last compute kernel end
   double span_us() const { return span_end_us - span_start_us; }
@@ -121,6 +126,8 @@ struct DeviceAnalysis {
   double comm_only_bubble_us = 0.0;
   double copy_bubble_us = 0.0;
   double fill_in_bubbles_us = 0.0;  // fill kernels' coverage of the bubbles
+  double fill_busy_us = 0.0;        // union of fill kernels over the whole trace
+  double fill_outside_bubbles_us = 0.0;  // fill running while the main job computes (overrun)
   double bubble_share = 0.0;        // bubble_us / span_us
   Summary start_delay;              // end_us - wake_us over bubbles with a wake
 
@@ -143,9 +150,12 @@ struct DeviceAnalysis {
 
 // Devices that ran at least one compute kernel, ascending.
 std::vector<int> devices_with_compute(const std::vector<ActivityRecord>& records);
+// Devices analyse_device accepts: with compute kernels or PipeFill bubble markers, ascending.
+std::vector<int> analysable_devices(const std::vector<ActivityRecord>& records);
 
 // Analyses one device. pfErrorInvalidArgument for bad options, a record with end < start (named
-// by index), a device without compute kernels, or a required marker that is not there.
+// by index), a device without compute kernels or bubble markers, or a required marker that is
+// not there.
 pfResult_t analyze_device(const std::vector<ActivityRecord>& records, int device,
                           const AnalysisOptions& options, DeviceAnalysis* out);
 

@@ -53,8 +53,11 @@ void format_device(std::string& s, const DeviceAnalysis& d, const AnalysisOption
                    o.min_gap_us, d.bubbles.size(), ms(d.bubble_us), pct(d.bubble_share),
                    ms(d.idle_bubble_us), ms(d.comm_only_bubble_us), ms(d.copy_bubble_us));
   if (d.fill_kernels > 0) {
-    s += fmt::format("  fill kernels cover {} ms = {} of the bubbles\n", ms(d.fill_in_bubbles_us),
-                     pct(d.bubble_us > 0 ? d.fill_in_bubbles_us / d.bubble_us : 0.0));
+    s += fmt::format("  fill kernels cover {} ms = {} of the bubbles; {} ms of fill ran outside "
+                     "bubbles (overrun or alongside main-job compute)\n",
+                     ms(d.fill_in_bubbles_us),
+                     pct(d.bubble_us > 0 ? d.fill_in_bubbles_us / d.bubble_us : 0.0),
+                     ms(d.fill_outside_bubbles_us));
   }
   s += fmt::format("  iterations: {} ({}), mean {} ms, bubbles {} ms per iteration = {}\n",
                    d.iterations.size(), iteration_source_name(d.iteration_source),
@@ -81,20 +84,21 @@ void format_device(std::string& s, const DeviceAnalysis& d, const AnalysisOption
                      pct(f.dedicated_gpu_share));
   }
   if (!d.classes.empty()) {
-    s += fmt::format("  {:>5} {:>6} {:<10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} "
-                     "{:>8}\n",
+    s += fmt::format("  {:>8} {:>6} {:<10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} "
+                     "{:>8} {:>7}\n",
                      "class", "count", "kind", "offset_ms", "mean_us", "p10_us", "p50_us", "p90_us",
-                     "usable_us", "mem_gib", "free_gib", "items");
+                     "usable_us", "mem_gib", "free_gib", "items", "filled");
     for (size_t i = 0; i < d.classes.size() && i < max_class_rows; ++i) {
       const BubbleClass& c = d.classes[i];
       s += fmt::format(
-          "  {:>5} {:>6} {:<10} {:>10} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>9} "
-          "{:>9} {:>8}\n",
-          c.index, c.duration.count, class_kind(c), ms(c.offset.mean), c.duration.mean,
+          "  {:>8} {:>6} {:<10} {:>10} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.1f} {:>9} "
+          "{:>9} {:>8} {:>7}\n",
+          c.label, c.duration.count, class_kind(c), ms(c.offset.mean), c.duration.mean,
           c.duration.p10, c.duration.p50, c.duration.p90, c.usable_us,
           c.memory.known ? gib(c.memory.max_bytes) : "-",
           c.free_bytes >= 0 ? gib(c.free_bytes) : "-",
-          f.items_estimated ? fmt::format("{:.0f}", c.items_per_occurrence) : "-");
+          f.items_estimated ? fmt::format("{:.0f}", c.items_per_occurrence) : "-",
+          c.duration.sum > 0.0 && d.fill_kernels > 0 ? pct(c.fill_us / c.duration.sum) : "-");
     }
     if (d.classes.size() > max_class_rows) {
       s += fmt::format("  ... {} more classes (see --json)\n", d.classes.size() - max_class_rows);
@@ -139,7 +143,8 @@ pfResult_t build_report(const std::string& source, const std::vector<ActivityRec
                         const AnalysisOptions& options, TraceReport* out) {
   if (out == nullptr) return fail(pfErrorInvalidArgument, "build_report: out is null");
   if (devices.empty()) {
-    return fail(pfErrorInvalidArgument, "{}: no device with compute kernels to analyse", source);
+    return fail(pfErrorInvalidArgument,
+                "{}: no device with compute kernels or PipeFill bubble markers to analyse", source);
   }
   TraceReport report;
   report.source = source;
@@ -212,6 +217,7 @@ json report_to_json(const TraceReport& report) {
   for (const DeviceAnalysis& d : report.devices) {
     json j;
     j["device"] = d.device;
+    j["explicit_bubbles"] = d.explicit_bubbles;
     j["span_start_us"] = d.span_start_us;
     j["span_end_us"] = d.span_end_us;
     j["compute_kernels"] = d.compute_kernels;
@@ -223,6 +229,8 @@ json report_to_json(const TraceReport& report) {
     j["comm_only_bubble_us"] = d.comm_only_bubble_us;
     j["copy_bubble_us"] = d.copy_bubble_us;
     j["fill_in_bubbles_us"] = d.fill_in_bubbles_us;
+    j["fill_busy_us"] = d.fill_busy_us;
+    j["fill_outside_bubbles_us"] = d.fill_outside_bubbles_us;
     j["bubble_share"] = d.bubble_share;
     j["start_delay_us"] = summary_json(d.start_delay);
     j["iteration_source"] = iteration_source_name(d.iteration_source);
@@ -238,6 +246,8 @@ json report_to_json(const TraceReport& report) {
     json classes = json::array();
     for (const BubbleClass& c : d.classes) {
       classes.push_back({{"index", c.index},
+                         {"label", c.label},
+                         {"fill_us", c.fill_us},
                          {"duration_us", summary_json(c.duration)},
                          {"offset_us", summary_json(c.offset)},
                          {"idle", c.idle},

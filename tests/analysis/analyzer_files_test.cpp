@@ -185,3 +185,71 @@ TEST(AnalyzerOnFiles, ReportNeedsADeviceWithKernels) {
 
 }  // namespace
 }  // namespace pipefill::analysis
+
+namespace pipefill::analysis {
+namespace {
+
+// What pfTraceWrite writes (src/core/runtime.cpp): bubbles (cat "bubble", name "bubble <class
+// key>") and fill slices (cat "fill") of stage 2; no main-job kernels.
+constexpr const char* kPipeFillTrace = R"json({"traceEvents":[
+{"name":"process_name","ph":"M","pid":2,"tid":0,"args":{"name":"PipeFill stage 2"}},
+{"name":"bubble #0","cat":"bubble","ph":"X","pid":2,"tid":1,"ts":100.000,"dur":200.000,"args":{"id":1,"iteration":0,"kind":"warmup","predicted_us":0.000,"slices":1}},
+{"name":"predicted bubble us","ph":"C","pid":2,"tid":1,"ts":100.000,"args":{"#0":200.000}},
+{"name":"bubble opt","cat":"bubble","ph":"X","pid":2,"tid":1,"ts":500.000,"dur":100.000,"args":{"id":2,"iteration":0,"kind":"optimizer","predicted_us":0.000,"slices":1}},
+{"name":"bubble #0","cat":"bubble","ph":"X","pid":2,"tid":1,"ts":1100.000,"dur":300.000,"args":{"id":3,"iteration":1,"kind":"warmup","predicted_us":200.000,"slices":1}},
+{"name":"infer","cat":"fill","ph":"X","pid":2,"tid":2,"ts":110.000,"dur":180.000,"args":{"bubble":1,"items":18,"config":0}},
+{"name":"infer","cat":"fill","ph":"X","pid":2,"tid":2,"ts":1100.000,"dur":310.000,"args":{"bubble":3,"items":31,"config":0}}
+],"displayTimeUnit":"ms","otherData":{"truncated":false}})json";
+
+TEST(AnalyzerOnPipeFillTrace, BubbleMarkersAreTheBubblesAndClassKeysTheClasses) {
+  ImportedTrace t;
+  ASSERT_EQ(import_chrome_trace(kPipeFillTrace, "pf.json", ImportOptions{}, &t), pfSuccess)
+      << last_error_message();
+  EXPECT_EQ(t.records.size(), 5u);  // 3 bubbles + 2 slices; metadata and counter skipped
+  EXPECT_TRUE(devices_with_compute(t.records).empty());
+  EXPECT_EQ(analysable_devices(t.records), std::vector<int>{2});
+
+  DeviceAnalysis a;
+  ASSERT_EQ(analyze_device(t.records, 2, AnalysisOptions{}, &a), pfSuccess) << last_error_message();
+  EXPECT_TRUE(a.explicit_bubbles);
+  ASSERT_EQ(a.bubbles.size(), 3u);  // no minimum gap: these are measured bubbles
+  EXPECT_DOUBLE_EQ(a.span_start_us, 100);
+  EXPECT_DOUBLE_EQ(a.span_end_us, 1400);
+  EXPECT_DOUBLE_EQ(a.bubble_us, 600);
+  EXPECT_DOUBLE_EQ(a.fill_in_bubbles_us, 180 + 300);
+  EXPECT_DOUBLE_EQ(a.fill_busy_us, 490);
+  EXPECT_DOUBLE_EQ(a.fill_outside_bubbles_us, 10);  // the second slice's overrun
+  ASSERT_EQ(a.classes.size(), 2u);
+  EXPECT_EQ(a.classes[0].label, "#0");
+  EXPECT_EQ(a.classes[0].duration.count, 2u);
+  EXPECT_DOUBLE_EQ(a.classes[0].duration.mean, 250);
+  EXPECT_DOUBLE_EQ(a.classes[0].fill_us, 480);
+  EXPECT_EQ(a.classes[1].label, "opt");
+  EXPECT_DOUBLE_EQ(a.classes[1].fill_us, 0);
+  ASSERT_EQ(a.notes.size(), 1u);
+  EXPECT_NE(a.notes[0].find("PipeFill's bubble markers"), std::string::npos) << a.notes[0];
+
+  // With a period the classes stay keyed by name.
+  AnalysisOptions o;
+  o.iteration_period_us = 1000;
+  ASSERT_EQ(analyze_device(t.records, 2, o, &a), pfSuccess);
+  ASSERT_EQ(a.iterations.size(), 2u);
+  EXPECT_EQ(a.classes.size(), 2u);
+  EXPECT_DOUBLE_EQ(a.classes[0].occurrence, 1.0);
+  EXPECT_DOUBLE_EQ(a.classes[1].occurrence, 0.5);
+  EXPECT_DOUBLE_EQ(a.bubbles[2].offset_us, 0);  // iteration 1 starts at 1100
+
+  TraceReport report;
+  ASSERT_EQ(build_report("pf.json", t.records, "", nullptr, analysable_devices(t.records),
+                         AnalysisOptions{}, &report),
+            pfSuccess);
+  const std::string text = format_report(report);
+  EXPECT_NE(text.find("fill kernels cover 0.480 ms = 80.0% of the bubbles; 0.010 ms of fill ran "
+                      "outside bubbles"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("      #0      2 idle"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace pipefill::analysis

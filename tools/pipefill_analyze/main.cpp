@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
       }
     }
     const std::vector<int> devices =
-        device ? std::vector<int>{*device} : devices_with_compute(trace.records);
+        device ? std::vector<int>{*device} : analysable_devices(trace.records);
     TraceReport report;
     const pfResult_t r = build_report(trace_path, trace.records, baseline_path,
                                       baseline_path.empty() ? nullptr : &baseline.records,
