@@ -74,20 +74,21 @@ std::string xml_escape(const std::string& s) {
 }  // namespace
 
 std::string summary_table(const std::vector<RunRecord>& runs) {
-  std::string out = fmt::format("{:>6} {:>3} {:>3} {:>4} {:>4} {:<12} {:>9} {:>8} {:>7} {:>8} {:>9} {:>8} {:>9} {:>8}\n",
-                                "GPUs", "TP", "PP", "DP", "m", "schedule", "iter ms", "bubble%", "idle%", "filled%",
-                                "fill GPUs", "gain%", "slowdown%", "jobs");
+  std::string out = fmt::format("{:>6} {:>3} {:>3} {:>4} {:>4} {:<16} {:>8} {:>8} {:>6} {:>6} {:>8} {:>6} {:>7} {:>9} {:>6}\n",
+                                "GPUs", "TP", "PP", "DP", "m", "schedule", "iter ms", "bubble%", "idle%", "main%",
+                                "filled%", "+fill%", "gain%", "slowdown%", "jobs");
   for (const auto& run : runs) {
     if (!run.ok) {
-      out += fmt::format("{:>6} {:>3} {:>3} {:>4} {:>4} {:<12} n/a: {}\n", run.gpus, "", "", "", "", run.schedule, run.error);
+      out += fmt::format("{:>6} {:>3} {:>3} {:>4} {:>4} {:<16} n/a: {}\n", run.gpus, "", "", "", "", run.schedule, run.error);
       continue;
     }
     const ClusterResult& r = run.result;
-    out += fmt::format("{:>6} {:>3} {:>3} {:>4} {:>4} {:<12} {:>9.1f} {:>8.2f} {:>7.2f} {:>8.2f} {:>9.1f} {:>8.2f} {:>9.3f} {:>8}\n",
+    out += fmt::format("{:>6} {:>3} {:>3} {:>4} {:>4} {:<16} {:>8.1f} {:>8.2f} {:>6.2f} {:>6.2f} {:>8.2f} {:>6.2f} {:>7.2f} {:>9.3f} {:>6}\n",
                        r.gpus, r.tensor, r.pipeline, r.data, r.microbatches,
                        r.chunks > 1 ? fmt::format("{}(v={})", r.schedule, r.chunks) : r.schedule,
-                       r.iteration_us / 1e3, 100 * r.bubble_share, 100 * r.idle_share, 100 * r.filled_share,
-                       r.fill_gpu_equivalents, 100 * r.utilisation_gain, 100 * r.slowdown_fraction, r.jobs_completed);
+                       r.iteration_us / 1e3, 100 * r.bubble_share, 100 * r.idle_share, 100 * r.main_busy_share,
+                       100 * r.filled_share, 100 * r.fill_gpu_equivalents / r.gpus, 100 * r.utilisation_gain,
+                       100 * r.slowdown_fraction, r.jobs_completed);
   }
   return out;
 }

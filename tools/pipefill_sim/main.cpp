@@ -165,9 +165,9 @@ int main(int argc, char** argv) {
     if (last_ok != nullptr) {
       const ClusterResult& r = last_ok->result;
       std::printf("\n%d iterations per run; bubble%% = pipeline bubbles / pipeline time; idle%% adds the all-reduce "
-                  "window; filled%% = fill busy time / fillable bubble time; fill GPUs = useful fill work in "
-                  "dedicated-GPU equivalents; gain%% = fill GPUs / (GPUs x main busy share); slowdown%% = modelled "
-                  "gate overrun (max over GPUs) / iteration.\n%s.\nSimulated in %.2f s.\n",
+                  "window; main%% = training compute / GPU time; filled%% = fill busy time / fillable bubble time; "
+                  "+fill%% = useful fill work in dedicated-GPU time / GPU time; gain%% = +fill / main (relative "
+                  "utilisation gain); slowdown%% = modelled gate overrun (max over GPUs) / iteration.\n%s.\nSimulated in %.2f s.\n",
                   r.iterations, r.note.c_str(), seconds);
     }
   }
