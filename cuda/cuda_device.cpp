@@ -190,12 +190,14 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
 
   pfResult_t record_event(Event event, Stream stream) override {
     if (event == nullptr) return fail(pfErrorInvalidArgument, "record_event: event is null");
+    PF_TRY(bind());
     PF_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
     return pfSuccess;
   }
 
   pfResult_t stream_wait_event(Stream stream, Event event) override {
     if (event == nullptr) return fail(pfErrorInvalidArgument, "stream_wait_event: event is null");
+    PF_TRY(bind());
     PF_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
     return pfSuccess;
   }
@@ -287,6 +289,9 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
 
   pfResult_t write_word(Stream stream, uint64_t* word, uint64_t value) override {
     if (word == nullptr) return fail(pfErrorInvalidArgument, "write_word: word is null");
+    // Also makes this device current on the calling thread (the executor thread's launch
+    // callbacks follow a budget write and launch kernels on this device).
+    PF_TRY(bind());
     if (gate_mode_ == GateWriteMode::StreamWriteValue) {
       PF_DRIVER_CHECK(driver_api().stream_write_value64(static_cast<CUstream>(stream),
                                                         reinterpret_cast<CUdeviceptr>(word), value,
@@ -304,6 +309,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
     if (word == nullptr || host == nullptr)
       return fail(pfErrorInvalidArgument, "copy_word_to_host: null word ({}) or host ({}) pointer",
                   static_cast<const void*>(word), static_cast<void*>(host));
+    PF_TRY(bind());
     PF_CUDA_CHECK(cudaMemcpyAsync(host, word, sizeof(uint64_t), cudaMemcpyDeviceToHost,
                                   static_cast<cudaStream_t>(stream)));
     return pfSuccess;
@@ -380,6 +386,10 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
       }
     }
     PF_TRY(bind());
+    if (green_context_ != nullptr) {  // re-partitioning before any fill stream exists
+      PF_DRIVER_CHECK(driver_api().green_ctx_destroy(green_context_));
+      green_context_ = nullptr;
+    }
     FillPartition partition;
     partition.total_sms = sm_count_;
     std::string why_not;
@@ -420,6 +430,8 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   }
 
  private:
+  // Makes this device current on the calling thread (cheap when it already is). The API and
+  // executor threads may call in with another device current.
   pfResult_t bind() {
     PF_CUDA_CHECK(cudaSetDevice(ordinal_));
     return pfSuccess;
