@@ -160,6 +160,7 @@ class Engine {
         result->host_begin_end_ns = now.host_begin_end_ns;
       }
       if (mode_ == FillMode::Naive) r.items = transport_.naive_items_done() - naive_before;
+      for (double d : transport_.take_resume_delays_us()) result->resume_delays_us.push_back(d);
       result->iterations.push_back(r);
     }
     result->naive_items = transport_.naive_items_done();
@@ -263,7 +264,7 @@ class Engine {
       }
       case InstrType::BubbleEnd:
         ENGINE_PF(pfBubbleEnd(st.runtime, stream));
-        return {};
+        return transport_.bubble_ended(st.index);
       default:
         return transport_.execute(st.index, in);
     }

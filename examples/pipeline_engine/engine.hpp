@@ -54,6 +54,8 @@ struct RunResult {
   double max_overrun_us = 0.0;
   double host_begin_end_ns = 0.0;
   uint64_t naive_items = 0;
+  // Per bubble: its end to the start of the stage's next main-job kernel (sim transport).
+  std::vector<double> resume_delays_us;
 };
 
 // Resolves the fill-kind name to fjKind_t (-1 for "none", -2 when unknown).

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -19,6 +20,19 @@ double mean_from(const std::vector<double>& v, size_t first) {
   size_t n = 0;
   for (size_t i = first; i < v.size(); ++i, ++n) sum += v[i];
   return n ? sum / n : 0.0;
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t rank = static_cast<size_t>(std::ceil(q * v.size()));
+  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+std::string delays(const RunResult& r) {
+  return fmt::format("p50 {:.2f} us, p99 {:.2f} us, max {:.2f} us over {} bubbles",
+                     percentile(r.resume_delays_us, 0.5), percentile(r.resume_delays_us, 0.99),
+                     percentile(r.resume_delays_us, 1.0), r.resume_delays_us.size());
 }
 
 int fail(const Status& status) {
@@ -156,6 +170,13 @@ int main(int argc, char** argv) {
   if (fill_on) {
     std::printf("max overrun past a bubble end: %.1f us; host cost of BubbleBegin+End: %.0f ns\n",
                 filled.max_overrun_us, filled.host_begin_end_ns);
+    // Exact only without jitter and interference (kernel start = end - nominal duration).
+    if (!filled.resume_delays_us.empty() && o.jitter == 0.0 && o.interference == 0.0) {
+      std::printf("bubble end -> next main kernel start, no fill: %s\n", delays(base).c_str());
+      std::printf("bubble end -> next main kernel start, PipeFill: %s\n", delays(filled).c_str());
+      if (naive)
+        std::printf("bubble end -> next main kernel start, naive: %s\n", delays(naive_run).c_str());
+    }
     uint64_t runtime_items = 0, job_items = 0, duplicates = 0, out_of_order = 0;
     for (const StageFillSummary& s : filled.stages) {
       runtime_items += s.items_completed;

@@ -47,6 +47,15 @@ class SimTransport final : public Transport {
       for (pfSimEvent_t* e : {&st.recv_done, &st.begin, &st.end, &st.arrive, &st.naive_start})
         ENGINE_PF(pfSimEventCreate(world_, e));
     }
+    for (size_t st = 0; st < stages_.size(); ++st) {
+      const int bubbles = programs.bubbles_per_stage[st];
+      for (int b = 0; b < bubbles; ++b) {
+        ResumeProbe probe;
+        ENGINE_PF(pfSimEventCreate(world_, &probe.bubble_end));
+        ENGINE_PF(pfSimEventCreate(world_, &probe.kernel_end));
+        stages_[st].probes.push_back(probe);
+      }
+    }
     // One event per message of an iteration, created up front (reused every iteration: all of
     // an iteration's waits are enqueued before the next iteration's records).
     for (const auto& prog : programs.stages) {
@@ -99,8 +108,10 @@ class SimTransport final : public Transport {
       case InstrType::Backward: {
         const double us = in.type == InstrType::Forward ? costs_.forward_layer_us
                                                         : costs_.backward_layer_us;
-        for (int layer = 0; layer < costs_.layers_per_chunk; ++layer)
+        for (int layer = 0; layer < costs_.layers_per_chunk; ++layer) {
           ENGINE_PF(pfSimLaunchKernel(st.main, us, compute_sms));
+          if (layer == 0) ENGINE_TRY(probe_first_kernel(st, us));
+        }
         return {};
       }
       case InstrType::SendActivation:
@@ -126,6 +137,7 @@ class SimTransport final : public Transport {
         return {};
       case InstrType::OptimizerStep:
         ENGINE_PF(pfSimLaunchKernel(st.main, costs_.optimizer_us, compute_sms));
+        ENGINE_TRY(probe_first_kernel(st, costs_.optimizer_us));
         return {};
       case InstrType::BubbleBegin:
       case InstrType::BubbleEnd:
@@ -141,8 +153,33 @@ class SimTransport final : public Transport {
     return {};
   }
 
+  Status bubble_ended(int stage) override {
+    StageState& st = stages_[static_cast<size_t>(stage)];
+    if (st.probes_used >= st.probes.size()) return {};
+    st.probe_pending = true;
+    ENGINE_PF(pfSimEventRecord(st.probes[st.probes_used].bubble_end, st.main));
+    return {};
+  }
+
+  std::vector<double> take_resume_delays_us() override {
+    std::vector<double> out;
+    out.swap(resume_delays_);
+    return out;
+  }
+
   Status finish_iteration(IterationTiming* timing) override {
     ENGINE_PF(pfSimRunUntilIdle(world_));
+    for (StageState& st : stages_) {
+      // Kernel start = its end - its duration: exact without jitter and interference.
+      for (size_t i = 0; i < st.probes_used; ++i) {
+        double end = 0, kernel_end = 0;
+        ENGINE_PF(pfSimEventTime(st.probes[i].bubble_end, &end));
+        ENGINE_PF(pfSimEventTime(st.probes[i].kernel_end, &kernel_end));
+        resume_delays_.push_back(kernel_end - st.probes[i].kernel_us - end);
+      }
+      st.probes_used = 0;
+      st.probe_pending = false;
+    }
     IterationTiming t{1e300, -1e300};
     for (const StageState& st : stages_) {
       double begin = 0, end = 0;
@@ -190,6 +227,10 @@ class SimTransport final : public Transport {
       if (st.naive) pfSimStreamDestroy(st.naive);
       for (pfSimEvent_t e : {st.recv_done, st.begin, st.end, st.arrive, st.naive_start})
         if (e) pfSimEventDestroy(e);
+      for (const ResumeProbe& probe : st.probes) {
+        if (probe.bubble_end) pfSimEventDestroy(probe.bubble_end);
+        if (probe.kernel_end) pfSimEventDestroy(probe.kernel_end);
+      }
     }
     for (auto& [key, event] : messages_) pfSimEventDestroy(event);
     messages_.clear();
@@ -202,6 +243,12 @@ class SimTransport final : public Transport {
   // pipefill's simulated device: priorities -5 (highest) .. 0 (lowest), like CUDA on H100.
   static constexpr int kSimHighestPriority = -5;
 
+  struct ResumeProbe {
+    pfSimEvent_t bubble_end = nullptr;
+    pfSimEvent_t kernel_end = nullptr;
+    double kernel_us = 0.0;
+  };
+
   struct StageState {
     void* main = nullptr;
     void* comm = nullptr;
@@ -209,7 +256,20 @@ class SimTransport final : public Transport {
     pfSimEvent_t recv_done = nullptr, begin = nullptr, end = nullptr, arrive = nullptr;
     pfSimEvent_t naive_start = nullptr;
     uint64_t naive_next = 0;
+    std::vector<ResumeProbe> probes;  // one per bubble of the iteration
+    size_t probes_used = 0;
+    bool probe_pending = false;  // a bubble ended; the next kernel closes the probe
   };
+
+  // After the first kernel following a bubble end: record its completion.
+  Status probe_first_kernel(StageState& st, double kernel_us) {
+    if (!st.probe_pending) return {};
+    st.probe_pending = false;
+    ResumeProbe& probe = st.probes[st.probes_used++];
+    probe.kernel_us = kernel_us;
+    ENGINE_PF(pfSimEventRecord(probe.kernel_end, st.main));
+    return {};
+  }
 
   static uint64_t key_of(const Instruction& in) {
     const bool gradient = in.type == InstrType::SendGradient || in.type == InstrType::RecvGradient;
@@ -230,6 +290,7 @@ class SimTransport final : public Transport {
   std::vector<StageState> stages_;
   std::unordered_map<uint64_t, pfSimEvent_t> messages_;
   std::atomic<uint64_t> naive_items_{0};
+  std::vector<double> resume_delays_;
 };
 
 }  // namespace

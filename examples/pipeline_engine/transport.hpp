@@ -83,6 +83,12 @@ class Transport {
   }
   virtual uint64_t naive_items_done() const { return 0; }
 
+  // Called right after the engine's pfBubbleEnd. Transports that can measure it then report the
+  // delay from the bubble's end (the wait completing) to the start of the stage's next compute
+  // kernel: the time fill work kept the main job's SMs (resume_delays_us, drained each call).
+  virtual Status bubble_ended(int /*stage*/) { return {}; }
+  virtual std::vector<double> take_resume_delays_us() { return {}; }
+
   // Before the stage's runtime is destroyed (streams it created), then after all of them.
   virtual Status detach(int stage, pfRuntime_t runtime) = 0;
   virtual void close() = 0;
