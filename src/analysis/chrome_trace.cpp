@@ -125,6 +125,7 @@ class Importer {
                     source_, it->type_name());
       }
       events = &*it;
+      read_device_properties(root);
     } else {
       return fail(pfErrorInvalidArgument,
                   "{}: the trace has JSON type {}, expected an object with \"traceEvents\" or an array",
@@ -249,6 +250,19 @@ class Importer {
     if (total && *total >= 0.0) r.in_use_bytes = static_cast<int64_t>(*total);
     out_->records.push_back(std::move(r));
     return pfSuccess;
+  }
+
+  // Optional and informative only: a malformed entry is ignored, never an error.
+  void read_device_properties(const json& root) {
+    const auto it = root.find("deviceProperties");
+    if (it == root.end() || !it->is_array()) return;
+    for (const json& d : *it) {
+      const auto id = field_id(d, "id");
+      const auto memory = field_number(d, "totalGlobalMem");
+      if (id && memory && *memory > 0.0) {
+        out_->device_memory_bytes[static_cast<int>(*id)] = static_cast<uint64_t>(*memory);
+      }
+    }
   }
 
   ActivityKind kernel_kind(const ActivityRecord& r) const {

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +41,8 @@ struct ImportedTrace {
   std::vector<ActivityRecord> records; // in trace order
   size_t events_total = 0;             // entries of traceEvents
   size_t events_skipped = 0;           // not device activity (CPU ops, runtime calls, metadata)
+  // Device memory by device id from PyTorch's "deviceProperties" ("id", "totalGlobalMem").
+  std::map<int, uint64_t> device_memory_bytes;
 
   // Devices with at least one non-host record, ascending.
   std::vector<int> devices() const;

@@ -44,8 +44,8 @@ std::string class_kind(const BubbleClass& c) {
   return kinds > 1 ? fmt::format("{}*", dominant) : dominant;
 }
 
-void format_device(std::string& s, const DeviceAnalysis& d, const AnalysisOptions& o,
-                   size_t max_class_rows) {
+void format_device(std::string& s, const DeviceAnalysis& d, uint64_t device_memory,
+                   const AnalysisOptions& o, size_t max_class_rows) {
   s += fmt::format("\nDevice {}: {} compute, {} comm, {} fill kernels over {} ms\n", d.device,
                    d.compute_kernels, d.comm_kernels, d.fill_kernels, ms(d.span_us()));
   s += fmt::format("  bubbles >= {} us: {}, {} ms = {} of the span (idle {} ms, comm-only {} ms, "
@@ -69,8 +69,11 @@ void format_device(std::string& s, const DeviceAnalysis& d, const AnalysisOption
                      d.start_delay.count, d.start_delay.p50, d.start_delay.p90, d.start_delay.max);
   }
   if (d.memory_known) {
-    s += fmt::format("  memory in use: peak {} ({})\n", bytes_text(d.memory_peak_bytes),
-                     d.memory_absolute ? "absolute" : "lower bound: allocations during the trace");
+    s += fmt::format("  memory in use: peak {} ({}); device memory {}\n",
+                     bytes_text(d.memory_peak_bytes),
+                     d.memory_absolute ? "absolute" : "lower bound: allocations during the trace",
+                     device_memory > 0 ? bytes_text(static_cast<int64_t>(device_memory))
+                                       : std::string("unknown (--device-memory-gb)"));
   }
   const FillEstimate& f = d.fill;
   s += fmt::format("  fill estimate (p{:g} prediction, margin {} us + {}): {} ms fillable per "
@@ -140,7 +143,8 @@ void format_interference(std::string& s, const InterferenceAnalysis& a, size_t m
 pfResult_t build_report(const std::string& source, const std::vector<ActivityRecord>& records,
                         const std::string& baseline_source,
                         const std::vector<ActivityRecord>* baseline, const std::vector<int>& devices,
-                        const AnalysisOptions& options, TraceReport* out) {
+                        const AnalysisOptions& options, TraceReport* out,
+                        const std::map<int, uint64_t>& device_memory) {
   if (out == nullptr) return fail(pfErrorInvalidArgument, "build_report: out is null");
   if (devices.empty()) {
     return fail(pfErrorInvalidArgument,
@@ -152,12 +156,18 @@ pfResult_t build_report(const std::string& source, const std::vector<ActivityRec
   report.baseline_source = baseline != nullptr ? baseline_source : std::string();
   report.options = options;
   for (const int device : devices) {
+    AnalysisOptions device_options = options;
+    if (device_options.device_memory_bytes == 0) {
+      const auto it = device_memory.find(device);
+      if (it != device_memory.end()) device_options.device_memory_bytes = it->second;
+    }
     DeviceAnalysis d;
-    PF_TRY(analyze_device(records, device, options, &d));
+    PF_TRY(analyze_device(records, device, device_options, &d));
     report.devices.push_back(std::move(d));
+    report.device_memory_bytes.push_back(device_options.device_memory_bytes);
     if (baseline != nullptr) {
       InterferenceAnalysis i;
-      PF_TRY(compare_traces(*baseline, records, device, options, &i));
+      PF_TRY(compare_traces(*baseline, records, device, device_options, &i));
       report.interference.push_back(std::move(i));
     }
   }
@@ -180,7 +190,11 @@ std::string format_report(const TraceReport& report, size_t max_class_rows,
                      ms(d.copy_bubble_us), d.iterations.size(), ms(d.mean_iteration_us),
                      ms(d.bubble_us_per_iteration), ms(d.fill.fillable_us_per_iteration));
   }
-  for (const DeviceAnalysis& d : report.devices) format_device(s, d, o, max_class_rows);
+  for (size_t i = 0; i < report.devices.size(); ++i) {
+    format_device(s, report.devices[i],
+                  i < report.device_memory_bytes.size() ? report.device_memory_bytes[i] : 0, o,
+                  max_class_rows);
+  }
   for (const InterferenceAnalysis& a : report.interference) {
     format_interference(s, a, max_kernel_rows);
   }
@@ -214,9 +228,12 @@ json report_to_json(const TraceReport& report) {
                      {"item_parallelism", o.item_parallelism},
                      {"item_memory_bytes", o.item_memory_bytes}};
   json devices = json::array();
-  for (const DeviceAnalysis& d : report.devices) {
+  for (size_t index = 0; index < report.devices.size(); ++index) {
+    const DeviceAnalysis& d = report.devices[index];
     json j;
     j["device"] = d.device;
+    j["device_memory_bytes"] =
+        index < report.device_memory_bytes.size() ? report.device_memory_bytes[index] : 0;
     j["explicit_bubbles"] = d.explicit_bubbles;
     j["span_start_us"] = d.span_start_us;
     j["span_end_us"] = d.span_end_us;

@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,14 +19,18 @@ struct TraceReport {
   std::string baseline_source;  // empty: no interference section
   AnalysisOptions options;
   std::vector<DeviceAnalysis> devices;
+  std::vector<uint64_t> device_memory_bytes;  // per entry of `devices` (0: unknown)
   std::vector<InterferenceAnalysis> interference;  // one per device, when a baseline is given
 };
 
 // Analyses every listed device (and compares with the baseline when `baseline` is non-null).
+// When options.device_memory_bytes is 0, a device's memory is taken from `device_memory` (e.g.
+// ImportedTrace::device_memory_bytes) where it has an entry.
 pfResult_t build_report(const std::string& source, const std::vector<ActivityRecord>& records,
                         const std::string& baseline_source,
                         const std::vector<ActivityRecord>* baseline, const std::vector<int>& devices,
-                        const AnalysisOptions& options, TraceReport* out);
+                        const AnalysisOptions& options, TraceReport* out,
+                        const std::map<int, uint64_t>& device_memory = {});
 
 // Human-readable tables; at most `max_class_rows` bubble classes and `max_kernel_rows` kernels
 // per device.

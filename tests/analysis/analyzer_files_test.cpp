@@ -127,7 +127,8 @@ TEST(AnalyzerOnFiles, ReportComparesFilledWithBaseline) {
   AnalysisOptions o;
   TraceReport report;
   ASSERT_EQ(build_report("filled.json", filled.records, "baseline.json", &baseline.records,
-                         devices_with_compute(filled.records), o, &report),
+                         devices_with_compute(filled.records), o, &report,
+                         filled.device_memory_bytes),
             pfSuccess)
       << last_error_message();
   ASSERT_EQ(report.interference.size(), 1u);
@@ -156,7 +157,9 @@ TEST(AnalyzerOnFiles, ReportComparesFilledWithBaseline) {
   EXPECT_NE(text.find("Interference on device 0"), std::string::npos) << text;
   EXPECT_NE(text.find("compute: 0.845 ms -> 0.850 ms, slowdown +0.59%"), std::string::npos) << text;
   EXPECT_NE(text.find("+1.27%  gemm_fwd"), std::string::npos) << text;
-  EXPECT_NE(text.find("memory in use: peak 14.0 MiB (absolute)"), std::string::npos) << text;
+  EXPECT_NE(text.find("memory in use: peak 14.0 MiB (absolute); device memory 140.40 GiB"),
+            std::string::npos)
+      << text;
 
   const nlohmann::json j = report_to_json(report);
   EXPECT_EQ(j["source"], "filled.json");
@@ -168,6 +171,9 @@ TEST(AnalyzerOnFiles, ReportComparesFilledWithBaseline) {
   EXPECT_DOUBLE_EQ(j["devices"][0]["bubbles"][0]["wake_us"].get<double>(), 1400);
   EXPECT_DOUBLE_EQ(j["devices"][0]["classes"][0]["duration_us"]["mean"].get<double>(), 330);
   EXPECT_EQ(j["devices"][0]["iteration_source"], "markers");
+  EXPECT_EQ(j["devices"][0]["device_memory_bytes"], 150754820096u);
+  // The H200's memory from deviceProperties: free = total - 14 MiB at peak.
+  EXPECT_EQ(j["devices"][0]["classes"][0]["free_bytes"], 150754820096 - 14 * kMiB);
   EXPECT_DOUBLE_EQ(j["interference"][0]["compute_slowdown"].get<double>(), 850.0 / 845.0);
   EXPECT_EQ(j["interference"][0]["kernels"][0]["name"], "gemm_fwd");
 }

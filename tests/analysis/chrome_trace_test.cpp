@@ -21,6 +21,8 @@ TEST(ChromeTraceImport, ReadsAPyTorchProfilerTrace) {
   EXPECT_EQ(t.records.size(), 20u);
   EXPECT_EQ(t.events_skipped, 27u);  // metadata, cpu_op, cuda_runtime, flows, host memory
   EXPECT_EQ(t.devices(), std::vector<int>{0});
+  ASSERT_EQ(t.device_memory_bytes.size(), 1u);
+  EXPECT_EQ(t.device_memory_bytes.at(0), 150754820096u);  // deviceProperties[0].totalGlobalMem
 
   const ActivityRecord& host_step = t.records[0];
   EXPECT_EQ(host_step.kind, ActivityKind::Marker);
@@ -125,6 +127,7 @@ TEST(ChromeTraceImport, ToleratesMissingAndLooselyTypedFields) {
   EXPECT_EQ(t.records[4].kind, ActivityKind::Marker);  // by its ProfilerStep name
   EXPECT_EQ(t.records[4].device, kHostDevice);
   EXPECT_EQ(t.devices(), (std::vector<int>{0, 1, 2}));
+  EXPECT_TRUE(t.device_memory_bytes.empty());
 }
 
 struct BadTrace {

@@ -71,7 +71,8 @@ int main(int argc, char** argv) {
   app.add_option("--iteration-origin-us", options.iteration_origin_us,
                  "Start of the first period-based iteration, trace time in us (default: first kernel)");
   app.add_option("--device-memory-gb", device_memory_gb,
-                 "Device memory in GiB, for free memory per bubble class")
+                 "Device memory in GiB, for free memory per bubble class (default: the trace's "
+                 "deviceProperties)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--quantile", options.quantile,
                  "Bubble-duration quantile the runtime would plan with (0,1]")
@@ -135,7 +136,7 @@ int main(int argc, char** argv) {
     TraceReport report;
     const pfResult_t r = build_report(trace_path, trace.records, baseline_path,
                                       baseline_path.empty() ? nullptr : &baseline.records,
-                                      devices, options, &report);
+                                      devices, options, &report, trace.device_memory_bytes);
     if (r != pfSuccess) return report_error(r);
 
     std::fputs(format_report(report, max_classes, max_kernels).c_str(), stdout);
