@@ -20,6 +20,7 @@ struct HostModel {
   MlpWeights mlp;
   EncoderWeights encoder;
   std::vector<float> trainer_parameters;  // RegressionTrainer::parameters() layout
+  std::vector<float> trainer_teacher;     // RegressionTrainer::teacher()
 };
 
 class GpuJob {
@@ -33,6 +34,8 @@ class GpuJob {
   virtual pfResult_t read_output(uint64_t item, float* out, size_t count) = 0;
   // Outside bubbles: training parameters in RegressionTrainer::parameters() layout.
   virtual pfResult_t read_parameters(std::vector<float>* parameters) = 0;
+  // Arena bytes setup() will allocate (weights, output ring, scratch, library workspace).
+  virtual size_t resident_bytes() const = 0;
 };
 
 // Sets fjGetLastErrorMessage's text; returns code.

@@ -311,6 +311,7 @@ pfResult_t fjJobCreate(const fjParams_t* params, fjJob_t* out) {
         job->trainer = std::make_unique<RegressionTrainer>(
             TrainerShape{p.input, p.hidden, p.output, p.rows, p.learning_rate}, p.seed);
         m.trainer_parameters = job->trainer->parameters();
+        m.trainer_teacher = job->trainer->teacher();
         break;
     }
     job->output_scratch.resize(job->output_floats);
@@ -326,7 +327,7 @@ pfResult_t fjJobCreate(const fjParams_t* params, fjJob_t* out) {
     c.name = p.execution == fjExecTicket ? "ticket" : "opaque";
     c.item_cost_us = job->item_cost_us;
     c.parallelism = p.parallelism;
-    c.resident_bytes = weight_floats(p) * sizeof(float);
+    c.resident_bytes = job->gpu ? job->gpu->resident_bytes() : weight_floats(p) * sizeof(float);
     c.workspace_bytes_per_item = 0;
     c.items_per_item = p.kind == fjMlpInference ? p.rows : 1.0;
     *out = job.release();

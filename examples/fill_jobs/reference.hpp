@@ -116,6 +116,10 @@ class RegressionTrainer {
   // Loads parameters in the same layout (e.g. read back from a GPU); false on a size mismatch.
   bool set_parameters(const std::vector<float>& parameters);
 
+  // The fixed teacher (output x input) the targets come from: tanh(teacher * x).
+  const std::vector<float>& teacher() const { return teacher_; }
+  uint64_t seed() const { return seed_; }
+
   // Mini-batch `step`: x (batch x input) and teacher targets (batch x output).
   void batch(uint64_t step, float* x, float* target) const;
 
