@@ -43,6 +43,26 @@ namespace device {
 /* Item value thread 0 publishes when the block must stop. */
 constexpr uint64_t kStopItem = ~uint64_t{0};
 
+/*
+ * The claim decision of the slice protocol, shared by the device loop and host-side tests:
+ * `add(word)` must atomically add 1 to *word and return the old value (atomicAdd on the GPU).
+ * Returns the claimed item or kStopItem. Order matters for exactly-once: the gate and the budget
+ * are checked before the cursor moves, and a claimed item is always run by the caller.
+ */
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable /* AtomicAdd may be device-only (atomicAdd) or host-only (tests) */
+#endif
+template <typename AtomicAdd>
+__host__ __device__ inline uint64_t claim_item_with(const pfSliceDesc_t& slice, AtomicAdd&& add) {
+  if (slice.max_items == 0) return kStopItem; /* an empty slice (module warm-up) touches nothing */
+  if (*slice.gate >= slice.bubble_id) return kStopItem; /* the bubble has ended */
+  if (add(slice.budget_counter) >= slice.max_items) return kStopItem;
+  const uint64_t item = add(slice.cursor);
+  if (item >= slice.total_items) return kStopItem;
+  return item;
+}
+
+#if defined(__CUDACC__)
 /* Nanoseconds on the GPU's global timer (same clock on every SM; ~1 us resolution on some GPUs). */
 __device__ __forceinline__ uint64_t globaltimer_ns() {
   uint64_t t;
@@ -71,15 +91,9 @@ __device__ __forceinline__ bool gate_closed(const pfSliceDesc_t& slice) {
 
 /* Called by thread 0 only: the next item for this block, or kStopItem. */
 __device__ __forceinline__ uint64_t claim_item(const pfSliceDesc_t& slice) {
-  if (slice.max_items == 0) return kStopItem; /* an empty slice (module warm-up) touches nothing */
-  if (gate_closed(slice)) return kStopItem;
-  const unsigned long long ticket =
-      atomicAdd(reinterpret_cast<unsigned long long*>(slice.budget_counter), 1ull);
-  if (ticket >= slice.max_items) return kStopItem;
-  const unsigned long long item =
-      atomicAdd(reinterpret_cast<unsigned long long*>(slice.cursor), 1ull);
-  if (item >= slice.total_items) return kStopItem;
-  return item;
+  return claim_item_with(slice, [](uint64_t* word) -> uint64_t {
+    return atomicAdd(reinterpret_cast<unsigned long long*>(word), 1ull);
+  });
 }
 
 /*
@@ -104,6 +118,8 @@ __device__ uint64_t for_each_item(const pfSliceDesc_t& slice, Body&& body) {
   }
   return done;
 }
+
+#endif /* __CUDACC__ */
 
 /*
  * Host side: the grid for a ticket kernel. As many blocks as fit resident at once on the device
