@@ -173,10 +173,9 @@ std::string utilisation_svg(const std::vector<RunRecord>& runs) {
     if (!run.ok) continue;
     if (std::find(gpu_counts.begin(), gpu_counts.end(), run.gpus) == gpu_counts.end()) gpu_counts.push_back(run.gpus);
     if (std::find(schedules.begin(), schedules.end(), run.schedule) == schedules.end()) schedules.push_back(run.schedule);
-    ymax = std::max({ymax, 100 * run.result.bubble_share, 100 * run.result.utilisation_gain});
   }
   std::sort(gpu_counts.begin(), gpu_counts.end());
-  ymax = std::ceil(ymax / 10.0) * 10.0;
+  ymax = 100.0;  // utilisation: share of GPU time doing useful work
   auto x_of = [&](int gpus) {
     if (gpu_counts.size() <= 1) return left + pw / 2;
     const double lo = std::log2(gpu_counts.front()), hi = std::log2(gpu_counts.back());
@@ -187,7 +186,7 @@ std::string utilisation_svg(const std::vector<RunRecord>& runs) {
   std::string s = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"12\">\n"
       "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      "<text x=\"{}\" y=\"22\" font-size=\"15\">Bubble share and utilisation gain from filling vs GPU count</text>\n",
+      "<text x=\"{}\" y=\"22\" font-size=\"15\">GPU utilisation vs GPU count: training only (dashed) and with filling (solid)</text>\n",
       W, H, left);
   // Axes and grid.
   for (double v = 0; v <= ymax + 1e-9; v += 10) {
@@ -205,19 +204,24 @@ std::string utilisation_svg(const std::vector<RunRecord>& runs) {
     std::string bubble_pts, gain_pts;
     for (const auto& run : runs) {
       if (!run.ok || run.schedule != schedules[i]) continue;
-      bubble_pts += fmt::format("{:.1f},{:.1f} ", x_of(run.gpus), y_of(100 * run.result.bubble_share));
-      gain_pts += fmt::format("{:.1f},{:.1f} ", x_of(run.gpus), y_of(100 * run.result.utilisation_gain));
-      s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", x_of(run.gpus),
-                       y_of(100 * run.result.utilisation_gain), c);
+      const ClusterResult& r = run.result;
+      const double main = 100 * r.main_busy_share;
+      const double filled = main + 100 * r.fill_gpu_equivalents / r.gpus;
+      bubble_pts += fmt::format("{:.1f},{:.1f} ", x_of(run.gpus), y_of(main));
+      gain_pts += fmt::format("{:.1f},{:.1f} ", x_of(run.gpus), y_of(filled));
+      s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"><title>{} GPUs {}: {:.1f}% -> {:.1f}% "
+                       "(+{:.0f}% relative)</title></circle>\n",
+                       x_of(run.gpus), y_of(filled), c, run.gpus, xml_escape(schedules[i]), main, filled,
+                       100 * r.utilisation_gain);
     }
     s += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-dasharray=\"5,4\"/>\n", bubble_pts, c);
     s += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n", gain_pts, c);
     const double ly = top + 10 + 36 * i;
     s += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-dasharray=\"5,4\"/>"
-                     "<text x=\"{:.1f}\" y=\"{:.1f}\">{} bubble share</text>\n",
+                     "<text x=\"{:.1f}\" y=\"{:.1f}\">{} training only</text>\n",
                      left + pw + 12, ly, left + pw + 40, ly, c, left + pw + 46, ly + 4, xml_escape(schedules[i]));
     s += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"2\"/>"
-                     "<text x=\"{:.1f}\" y=\"{:.1f}\">{} utilisation gain</text>\n",
+                     "<text x=\"{:.1f}\" y=\"{:.1f}\">{} + fill</text>\n",
                      left + pw + 12, ly + 16, left + pw + 40, ly + 16, c, left + pw + 46, ly + 20,
                      xml_escape(schedules[i]));
   }

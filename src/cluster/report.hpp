@@ -24,7 +24,8 @@ struct RunRecord {
 std::string summary_table(const std::vector<RunRecord>& runs);
 std::string csv_report(const std::vector<RunRecord>& runs);
 nlohmann::json json_report(const std::vector<RunRecord>& runs, const std::vector<FillJobType>& types);
-// Utilisation vs GPU count: per schedule, the bubble share and the utilisation with filling.
+// Utilisation vs GPU count: per schedule, the training job's busy share (dashed) and the
+// utilisation with filling (busy share + useful fill work, solid).
 std::string utilisation_svg(const std::vector<RunRecord>& runs);
 // One iteration of one run: per stage, the ops, the bubbles and the recorded fill slices.
 std::string timeline_svg(const ClusterResult& result, const std::vector<FillJobType>& types);

@@ -294,7 +294,8 @@ TEST(Report, OutputsCoverEveryRunOpAndSlice) {
   // Background + bubbles + ops + slices + 6 legend swatches.
   EXPECT_EQ(rects, 1 + bubbles + drawn_ops + r.recorded_slices.size() + 6);
   const std::string util = utilisation_svg(runs);
-  EXPECT_NE(util.find("1f1b utilisation gain"), std::string::npos);
+  EXPECT_NE(util.find("1f1b + fill"), std::string::npos);
+  EXPECT_NE(util.find("1f1b training only"), std::string::npos);
 
   const auto j = json_report(runs, spec.job_types);
   ASSERT_EQ(j.size(), 2u);
