@@ -14,7 +14,7 @@
 #define PIPEFILL_HAVE_SIM_DEVICE 1
 #endif
 
-namespace pipefill {
+namespace pipefill::core {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -420,9 +420,14 @@ void Runtime::push_message(const BubbleMessage& m) {
         break;
       }
     }
-    // The executor is kQueueCapacity messages behind: let it catch up (never happens in
-    // practice; the executor handles a message in microseconds).
-    std::this_thread::yield();
+    // The ring is full. On the simulator the messages wait for the world to run: handle them
+    // here rather than block forever (a program enqueued kQueueCapacity messages without
+    // running the world). Otherwise the executor is that far behind: let it catch up.
+    if (inline_processing_) {
+      process_messages_inline();
+    } else {
+      std::this_thread::yield();
+    }
   }
   if (executor_sleeping_.load(std::memory_order_acquire)) queue_cv_.notify_one();
 }
@@ -1208,4 +1213,4 @@ pfResult_t Runtime::destroy_job(JobState* job) {
   return pfSuccess;
 }
 
-}  // namespace pipefill
+}  // namespace pipefill::core

@@ -31,7 +31,9 @@
 #include "device/device.hpp"
 #include "pipefill/pipefill.h"
 
-namespace pipefill {
+// Internal classes live in pipefill::core so they can never clash with the public C++ layer
+// (include/pipefill/pipefill.hpp defines pipefill::Runtime and pipefill::Job).
+namespace pipefill::core {
 
 class Runtime;
 
@@ -246,7 +248,7 @@ class Runtime {
   bool trace_truncated_ = false;
 };
 
-}  // namespace pipefill
+}  // namespace pipefill::core
 
 // The C handles (pfRuntime_t, pfJob_t) are these objects' addresses, cast at the C boundary
 // (src/capi); the handle structs themselves are never defined.

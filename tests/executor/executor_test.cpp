@@ -28,8 +28,8 @@ class Executor : public ::testing::TestWithParam<bool> {
     RuntimeOptions options;
     EXPECT_EQ(resolve_config(&c, &options), pfSuccess);
     options.sim_messages_in_hook = !GetParam();
-    std::unique_ptr<Runtime> rt;
-    EXPECT_EQ(Runtime::create(options, &rt), pfSuccess) << pfGetLastErrorMessage();
+    std::unique_ptr<core::Runtime> rt;
+    EXPECT_EQ(core::Runtime::create(options, &rt), pfSuccess) << pfGetLastErrorMessage();
     return reinterpret_cast<pfRuntime_t>(rt.release());
   }
 };
