@@ -10,8 +10,8 @@
 #include "core/runtime.hpp"
 
 using pipefill::fail;
-using pipefill::JobState;
-using pipefill::Runtime;
+using pipefill::core::JobState;
+using pipefill::core::Runtime;
 
 namespace {
 
