@@ -110,6 +110,8 @@ void warn_once(const std::string& why) {
 pfResult_t start_cupti_collector(std::function<double()> device_clock_us,
                                  std::unique_ptr<ActivityCollector>* out) {
   if (out == nullptr) return fail(pfErrorInvalidArgument, "start_cupti_collector: out is null");
+  static std::mutex start_mutex;  // one start at a time (CUPTI state is process-wide)
+  std::lock_guard start_lock(start_mutex);
   {
     std::lock_guard lock(g_active_mutex);
     if (g_active != nullptr)
@@ -132,7 +134,13 @@ pfResult_t start_cupti_collector(std::function<double()> device_clock_us,
   }
   // Any failure from here: the collector's destructor disables what was enabled and detaches.
   auto enable = [&]() -> pfResult_t {
-    PF_CUPTI_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+    // Buffer callbacks are registered once per process and stay registered: they route completed
+    // buffers to whichever collector is live (or free them when none is).
+    static bool callbacks_registered = false;
+    if (!callbacks_registered) {
+      PF_CUPTI_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+      callbacks_registered = true;
+    }
     for (CUpti_ActivityKind kind : CuptiCollector::kKinds) PF_CUPTI_CHECK(cuptiActivityEnable(kind));
     return pfSuccess;
   };
