@@ -1,0 +1,170 @@
+// GPU vs CPU numerics of the example fill jobs, run through real PipeFill bubbles on the CUDA
+// backend. Built only with CUDA (target pipefill_fill_jobs_gpu_tests, defined in
+// examples/fill_jobs/CMakeLists.txt because it links the CUDA fill-job library); every test
+// skips without a GPU.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "fill_jobs.h"
+#include "reference.hpp"
+
+namespace {
+
+#define ASSERT_PF(call) ASSERT_EQ((call), pfSuccess) << #call << ": " << pfGetLastErrorMessage()
+#define ASSERT_FJ(call) ASSERT_EQ((call), pfSuccess) << #call << ": " << fjGetLastErrorMessage()
+
+bool have_gpu() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return count > 0;
+}
+
+void CUDART_CB sleep_host(void* us) {
+  std::this_thread::sleep_for(std::chrono::microseconds(reinterpret_cast<uintptr_t>(us)));
+}
+
+class GpuFill : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    pfConfig_t config = PF_CONFIG_INITIALIZER;
+    config.backend = pfBackendCuda;
+    config.arena_bytes = size_t{512} << 20;
+    ASSERT_PF(pfRuntimeCreate(&config, &runtime_));
+    ASSERT_PF(pfStreamCreateHighPriority(runtime_, &main_));
+    ASSERT_PF(pfStreamCreateHighPriority(runtime_, &peer_));
+    ASSERT_EQ(cudaEventCreateWithFlags(&arrived_, cudaEventDisableTiming), cudaSuccess);
+  }
+  void TearDown() override {
+    if (job_) EXPECT_EQ(pfJobDestroy(job_), pfSuccess);
+    if (fill_) fjJobDestroy(fill_);
+    if (arrived_) cudaEventDestroy(arrived_);
+    for (void* s : {main_, peer_})
+      if (s) EXPECT_EQ(pfStreamDestroy(runtime_, s), pfSuccess);
+    if (runtime_) EXPECT_EQ(pfRuntimeDestroy(runtime_), pfSuccess);
+  }
+
+  void attach(const fjParams_t& params) {
+    ASSERT_FJ(fjJobCreate(&params, &fill_));
+    pfJobDesc_t desc;
+    ASSERT_FJ(fjJobGetDesc(fill_, &desc));
+    ASSERT_PF(pfJobCreate(runtime_, &desc, &job_));
+  }
+
+  // A bubble of ~`us`: the "peer" stream is busy for that long (a host function), the main
+  // stream waits on it between begin and end, as it would on a receive.
+  void bubble(uint64_t us) {
+    pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
+    hint.expected_duration_us = static_cast<double>(us);
+    auto main = static_cast<cudaStream_t>(main_), peer = static_cast<cudaStream_t>(peer_);
+    ASSERT_EQ(cudaLaunchHostFunc(peer, sleep_host, reinterpret_cast<void*>(us)), cudaSuccess);
+    ASSERT_EQ(cudaEventRecord(arrived_, peer), cudaSuccess);
+    ASSERT_PF(pfBubbleBegin(runtime_, main_, &hint));
+    ASSERT_EQ(cudaStreamWaitEvent(main, arrived_, 0), cudaSuccess);
+    ASSERT_PF(pfBubbleEnd(runtime_, main_));
+    ASSERT_PF(pfIterationEnd(runtime_));
+  }
+
+  void run_until_done(int max_bubbles) {
+    pfJobInfo_t info{};
+    for (int i = 0; i < max_bubbles; ++i) {
+      bubble(2000);
+      ASSERT_PF(pfRuntimeSynchronize(runtime_));
+      ASSERT_PF(pfJobGetStatus(job_, &info));
+      if (info.status == pfJobCompleted) return;
+    }
+    FAIL() << "job did not complete: " << info.items_completed << " items";
+  }
+
+  pfRuntime_t runtime_ = nullptr;
+  void *main_ = nullptr, *peer_ = nullptr;
+  cudaEvent_t arrived_ = nullptr;
+  fjJob_t fill_ = nullptr;
+  pfJob_t job_ = nullptr;
+};
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tol * (1.0 + std::fabs(want[i]))) << "element " << i;
+}
+
+void check_mlp(fjJob_t fill, const fjParams_t& p) {
+  const fill_jobs::MlpShape shape{p.input, p.hidden, p.output, p.rows};
+  const auto weights = fill_jobs::MlpWeights::random(shape, p.seed);
+  std::vector<float> x(p.rows * p.input), want(p.rows * p.output), hidden(p.rows * p.hidden),
+      got(want.size());
+  for (uint64_t item : {uint64_t{0}, uint64_t{1}, p.items / 2, p.items - 1}) {
+    fill_jobs::mlp_item_input(shape, p.seed, item, x.data());
+    fill_jobs::mlp_forward(weights, x.data(), p.rows, want.data(), hidden.data());
+    ASSERT_EQ(fjJobGetOutput(fill, item, got.data(), got.size()), pfSuccess) << fjGetLastErrorMessage();
+    expect_close(got, want, 1e-4);
+  }
+}
+
+TEST_F(GpuFill, MlpTicketMatchesCpu) {
+  fjParams_t p;
+  ASSERT_FJ(fjParamsInit(&p, fjMlpInference, pfBackendCuda));
+  p.items = 20000;
+  attach(p);
+  run_until_done(50);
+  check_mlp(fill_, p);
+}
+
+TEST_F(GpuFill, MlpCublasMatchesCpu) {
+  fjParams_t p;
+  ASSERT_FJ(fjParamsInit(&p, fjMlpInference, pfBackendCuda));
+  p.execution = fjExecOpaque;
+  p.items = 20000;
+  attach(p);
+  run_until_done(50);
+  check_mlp(fill_, p);
+}
+
+TEST_F(GpuFill, EncoderTicketMatchesCpu) {
+  fjParams_t p;
+  ASSERT_FJ(fjParamsInit(&p, fjEncoderInference, pfBackendCuda));
+  p.items = 2000;
+  attach(p);
+  run_until_done(100);
+  const fill_jobs::EncoderShape shape{p.hidden, p.heads, p.ffn, p.seq};
+  const auto weights = fill_jobs::EncoderWeights::random(shape, p.seed);
+  fill_jobs::EncoderScratch scratch(shape);
+  std::vector<float> x(p.seq * p.hidden), want(x.size()), got(x.size());
+  for (uint64_t item : {uint64_t{0}, uint64_t{1999}}) {
+    fill_jobs::encoder_item_input(shape, p.seed, item, x.data());
+    fill_jobs::encoder_forward(weights, x.data(), want.data(), scratch);
+    ASSERT_FJ(fjJobGetOutput(fill_, item, got.data(), got.size()));
+    expect_close(got, want, 1e-3);
+  }
+}
+
+TEST_F(GpuFill, TrainingMatchesCpuAndResumes) {
+  fjParams_t p;
+  ASSERT_FJ(fjParamsInit(&p, fjTraining, pfBackendCuda));
+  p.items = 300;
+  attach(p);
+  run_until_done(200);
+  fill_jobs::RegressionTrainer cpu(
+      fill_jobs::TrainerShape{p.input, p.hidden, p.output, p.rows, p.learning_rate}, p.seed);
+  const float initial = cpu.evaluation_loss();
+  for (uint64_t s = 0; s < p.items; ++s) cpu.step(s);
+  size_t count = 0;
+  ASSERT_FJ(fjJobParameterCount(fill_, &count));
+  std::vector<float> got(count);
+  ASSERT_FJ(fjJobGetParameters(fill_, got.data(), count));
+  expect_close(got, cpu.parameters(), 1e-3);
+  double loss = 0;
+  ASSERT_FJ(fjJobEvaluationLoss(fill_, &loss));
+  EXPECT_LT(loss, 0.5 * initial);
+}
+
+}  // namespace
