@@ -99,10 +99,18 @@ __global__ void spin_for_kernel(unsigned long long ns) { pipefill::device::spin_
 // One stage's real compute.
 class StageCompute {
  public:
-  ~StageCompute() {
+  StageCompute() = default;
+  StageCompute(const StageCompute&) = delete;
+  StageCompute& operator=(const StageCompute&) = delete;
+  ~StageCompute() { release(); }
+
+  // Frees everything (call with the stage's device current).
+  void release() {
     if (handle_) cublasDestroy(handle_);
+    handle_ = nullptr;
     for (void* p : {static_cast<void*>(x_), static_cast<void*>(big_), static_cast<void*>(weights_)})
       if (p) cudaFree(p);
+    x_ = big_ = weights_ = nullptr;
   }
 
   Status init(const PipelineSpec& spec, const StageCosts& costs) {
@@ -326,6 +334,7 @@ class EmulatedTransport final : public Transport {
     begin_ = end_ = recv_done_ = nullptr;
     if (flags_) cudaFreeHost(flags_);
     flags_ = nullptr;
+    compute_.release();
   }
 
  private:
@@ -502,7 +511,10 @@ class NcclTransport final : public Transport {
         if (e) cudaEventDestroy(e);
       for (void* p : {st.send_buffer, st.recv_buffer, static_cast<void*>(st.norm)})
         if (p) cudaFree(p);
-      st = Stage{};
+      st.send_buffer = st.recv_buffer = nullptr;
+      st.norm = nullptr;
+      st.begin = st.end = st.recv_done = st.ready = nullptr;
+      st.compute.release();
     }
   }
 
