@@ -211,6 +211,9 @@ class Runtime {
   // user-thread state (one caller at a time by contract)
   bool in_bubble_ = false;
   bool current_tracked_ = false;
+  bool current_timed_ = false;
+  uint64_t timing_counter_ = 0;
+  static constexpr uint64_t kTimingSample = 64;  // one begin+end pair in 64 is timed
   void* bubble_stream_ = nullptr;
   uint64_t next_bubble_id_ = 1;
   uint64_t index_in_iteration_ = 0;
