@@ -7,6 +7,7 @@
 #include "common/error.hpp"
 #include "core/config.hpp"
 #include "core/planner.hpp"
+#include "core/predictor.hpp"
 #include "core/scheduler.hpp"
 
 namespace pipefill::cluster {
@@ -133,6 +134,10 @@ pfResult_t run_cluster_sim(const ClusterSimSpec& spec, ClusterResult* out, const
   // Bubble classes per stage and the memory free through the whole iteration (the arena that
   // holds fill jobs' resident state: device memory minus the stage's peak usage).
   const double q = fill.prediction_quantile;
+  // Predictions come from the runtime's own predictor, fed with a window of jittered samples of
+  // each class (what it would have seen after that many iterations).
+  constexpr size_t kPredictorWindow = 64;
+  Rng sample_rng(spec.workload.seed ^ 0x5EEDF00Dull);
   std::vector<std::vector<BubbleClass>> classes(p);
   r.stages.resize(p);
   for (int s = 0; s < p; ++s) {
@@ -147,13 +152,16 @@ pfResult_t run_cluster_sim(const ClusterSimSpec& spec, ClusterResult* out, const
     ss.bubbles_per_iteration = static_cast<int>(st.bubbles.size());
     const double used = static_cast<double>(c.weight_bytes) + c.optimizer_bytes + st.peak_activation_bytes;
     ss.arena_bytes = used < sched.device_memory_bytes ? static_cast<size_t>(sched.device_memory_bytes - used) : 0;
+    BubblePredictor predictor(runtime_defaults.min_samples, kPredictorWindow);
     for (const auto& b : st.bubbles) {
+      const std::string key = bubble_class_key(static_cast<uint64_t>(b.index_in_iteration), nullptr);
+      for (size_t i = 0; i < kPredictorWindow; ++i)
+        predictor.add_sample(key, b.duration_us * (1.0 + fill.jitter * (2.0 * sample_rng.uniform() - 1.0)));
       BubbleClass bc;
       bc.index = b.index_in_iteration;
       bc.start_us = b.start_us;
       bc.nominal_us = b.duration_us;
-      // The predictor's q-quantile of durations uniform in nominal x [1 - j, 1 + j].
-      bc.predicted_us = b.duration_us * (1.0 + fill.jitter * (2.0 * q - 1.0));
+      bc.predicted_us = predictor.predict(key, q).quantile_us;
       bc.free_bytes = b.free_bytes;
       bc.fillable = b.duration_us >= fill.min_bubble_us && (fill.fill_optimizer_bubble || b.kind != pfBubbleOptimizer);
       classes[s].push_back(bc);
