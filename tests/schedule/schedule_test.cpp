@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -346,6 +347,76 @@ TEST(Schedule, ParseKindNames) {
     ScheduleKind back;
     ASSERT_TRUE(parse_schedule_kind(schedule_kind_name(kind), &back));
     EXPECT_EQ(back, kind);
+  }
+}
+
+}  // namespace
+}  // namespace pipefill::schedule
+
+namespace pipefill::schedule {
+namespace {
+
+// Invariants on non-uniform costs with p2p latency, every schedule: ops of a stage never
+// overlap, every op starts after its dependency (+ link when it crosses stages), and each
+// stage's compute plus bubbles covers [0, T_pipe] exactly.
+TEST(Schedule, InvariantsHoldForNonUniformCostsAndLatency) {
+  const double link = 0.3;
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved1F1B, ScheduleKind::ZBH1}) {
+    for (int p : {2, 3, 5}) {
+      for (int mult : {0, 1, 2, 3}) {
+        if (kind == ScheduleKind::Interleaved1F1B && mult == 0) continue;  // m = 1 < p: fewer than p micro-batches
+        ScheduleSpec spec;
+        spec.kind = kind;
+        spec.stages = p;
+        spec.microbatches = p * mult + (kind == ScheduleKind::Interleaved1F1B ? 0 : 1);
+        spec.chunks = kind == ScheduleKind::Interleaved1F1B ? 2 : 1;
+        spec.p2p_latency_us = link;
+        for (int s = 0; s < p; ++s) {
+          StageCosts c;
+          c.forward_us = 1.0 + 0.37 * s;
+          c.backward_us = 2.0 + 0.21 * ((s * 7) % 3);
+          c.weight_us = 0.5 + 0.1 * s;
+          spec.costs.push_back(c);
+        }
+        Timeline t;
+        std::string error;
+        SCOPED_TRACE(std::string(schedule_kind_name(kind)) + " p=" + std::to_string(p) + " m=" +
+                     std::to_string(spec.microbatches));
+        ASSERT_TRUE(simulate(spec, &t, &error)) << error;
+        const int v = spec.chunks;
+        const int vs_count = p * v;
+        // End times by (type, virtual stage, microbatch) for dependency checks.
+        std::map<std::tuple<int, int, int>, double> ends;
+        for (int s = 0; s < p; ++s)
+          for (const Op& op : t.stages[s].ops)
+            if (op.microbatch >= 0) ends[{static_cast<int>(op.type), op.chunk * p + s, op.microbatch}] = op.end_us;
+        for (int s = 0; s < p; ++s) {
+          const auto& st = t.stages[s];
+          double prev_end = 0.0, covered = 0.0;
+          for (const Op& op : st.ops) {
+            if (op.type == OpType::AllReduce || op.type == OpType::OptimizerStep) continue;
+            EXPECT_GE(op.start_us, prev_end - 1e-9);
+            prev_end = op.end_us;
+            covered += op.end_us - op.start_us;
+            const int vs = op.chunk * p + s;
+            const OpType back = kind == ScheduleKind::ZBH1 ? OpType::BackwardInput : OpType::Backward;
+            if (op.type == OpType::Forward && vs > 0) {
+              const double dep = ends.at({static_cast<int>(OpType::Forward), vs - 1, op.microbatch});
+              EXPECT_GE(op.start_us, dep + ((vs - 1) % p != s ? link : 0.0) - 1e-9);
+            }
+            if (op.type == back && vs < vs_count - 1) {
+              const double dep = ends.at({static_cast<int>(back), vs + 1, op.microbatch});
+              EXPECT_GE(op.start_us, dep + ((vs + 1) % p != s ? link : 0.0) - 1e-9);
+            }
+            if (op.type == OpType::BackwardWeight)
+              EXPECT_GE(op.start_us, ends.at({static_cast<int>(OpType::BackwardInput), vs, op.microbatch}) - 1e-9);
+          }
+          for (const Bubble& b : st.bubbles) covered += b.duration_us;
+          EXPECT_NEAR(covered, t.pipeline_us, 1e-9 * t.pipeline_us);
+          EXPECT_NEAR(st.compute_us + st.bubble_us, t.pipeline_us, 1e-9 * t.pipeline_us);
+        }
+      }
+    }
   }
 }
 
