@@ -364,7 +364,7 @@ TEST(Schedule, InvariantsHoldForNonUniformCostsAndLatency) {
   for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved1F1B, ScheduleKind::ZBH1}) {
     for (int p : {2, 3, 5}) {
       for (int mult : {0, 1, 2, 3}) {
-        if (kind == ScheduleKind::Interleaved1F1B && mult == 0) continue;  // m = 1 < p: fewer than p micro-batches
+        if (kind == ScheduleKind::Interleaved1F1B && mult == 0) continue;  // m = 1 is not a multiple of p
         ScheduleSpec spec;
         spec.kind = kind;
         spec.stages = p;
