@@ -1,0 +1,95 @@
+// Bubble classes end to end: the k-th bubble of an iteration is a class, a hint label overrides
+// it; engine-lent memory is used for a slice's workspace.
+#include <gtest/gtest.h>
+
+#include "fixtures.hpp"
+
+namespace pipefill::testing {
+namespace {
+
+TEST(BubbleClasses, LabelsGiveStableClassesWithoutIterationEnds) {
+  for (const bool labelled : {false, true}) {
+    ManualStage stage;
+    ASSERT_NO_FATAL_FAILURE(stage.init());
+    pfRuntime_t rt = stage.runtime();
+    CountingJob job;
+    job.items = 1u << 20;
+    pfJobDesc_t d = job.desc();
+    pfJob_t handle = nullptr;
+    PF_ASSERT_OK(pfJobCreate(rt, &d, &handle));
+    pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
+    // No pfIterationEnd: without labels every bubble is a new class and never has history.
+    for (int i = 0; i < 8; ++i) {
+      hint.label = (i % 2 == 0) ? "long-recv" : "short-recv";
+      stage.step(rt, i % 2 == 0 ? 100.0 : 50.0, labelled ? &hint : nullptr, false);
+    }
+    PF_ASSERT_OK(pfRuntimeSynchronize(rt));
+    pfStats_t s;
+    PF_ASSERT_OK(pfRuntimeGetStats(rt, &s));
+    EXPECT_EQ(s.bubbles, 8u);
+    EXPECT_EQ(s.iterations, 0u);
+    if (labelled) {
+      // Each label has 2 samples after its first two bubbles: bubbles 5..8 are filled exactly.
+      EXPECT_EQ(s.bubbles_filled, 4u);
+      EXPECT_DOUBLE_EQ(s.filled_time_us, 2 * 100.0 + 2 * 50.0);
+      EXPECT_EQ(s.items_completed, 2u * 280u + 2u * 140u);
+    } else {
+      EXPECT_EQ(s.bubbles_filled, 0u);
+      EXPECT_EQ(s.bubbles_skipped, 8u);
+    }
+    PF_ASSERT_OK(pfJobDestroy(handle));
+    PF_ASSERT_OK(pfRuntimeDestroy(rt));
+  }
+}
+
+TEST(BubbleClasses, LentMemoryBecomesTheSliceWorkspace) {
+  ManualStage stage;
+  ASSERT_NO_FATAL_FAILURE(stage.init());
+  pfConfig_t config = sim_config(stage.world.get(), 0, 1, stage.comm_sms);
+  config.arena_bytes = 4096;  // far too small for the workspace
+  pfRuntime_t rt = stage.runtime(&config);
+  struct Seen {
+    void* workspace = nullptr;
+    size_t bytes = 0;
+    int blocks = 0;
+    CountingJob job;
+  } seen;
+  seen.job.items = 10000;
+  pfJobDesc_t d = seen.job.desc();
+  d.workspace_bytes_per_item = 1 << 20;
+  d.user = &seen;
+  d.launch = [](void* user, const pfSliceDesc_t* slice, void* stream) {
+    auto* s = static_cast<Seen*>(user);
+    s->workspace = slice->workspace;
+    s->bytes = slice->workspace_bytes;
+    s->blocks = slice->max_blocks;
+    return pfSimLaunchTicketKernel(stream, slice, slice->max_blocks, s->job.item_cost_us,
+                                   &CountingJob::on_item, &s->job);
+  };
+  d.setup = nullptr;
+  d.teardown = nullptr;
+  pfJob_t handle = nullptr;
+  PF_ASSERT_OK(pfJobCreate(rt, &d, &handle));
+  pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
+  hint.expected_duration_us = 100.0;
+  // Without lent memory the workspace does not fit: not filled.
+  stage.step(rt, 100.0, &hint);
+  PF_ASSERT_OK(pfRuntimeSynchronize(rt));
+  EXPECT_EQ(info_of(handle).slices_launched, 0u);
+  // 8 MiB lent: 8 workers of 1 MiB each.
+  static char lent_marker;
+  hint.lent_memory = &lent_marker;
+  hint.lent_bytes = size_t{8} << 20;
+  stage.step(rt, 100.0, &hint);
+  PF_ASSERT_OK(pfRuntimeSynchronize(rt));
+  EXPECT_EQ(info_of(handle).slices_launched, 1u);
+  EXPECT_EQ(seen.workspace, &lent_marker);
+  EXPECT_EQ(seen.bytes, size_t{8} << 20);
+  EXPECT_EQ(seen.blocks, 8);
+  EXPECT_EQ(info_of(handle).items_completed, 80u);
+  PF_ASSERT_OK(pfJobDestroy(handle));
+  PF_ASSERT_OK(pfRuntimeDestroy(rt));
+}
+
+}  // namespace
+}  // namespace pipefill::testing
