@@ -193,8 +193,9 @@ struct MarkerSpan {
 };
 
 // Iterations from markers named `prefix...`: GPU-side markers of the device when there are any,
-// else host-side ones. The same name on several streams (PyTorch annotates each stream) is one
-// iteration spanning all of them.
+// else host-side ones. Markers with the same name that overlap in time are one step (PyTorch
+// annotates each stream with the step's own span); the same name again later (a marker without
+// a step number, e.g. "train_step") is the next step.
 pfResult_t marker_iterations(const std::vector<ActivityRecord>& records, int device,
                              const AnalysisOptions& options, double span_end_us,
                              std::vector<Iteration>* out, bool* found) {
@@ -202,35 +203,43 @@ pfResult_t marker_iterations(const std::vector<ActivityRecord>& records, int dev
   const std::string& prefix = options.iteration_marker;
   if (prefix.empty()) return pfSuccess;
   for (const int source_device : {device, kHostDevice}) {
-    std::map<std::string, MarkerSpan> by_name;
+    std::map<std::string, std::vector<MarkerSpan>> by_name;
     for (const ActivityRecord& r : records) {
       if (r.kind != ActivityKind::Marker || r.device != source_device) continue;
       if (r.name.compare(0, prefix.size(), prefix) != 0) continue;
-      auto [it, inserted] = by_name.try_emplace(r.name, MarkerSpan{r.start_us, r.end_us});
-      if (!inserted) {
-        it->second.start_us = std::min(it->second.start_us, r.start_us);
-        it->second.end_us = std::max(it->second.end_us, r.end_us);
-      }
+      by_name[r.name].push_back({r.start_us, std::max(r.start_us, r.end_us)});
     }
     if (by_name.empty()) continue;
-    std::vector<std::pair<std::string, MarkerSpan>> spans(by_name.begin(), by_name.end());
-    std::sort(spans.begin(), spans.end(),
-              [](const auto& a, const auto& b) { return a.second.start_us < b.second.start_us; });
-    for (size_t i = 0; i < spans.size(); ++i) {
+    std::vector<std::pair<std::string, MarkerSpan>> steps;
+    for (auto& [name, spans] : by_name) {
+      std::sort(spans.begin(), spans.end(),
+                [](const MarkerSpan& a, const MarkerSpan& b) { return a.start_us < b.start_us; });
+      for (const MarkerSpan& span : spans) {
+        if (!steps.empty() && steps.back().first == name && span.start_us < steps.back().second.end_us) {
+          steps.back().second.end_us = std::max(steps.back().second.end_us, span.end_us);
+        } else {
+          steps.emplace_back(name, span);
+        }
+      }
+    }
+    std::stable_sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) {
+      return a.second.start_us < b.second.start_us;
+    });
+    for (size_t i = 0; i < steps.size(); ++i) {
       Iteration it;
-      it.label = spans[i].first;
-      it.start_us = spans[i].second.start_us;
-      if (i + 1 < spans.size()) {
-        it.end_us = spans[i + 1].second.start_us;
+      it.label = steps[i].first;
+      it.start_us = steps[i].second.start_us;
+      if (i + 1 < steps.size()) {
+        it.end_us = steps[i + 1].second.start_us;
       } else {
         // The last step ends with its marker; a host marker can end before the GPU finishes the
         // step's work (the CPU runs ahead), so then the step extends to the last kernel.
-        it.end_us = spans[i].second.end_us;
+        it.end_us = steps[i].second.end_us;
         if (source_device == kHostDevice || it.end_us <= it.start_us) {
           it.end_us = std::max(it.end_us, span_end_us);
         }
       }
-      out->push_back(std::move(it));
+      if (it.end_us > it.start_us) out->push_back(std::move(it));  // same-start duplicates
     }
     *found = true;
     return pfSuccess;
@@ -479,7 +488,12 @@ pfResult_t analyze_device(const std::vector<ActivityRecord>& records, int device
   }
 
   a.classes = build_classes(a.bubbles, a.iterations.size(), class_labels, options);
-  for (const Interval& i : around.fill) a.fill_busy_us += i.end_us - i.start_us;
+  // Fill at the trace's edges (before the first / after the last compute kernel) ran in the
+  // edge bubbles, not alongside the main job; a PipeFill trace has no such edges.
+  a.fill_busy_us = a.explicit_bubbles
+                       ? covered_time(around.fill, -std::numeric_limits<double>::infinity(),
+                                      std::numeric_limits<double>::infinity())
+                       : covered_time(around.fill, a.span_start_us, a.span_end_us);
   a.fill_outside_bubbles_us = std::max(0.0, a.fill_busy_us - a.fill_in_bubbles_us);
 
   // What filling would give.

@@ -126,7 +126,7 @@ struct DeviceAnalysis {
   double comm_only_bubble_us = 0.0;
   double copy_bubble_us = 0.0;
   double fill_in_bubbles_us = 0.0;  // fill kernels' coverage of the bubbles
-  double fill_busy_us = 0.0;        // union of fill kernels over the whole trace
+  double fill_busy_us = 0.0;        // union of fill kernels within the span (explicit: all)
   double fill_outside_bubbles_us = 0.0;  // fill running while the main job computes (overrun)
   double bubble_share = 0.0;        // bubble_us / span_us
   Summary start_delay;              // end_us - wake_us over bubbles with a wake

@@ -75,6 +75,8 @@ TEST(Bubbles, FindsGapsInTheComputeUnionAndClassifiesThem) {
   EXPECT_DOUBLE_EQ(a.idle_bubble_us, 200);
   EXPECT_DOUBLE_EQ(a.copy_bubble_us, 200);
   EXPECT_DOUBLE_EQ(a.fill_in_bubbles_us, 180);
+  EXPECT_DOUBLE_EQ(a.fill_busy_us, 180);
+  EXPECT_DOUBLE_EQ(a.fill_outside_bubbles_us, 0);
   EXPECT_DOUBLE_EQ(a.bubble_share, 500.0 / 1100.0);
   // Start delays: 400 - 380 and 1000 - 900.
   EXPECT_EQ(a.start_delay.count, 2u);
@@ -97,6 +99,18 @@ TEST(Bubbles, MinimumGapIsInclusiveAndFiltersLaunchGaps) {
 
   ASSERT_EQ(analyze_device(mixed_gaps(), 0, options_with_gap(100.5), &a), pfSuccess);
   EXPECT_EQ(a.bubbles.size(), 2u);
+}
+
+TEST(Bubbles, FillAlongsideComputeIsOutsideBubblesButTheTraceEdgesAreNot) {
+  std::vector<ActivityRecord> records = mixed_gaps();
+  records.push_back(record(ActivityKind::Fill, 450, 520, "fill_item", 0, 30));   // 50 us overrun
+  records.push_back(record(ActivityKind::Fill, 1090, 1300, "fill_item", 0, 30));  // 10 in span
+  records.push_back(record(ActivityKind::Fill, -100, 0, "fill_item", 0, 30));     // before it
+  DeviceAnalysis a;
+  ASSERT_EQ(analyze_device(records, 0, options_with_gap(50), &a), pfSuccess);
+  EXPECT_DOUBLE_EQ(a.fill_in_bubbles_us, 190);  // [450,520) joins [510,690): [500,690)
+  EXPECT_DOUBLE_EQ(a.fill_busy_us, 50 + 190 + 10);
+  EXPECT_DOUBLE_EQ(a.fill_outside_bubbles_us, 50 + 10);
 }
 
 TEST(Bubbles, OtherDeviceIsAnalysedOnItsOwn) {
@@ -210,6 +224,25 @@ TEST(Bubbles, DeviceMarkersOnSeveralStreamsMakeOneIterationEach) {
   ASSERT_EQ(a.classes.size(), 3u);
   EXPECT_EQ(a.classes[0].duration.count, 5u);
   EXPECT_DOUBLE_EQ(a.classes[0].duration.p50, 220);
+}
+
+TEST(Bubbles, AMarkerNameWithoutAStepNumberStillSeparatesSteps) {
+  std::vector<ActivityRecord> records = five_iterations();
+  for (int i = 0; i < 5; ++i) {
+    const double b = 1000.0 * i;
+    records.push_back(marker(b, b + 1000, "train_step", 0, 7));
+    records.push_back(marker(b + 2, b + 999, "train_step", 0, 20));  // same step, comm stream
+  }
+  AnalysisOptions o;
+  o.iteration_marker = "train_step";
+  DeviceAnalysis a;
+  ASSERT_EQ(analyze_device(records, 0, o, &a), pfSuccess) << last_error_message();
+  ASSERT_EQ(a.iterations.size(), 5u);
+  EXPECT_DOUBLE_EQ(a.iterations[2].start_us, 2000);
+  EXPECT_DOUBLE_EQ(a.iterations[2].end_us, 3000);
+  EXPECT_DOUBLE_EQ(a.iterations[4].end_us, 5000);
+  EXPECT_EQ(a.classes.size(), 3u);
+  EXPECT_EQ(a.classes[0].duration.count, 5u);
 }
 
 TEST(Bubbles, HostMarkersAreTheFallbackAndTheLastStepReachesTheLastKernel) {

@@ -183,6 +183,8 @@ TEST(AnalyzerOnSimPipeline, FillingKeepsKernelDurationsAndCoversTheBubbles) {
   // The design's target: >= 90% of bubble time doing fill work.
   EXPECT_GE(f.fill_in_bubbles_us, 0.9 * f.bubble_us);
   EXPECT_GT(f.fill_kernels, 0u);
+  // Fill alongside the main job's compute is what the runtime calls overrun.
+  EXPECT_NEAR(f.fill_outside_bubbles_us, filled.stats.overrun_time_us, 1e-6);
 
   // The runtime's own trace: its bubble markers are the bubbles it harvested.
   ImportedTrace t;
