@@ -74,7 +74,9 @@ struct Bubble {
 };
 
 struct StageTimeline {
-  std::vector<Op> ops;        // compute and communication ops in execution order, timed
+  // Compute ops in execution order, timed, then AllReduce / OptimizerStep at the iteration end.
+  // p2p transfers are asynchronous (they delay dependencies, not the stage) and not listed.
+  std::vector<Op> ops;
   std::vector<Bubble> bubbles;
   double compute_us = 0.0;    // sum of compute op durations (forward/backward/weight)
   double bubble_us = 0.0;     // sum of pipeline bubble durations (all kinds but optimizer)
@@ -103,8 +105,9 @@ struct Timeline {
 bool stage_op_order(const ScheduleSpec& spec, std::vector<std::vector<Op>>* order, std::string* error);
 
 // Times the schedule (dependencies across stages + p2p latency) and extracts bubbles: every
-// idle gap of a stage between its first op start of the iteration (time 0 for all stages) and
-// the iteration end, of at least min_bubble_us.
+// idle gap of a stage between time 0 (all stages start there) and the pipeline end (the last
+// compute op of any stage) longer than min_bubble_us, plus the all-reduce window as a bubble of
+// kind optimizer when allreduce_us > 0. Kinds and formulas: docs/simulator.md.
 bool simulate(const ScheduleSpec& spec, Timeline* timeline, std::string* error,
               double min_bubble_us = 0.0);
 
