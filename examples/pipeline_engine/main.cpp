@@ -51,6 +51,8 @@ int main(int argc, char** argv) {
   int print_program = -1;
 
   CLI::App app{"PipeFill example pipeline engine (Megatron-style 1F1B / interleaved 1F1B)"};
+  // A flag given twice takes its last value (scripts pass defaults, users append overrides).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--stages", p.stages, "Pipeline stages")->capture_default_str();
   app.add_option("--microbatches", p.microbatches, "Micro-batches per iteration")->capture_default_str();
   app.add_option("--schedule", schedule, "1f1b | interleaved | gpipe")->capture_default_str();
