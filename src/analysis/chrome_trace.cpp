@@ -90,16 +90,31 @@ std::optional<int64_t> field_id(const json& object, const char* key) {
 
 enum class EventClass { Skip, Kernel, Memcpy, Memset, DeviceMarker, HostMarker, Fill };
 
+// The Trace Event format allows a comma-separated list of categories ("kernel,graph").
+bool has_category(const std::string& categories, std::string_view wanted) {
+  size_t begin = 0;
+  while (begin <= categories.size()) {
+    size_t end = categories.find(',', begin);
+    if (end == std::string::npos) end = categories.size();
+    std::string_view item(categories.data() + begin, end - begin);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (item == wanted) return true;
+    begin = end + 1;
+  }
+  return false;
+}
+
 EventClass classify_complete_event(const std::string& category, const std::string& name,
                                    const ImportOptions& options) {
   const std::string cat = lowercase(category);
-  if (cat == "kernel") return EventClass::Kernel;
-  if (cat == "gpu_memcpy" || cat == "memcpy") return EventClass::Memcpy;
-  if (cat == "gpu_memset" || cat == "memset") return EventClass::Memset;
-  if (cat == "gpu_user_annotation") return EventClass::DeviceMarker;
-  if (cat == "fill") return EventClass::Fill;
-  if (cat == "bubble") return EventClass::DeviceMarker;
-  if (cat == "user_annotation") return EventClass::HostMarker;
+  if (has_category(cat, "kernel")) return EventClass::Kernel;
+  if (has_category(cat, "gpu_memcpy") || has_category(cat, "memcpy")) return EventClass::Memcpy;
+  if (has_category(cat, "gpu_memset") || has_category(cat, "memset")) return EventClass::Memset;
+  if (has_category(cat, "gpu_user_annotation")) return EventClass::DeviceMarker;
+  if (has_category(cat, "fill")) return EventClass::Fill;
+  if (has_category(cat, "bubble")) return EventClass::DeviceMarker;
+  if (has_category(cat, "user_annotation")) return EventClass::HostMarker;
   if (starts_with_any(name, options.marker_prefixes)) return EventClass::HostMarker;
   return EventClass::Skip;
 }

@@ -102,13 +102,14 @@ TEST(ChromeTraceImport, ToleratesMissingAndLooselyTypedFields) {
     {"ph": "i", "name": "[memory]", "ts": 40, "args": {"Device Id": 1, "Bytes": 256}},
     {"ph": "i", "name": "[memory]", "ts": 41, "args": {"Device Id": 1}},
     {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#7", "pid": 9, "tid": 9, "ts": 0, "dur": 50},
-    {"name": "no phase"}
+    {"name": "no phase"},
+    {"ph": "X", "cat": "graph, kernel", "name": "replayed", "pid": 0, "tid": 7, "ts": 60, "dur": 5}
   ])json";
   ImportedTrace t;
   ASSERT_EQ(import_chrome_trace(json, "inline.json", ImportOptions{}, &t), pfSuccess)
       << last_error_message();
-  EXPECT_EQ(t.events_total, 8u);
-  ASSERT_EQ(t.records.size(), 5u);
+  EXPECT_EQ(t.events_total, 9u);
+  ASSERT_EQ(t.records.size(), 6u);
   EXPECT_EQ(t.events_skipped, 3u);
   EXPECT_EQ(t.records[0].kind, ActivityKind::Kernel);
   EXPECT_EQ(t.records[0].name, "");
@@ -126,6 +127,8 @@ TEST(ChromeTraceImport, ToleratesMissingAndLooselyTypedFields) {
   EXPECT_EQ(t.records[3].in_use_bytes, -1);
   EXPECT_EQ(t.records[4].kind, ActivityKind::Marker);  // by its ProfilerStep name
   EXPECT_EQ(t.records[4].device, kHostDevice);
+  EXPECT_EQ(t.records[5].kind, ActivityKind::Kernel);  // one of several categories
+  EXPECT_EQ(t.records[5].name, "replayed");
   EXPECT_EQ(t.devices(), (std::vector<int>{0, 1, 2}));
   EXPECT_TRUE(t.device_memory_bytes.empty());
 }
