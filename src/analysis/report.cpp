@@ -44,8 +44,31 @@ std::string class_kind(const BubbleClass& c) {
   return kinds > 1 ? fmt::format("{}*", dominant) : dominant;
 }
 
+void format_bubbles(std::string& s, const DeviceAnalysis& d, size_t max_rows) {
+  s += fmt::format("  {:<20} {:>6} {:>12} {:>10} {:>10} {:<10} {:>9} {:>9} {:>9}\n", "iteration",
+                   "class", "start_ms", "offset_ms", "dur_us", "kind", "comm_us", "fill_us",
+                   "delay_us");
+  for (size_t i = 0; i < d.bubbles.size() && i < max_rows; ++i) {
+    const Bubble& b = d.bubbles[i];
+    const std::string iteration =
+        b.iteration >= 0 ? d.iterations[static_cast<size_t>(b.iteration)].label : "-";
+    const std::string label =
+        b.class_index >= 0 && static_cast<size_t>(b.class_index) < d.classes.size()
+            ? d.classes[static_cast<size_t>(b.class_index)].label
+            : "-";
+    s += fmt::format("  {:<20} {:>6} {:>12} {:>10} {:>10.1f} {:<10} {:>9.1f} {:>9.1f} {:>9}\n",
+                     iteration, label, ms(b.start_us - d.span_start_us),
+                     b.iteration >= 0 ? ms(b.offset_us) : "-", b.duration_us(),
+                     bubble_kind_name(b.kind), b.comm_us, b.fill_us,
+                     std::isfinite(b.wake_us) ? fmt::format("{:.1f}", b.end_us - b.wake_us) : "-");
+  }
+  if (d.bubbles.size() > max_rows) {
+    s += fmt::format("  ... {} more bubbles (see --json)\n", d.bubbles.size() - max_rows);
+  }
+}
+
 void format_device(std::string& s, const DeviceAnalysis& d, uint64_t device_memory,
-                   const AnalysisOptions& o, size_t max_class_rows) {
+                   const AnalysisOptions& o, size_t max_class_rows, size_t max_bubble_rows) {
   s += fmt::format("\nDevice {}: {} compute, {} comm, {} fill kernels over {} ms\n", d.device,
                    d.compute_kernels, d.comm_kernels, d.fill_kernels, ms(d.span_us()));
   s += fmt::format("  bubbles >= {} us: {}, {} ms = {} of the span (idle {} ms, comm-only {} ms, "
@@ -107,6 +130,7 @@ void format_device(std::string& s, const DeviceAnalysis& d, uint64_t device_memo
       s += fmt::format("  ... {} more classes (see --json)\n", d.classes.size() - max_class_rows);
     }
   }
+  if (max_bubble_rows > 0 && !d.bubbles.empty()) format_bubbles(s, d, max_bubble_rows);
 }
 
 void format_interference(std::string& s, const InterferenceAnalysis& a, size_t max_kernel_rows) {
@@ -176,7 +200,7 @@ pfResult_t build_report(const std::string& source, const std::vector<ActivityRec
 }
 
 std::string format_report(const TraceReport& report, size_t max_class_rows,
-                          size_t max_kernel_rows) {
+                          size_t max_kernel_rows, size_t max_bubble_rows) {
   const AnalysisOptions& o = report.options;
   std::string s = fmt::format("Trace {} ({} records)\n", report.source, report.record_count);
   s += fmt::format("\n{:>6} {:>10} {:>8} {:>10} {:>7} {:>9} {:>9} {:>9} {:>6} {:>9} {:>10} "
@@ -193,7 +217,7 @@ std::string format_report(const TraceReport& report, size_t max_class_rows,
   for (size_t i = 0; i < report.devices.size(); ++i) {
     format_device(s, report.devices[i],
                   i < report.device_memory_bytes.size() ? report.device_memory_bytes[i] : 0, o,
-                  max_class_rows);
+                  max_class_rows, max_bubble_rows);
   }
   for (const InterferenceAnalysis& a : report.interference) {
     format_interference(s, a, max_kernel_rows);

@@ -33,9 +33,9 @@ pfResult_t build_report(const std::string& source, const std::vector<ActivityRec
                         const std::map<int, uint64_t>& device_memory = {});
 
 // Human-readable tables; at most `max_class_rows` bubble classes and `max_kernel_rows` kernels
-// per device.
+// per device, and the first `max_bubble_rows` bubbles of each device, iteration by iteration.
 std::string format_report(const TraceReport& report, size_t max_class_rows = 32,
-                          size_t max_kernel_rows = 10);
+                          size_t max_kernel_rows = 10, size_t max_bubble_rows = 0);
 
 // Everything, including every bubble (times in us, memory in bytes).
 nlohmann::json report_to_json(const TraceReport& report);

@@ -157,6 +157,12 @@ TEST(AnalyzerOnFiles, ReportComparesFilledWithBaseline) {
   EXPECT_NE(text.find("Interference on device 0"), std::string::npos) << text;
   EXPECT_NE(text.find("compute: 0.845 ms -> 0.850 ms, slowdown +0.59%"), std::string::npos) << text;
   EXPECT_NE(text.find("+1.27%  gemm_fwd"), std::string::npos) << text;
+  EXPECT_EQ(text.find("iteration  "), std::string::npos) << "no bubble list unless asked";
+  const std::string listed = format_report(report, 32, 10, 2);
+  EXPECT_NE(listed.find("  ProfilerStep#1           #0        0.100      0.100      310.0 comm-only      300.0     280.0      10.0"),
+            std::string::npos)
+      << listed;
+  EXPECT_NE(listed.find("  ... 3 more bubbles"), std::string::npos) << listed;
   EXPECT_NE(text.find("memory in use: peak 14.0 MiB (absolute); device memory 140.40 GiB"),
             std::string::npos)
       << text;

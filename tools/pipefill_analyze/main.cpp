@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   double item_memory_mb = 0.0;
   size_t max_classes = 32;
   size_t max_kernels = 10;
+  size_t max_bubbles = 0;
 
   app.add_option("trace", trace_path, "Chrome-trace JSON to analyse (the filled run with --baseline)")
       ->required();
@@ -96,11 +97,15 @@ int main(int argc, char** argv) {
   app.add_option("--fill-name", import_options.fill_name_substrings,
                  "Kernel-name substring marking fill work (repeatable; default: pipefill)")
       ->allow_extra_args(false);
-  app.add_option("--json", json_path, "Also write the full report (every bubble) as JSON ('-': stdout)");
+  app.add_option("--json", json_path,
+                 "Also write the full report (every bubble) as JSON ('-': stdout, instead of the "
+                 "tables)");
   app.add_option("--max-classes", max_classes, "Bubble classes shown per device")
       ->capture_default_str();
   app.add_option("--max-kernels", max_kernels, "Kernels shown in the interference table")
       ->capture_default_str();
+  app.add_option("--bubbles", max_bubbles,
+                 "Also list the first N bubbles of each device, iteration by iteration");
 
   try {
     app.parse(argc, argv);
@@ -139,7 +144,9 @@ int main(int argc, char** argv) {
                                       devices, options, &report, trace.device_memory_bytes);
     if (r != pfSuccess) return report_error(r);
 
-    std::fputs(format_report(report, max_classes, max_kernels).c_str(), stdout);
+    if (json_path != "-") {
+      std::fputs(format_report(report, max_classes, max_kernels, max_bubbles).c_str(), stdout);
+    }
     if (!json_path.empty()) {
       const std::string text = report_to_json(report).dump(2) + "\n";
       if (json_path == "-") {
