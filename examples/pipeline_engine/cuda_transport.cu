@@ -1,6 +1,7 @@
-// The engine's GPU transports. Both run real stage compute: per transformer layer the four
-// bf16 GEMMs of a layer (QKV, output projection, FFN up and down: 24 b s h^2 FLOPs) through
-// cuBLAS plus a GELU kernel; a backward pass runs them twice (2x the FLOPs).
+// The engine's GPU transports. Both run real stage compute: per transformer layer the bf16
+// GEMMs of a layer through cuBLAS (QKV, attention scores and weighted sum as batched GEMMs per
+// 128-wide head, output projection, FFN up and down: 24 b s h^2 (1 + s/6h) FLOPs, the count the
+// simulated transport uses) plus elementwise kernels; a backward pass runs them twice.
 //
 //  - EmulatedTransport (one GPU): this GPU runs ONE stage for real (--emulate-stage, default
 //    the middle of the pipeline). Its receives are spinning kernels (holding comm_sms blocks,
@@ -108,9 +109,10 @@ class StageCompute {
   void release() {
     if (handle_) cublasDestroy(handle_);
     handle_ = nullptr;
-    for (void* p : {static_cast<void*>(x_), static_cast<void*>(big_), static_cast<void*>(weights_)})
+    for (void* p : {static_cast<void*>(x_), static_cast<void*>(big_), static_cast<void*>(weights_),
+                    static_cast<void*>(scores_)})
       if (p) cudaFree(p);
-    x_ = big_ = weights_ = nullptr;
+    x_ = big_ = weights_ = scores_ = nullptr;
   }
 
   Status init(const PipelineSpec& spec, const StageCosts& costs) {
@@ -122,6 +124,10 @@ class StageCompute {
     ENGINE_CUDA(cudaMalloc(&x_, tokens_ * h * sizeof(__nv_bfloat16)));
     ENGINE_CUDA(cudaMalloc(&big_, tokens_ * 4 * h * sizeof(__nv_bfloat16)));
     ENGINE_CUDA(cudaMalloc(&weights_, weight_elems_ * sizeof(__nv_bfloat16)));
+    seq_ = static_cast<size_t>(spec.model.seq);
+    head_dim_ = h % 128 == 0 ? 128 : h;  // Megatron-like 128-wide heads when they divide h
+    batch_heads_ = static_cast<size_t>(spec.model.micro_batch) * (h / head_dim_);
+    ENGINE_CUDA(cudaMalloc(&scores_, batch_heads_ * seq_ * seq_ * sizeof(__nv_bfloat16)));
     ENGINE_CUDA(cudaMemset(x_, 0, tokens_ * h * sizeof(__nv_bfloat16)));
     ENGINE_CUDA(cudaMemset(weights_, 0, weight_elems_ * sizeof(__nv_bfloat16)));
     ENGINE_CUBLAS(cublasCreate(&handle_));
@@ -160,6 +166,7 @@ class StageCompute {
     const int h = static_cast<int>(hidden_);
     const __nv_bfloat16* w = weights_;
     ENGINE_TRY(gemm(stream, 3 * h, h, w, x_, big_));                       // QKV
+    ENGINE_TRY(attention(stream));                                          // Q K^T, softmax, P V
     ENGINE_TRY(gemm(stream, h, h, w + 3 * hidden_ * hidden_, x_, big_));   // output projection
     ENGINE_TRY(gemm(stream, 4 * h, h, w + 4 * hidden_ * hidden_, x_, big_)); // FFN up
     gelu_bf16_kernel<<<264, 256, 0, stream>>>(big_, tokens_ * 4 * hidden_);
@@ -168,9 +175,32 @@ class StageCompute {
     return {};
   }
 
+  // Per (sequence, head): scores = Q K^T (s x s x d), an elementwise pass standing in for the
+  // softmax, then P V: the 4 b s^2 h FLOPs of attention.
+  Status attention(cudaStream_t stream) {
+    const float alpha = 1.0f, beta = 0.0f;
+    const int s = static_cast<int>(seq_), d = static_cast<int>(head_dim_);
+    const long long qk_stride = static_cast<long long>(seq_) * head_dim_;
+    const long long score_stride = static_cast<long long>(seq_) * seq_;
+    const int batch = static_cast<int>(batch_heads_);
+    ENGINE_CUBLAS(cublasSetStream(handle_, stream));
+    ENGINE_CUBLAS(cublasGemmStridedBatchedEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, s, s, d, &alpha,
+                                             big_, CUDA_R_16BF, d, qk_stride, big_, CUDA_R_16BF, d,
+                                             qk_stride, &beta, scores_, CUDA_R_16BF, s, score_stride,
+                                             batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    gelu_bf16_kernel<<<264, 256, 0, stream>>>(scores_, batch_heads_ * seq_ * seq_);
+    ENGINE_CUDA(cudaGetLastError());
+    ENGINE_CUBLAS(cublasGemmStridedBatchedEx(handle_, CUBLAS_OP_N, CUBLAS_OP_N, d, s, s, &alpha,
+                                             big_, CUDA_R_16BF, d, qk_stride, scores_, CUDA_R_16BF, s,
+                                             score_stride, &beta, x_, CUDA_R_16BF, d, qk_stride,
+                                             batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return {};
+  }
+
   cublasHandle_t handle_ = nullptr;
-  __nv_bfloat16 *x_ = nullptr, *big_ = nullptr, *weights_ = nullptr;
+  __nv_bfloat16 *x_ = nullptr, *big_ = nullptr, *weights_ = nullptr, *scores_ = nullptr;
   size_t tokens_ = 0, hidden_ = 0, weight_elems_ = 0;
+  size_t seq_ = 0, head_dim_ = 0, batch_heads_ = 0;
   int layers_per_chunk_ = 1;
 };
 
