@@ -34,6 +34,22 @@ bool starts_with_any(const std::string& name, const std::vector<std::string>& pr
   });
 }
 
+// Casts that saturate instead of overflowing (a double outside the target's range is undefined
+// behaviour to convert): traces are input, and input can hold anything.
+int64_t saturate_i64(double d) {
+  if (!(d > -9.2e18)) return d != d ? 0 : INT64_MIN;  // NaN -> 0
+  if (d >= 9.2e18) return INT64_MAX;
+  return static_cast<int64_t>(d);
+}
+uint64_t saturate_u64(double d) {
+  if (!(d > 0.0)) return 0;
+  if (d >= 1.8e19) return UINT64_MAX;
+  return static_cast<uint64_t>(d);
+}
+int saturate_int(int64_t v) {
+  return static_cast<int>(std::clamp<int64_t>(v, INT32_MIN, INT32_MAX));
+}
+
 // A finite number, or a string holding one (some exporters quote numbers).
 std::optional<double> number_of(const json& value) {
   if (value.is_number()) {
@@ -63,7 +79,7 @@ std::optional<int64_t> id_of(const json& value) {
   if (value.is_number_integer()) return value.get<int64_t>();
   if (value.is_number()) {
     const double d = value.get<double>();
-    if (std::isfinite(d)) return static_cast<int64_t>(d);
+    if (std::isfinite(d)) return saturate_i64(d);
     return std::nullopt;
   }
   if (value.is_string()) {
@@ -201,7 +217,7 @@ class Importer {
     r.end_us = *ts + *dur;
     const auto device = field_id(args, "device") ? field_id(args, "device") : field_id(event, "pid");
     const auto stream = field_id(args, "stream") ? field_id(args, "stream") : field_id(event, "tid");
-    r.device = static_cast<int>(device.value_or(0));
+    r.device = saturate_int(device.value_or(0));
     r.stream = static_cast<uint64_t>(std::max<int64_t>(0, stream.value_or(0)));
     r.correlation = static_cast<uint64_t>(std::max<int64_t>(0, field_id(args, "correlation").value_or(0)));
     switch (cls) {
@@ -216,7 +232,7 @@ class Importer {
       case EventClass::Memcpy:
       case EventClass::Memset:
         r.kind = cls == EventClass::Memcpy ? ActivityKind::Memcpy : ActivityKind::Memset;
-        r.bytes = static_cast<uint64_t>(std::max(0.0, field_number(args, "bytes").value_or(0.0)));
+        r.bytes = saturate_u64(field_number(args, "bytes").value_or(0.0));
         break;
       case EventClass::DeviceMarker:
         r.kind = ActivityKind::Marker;
@@ -257,12 +273,12 @@ class Importer {
     }
     ActivityRecord r;
     r.name = "[memory]";
-    r.device = static_cast<int>(device_id.value_or(0));
+    r.device = saturate_int(device_id.value_or(0));
     r.start_us = r.end_us = *ts;
     const double delta = bytes.value_or(0.0);
     r.kind = delta < 0.0 ? ActivityKind::MemoryFree : ActivityKind::MemoryAlloc;
-    r.bytes = static_cast<uint64_t>(std::fabs(delta));
-    if (total && *total >= 0.0) r.in_use_bytes = static_cast<int64_t>(*total);
+    r.bytes = saturate_u64(std::fabs(delta));
+    if (total && *total >= 0.0) r.in_use_bytes = saturate_i64(*total);
     out_->records.push_back(std::move(r));
     return pfSuccess;
   }
@@ -275,7 +291,7 @@ class Importer {
       const auto id = field_id(d, "id");
       const auto memory = field_number(d, "totalGlobalMem");
       if (id && memory && *memory > 0.0) {
-        out_->device_memory_bytes[static_cast<int>(*id)] = static_cast<uint64_t>(*memory);
+        out_->device_memory_bytes[saturate_int(*id)] = saturate_u64(*memory);
       }
     }
   }

@@ -103,13 +103,15 @@ TEST(ChromeTraceImport, ToleratesMissingAndLooselyTypedFields) {
     {"ph": "i", "name": "[memory]", "ts": 41, "args": {"Device Id": 1}},
     {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#7", "pid": 9, "tid": 9, "ts": 0, "dur": 50},
     {"name": "no phase"},
-    {"ph": "X", "cat": "graph, kernel", "name": "replayed", "pid": 0, "tid": 7, "ts": 60, "dur": 5}
+    {"ph": "X", "cat": "graph, kernel", "name": "replayed", "pid": 0, "tid": 7, "ts": 60, "dur": 5},
+    {"ph": "X", "cat": "gpu_memcpy", "name": "huge", "pid": 1e300, "tid": -5, "ts": 70, "dur": 1,
+     "args": {"bytes": 1e300, "correlation": -3}}
   ])json";
   ImportedTrace t;
   ASSERT_EQ(import_chrome_trace(json, "inline.json", ImportOptions{}, &t), pfSuccess)
       << last_error_message();
-  EXPECT_EQ(t.events_total, 9u);
-  ASSERT_EQ(t.records.size(), 6u);
+  EXPECT_EQ(t.events_total, 10u);
+  ASSERT_EQ(t.records.size(), 7u);
   EXPECT_EQ(t.events_skipped, 3u);
   EXPECT_EQ(t.records[0].kind, ActivityKind::Kernel);
   EXPECT_EQ(t.records[0].name, "");
@@ -129,7 +131,12 @@ TEST(ChromeTraceImport, ToleratesMissingAndLooselyTypedFields) {
   EXPECT_EQ(t.records[4].device, kHostDevice);
   EXPECT_EQ(t.records[5].kind, ActivityKind::Kernel);  // one of several categories
   EXPECT_EQ(t.records[5].name, "replayed");
-  EXPECT_EQ(t.devices(), (std::vector<int>{0, 1, 2}));
+  // Out-of-range numbers saturate rather than overflow.
+  EXPECT_EQ(t.records[6].device, INT32_MAX);
+  EXPECT_EQ(t.records[6].stream, 0u);
+  EXPECT_EQ(t.records[6].correlation, 0u);
+  EXPECT_EQ(t.records[6].bytes, UINT64_MAX);
+  EXPECT_EQ(t.devices(), (std::vector<int>{0, 1, 2, INT32_MAX}));
   EXPECT_TRUE(t.device_memory_bytes.empty());
 }
 
