@@ -193,7 +193,6 @@ PF_API pfResult_t pfBubbleBegin(pfRuntime_t runtime, void* stream, const pfBubbl
 PF_API pfResult_t pfBubbleEnd(pfRuntime_t runtime, void* stream) {
   return guarded(__func__, [&] {
     if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfBubbleEnd: runtime is NULL");
-    if (stream == nullptr) return fail(pfErrorInvalidArgument, "pfBubbleEnd: stream is NULL");
     return as_runtime(runtime)->bubble_end(stream);
   });
 }

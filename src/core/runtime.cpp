@@ -309,7 +309,11 @@ pfResult_t Runtime::bubble_begin(void* stream, const pfBubbleHint_t* hint) {
   // only one pair in kTimingSample is timed; the mean is over the sampled pairs.
   const bool timed = (timing_counter_++ % kTimingSample) == 0;
   const auto t0 = timed ? Clock::now() : Clock::time_point{};
-  if (stream == nullptr) return fail(pfErrorInvalidArgument, "pfBubbleBegin: stream is NULL");
+  // NULL is CUDA's legacy default stream, a valid main stream there; the simulator has none.
+  if (stream == nullptr && options_.backend != pfBackendCuda) {
+    return fail(pfErrorInvalidArgument,
+                "pfBubbleBegin: stream is NULL (the simulated device has no default stream)");
+  }
   if (in_bubble_) {
     return fail(pfErrorInvalidState,
                 "pfBubbleBegin: bubble {} is still open on stream {}; nested bubbles are not "
@@ -378,6 +382,10 @@ pfResult_t Runtime::bubble_begin(void* stream, const pfBubbleHint_t* hint) {
 
 pfResult_t Runtime::bubble_end(void* stream) {
   const auto t0 = current_timed_ ? Clock::now() : Clock::time_point{};
+  if (stream == nullptr && options_.backend != pfBackendCuda) {
+    return fail(pfErrorInvalidArgument,
+                "pfBubbleEnd: stream is NULL (the simulated device has no default stream)");
+  }
   if (!in_bubble_) {
     return fail(pfErrorInvalidState, "pfBubbleEnd: no bubble is open (pfBubbleBegin not called)");
   }

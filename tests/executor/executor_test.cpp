@@ -62,6 +62,8 @@ TEST_P(Executor, BubblesWhileTheExecutorHarvestsAndOthersRead) {
   constexpr int kBubbles = 60;
   for (int i = 0; i < kBubbles; ++i) EXPECT_DOUBLE_EQ(stage.step(rt, 100.0), 150.0);
   PF_ASSERT_OK(pfRuntimeSynchronize(rt));
+  // On a loaded machine the reader may not have run yet: make sure it overlapped at least once.
+  while (reads.load() == 0) std::this_thread::yield();
   done = true;
   reader.join();
   EXPECT_GT(reads.load(), 0u);
