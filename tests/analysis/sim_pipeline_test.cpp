@@ -3,6 +3,7 @@
 //  - with PipeFill filling the bubbles, main-job kernels keep their durations (slowdown 1.0),
 //    fill covers the bubbles and the start delay stays within one item;
 //  - the runtime's own trace (pfTraceWrite), imported, gives the bubbles its stats count.
+//  - with ungated fill beside the main job, kernels are slowed only on a device with interference.
 #include <gtest/gtest.h>
 
 #include <cstdio>  // std::remove
@@ -25,7 +26,7 @@ constexpr int kStages = 4;
 constexpr int kSms = 32;
 constexpr int kIterations = 3;
 constexpr int kStage = 1;  // the stage under study (device 1)
-constexpr double kItemCostUs = 10.0;
+constexpr double kItemCostUs = 10.0;  // bubbles are multiples of 10 us: items fit exactly
 
 #define PF_ASSERT_OK(expr)                                                   \
   do {                                                                       \
@@ -51,19 +52,24 @@ schedule::ScheduleSpec spec() {
 
 // A ticket job with plenty of items on the simulated device.
 struct EndlessJob {
-  static pfResult_t launch(void*, const pfSliceDesc_t* slice, void* stream) {
-    return pfSimLaunchTicketKernel(stream, slice, slice->max_blocks, kItemCostUs, nullptr, nullptr);
+  double item_cost_us = kItemCostUs;
+  static pfResult_t launch(void* user, const pfSliceDesc_t* slice, void* stream) {
+    const double cost = static_cast<EndlessJob*>(user)->item_cost_us;
+    return pfSimLaunchTicketKernel(stream, slice, slice->max_blocks, cost, nullptr, nullptr);
   }
-  static pfJobDesc_t desc() {
+  pfJobDesc_t desc() {
     pfJobDesc_t d = PF_JOB_DESC_INITIALIZER;
     d.name = "infer";
     d.kind = pfJobTicket;
     d.item_count = uint64_t{1} << 30;
-    d.item_cost_hint_us = kItemCostUs;
+    d.item_cost_hint_us = item_cost_us;
+    d.user = this;
     d.launch = &launch;
     return d;
   }
 };
+
+
 
 struct SimRun {
   std::vector<ActivityRecord> activities;       // device kStage
@@ -81,6 +87,7 @@ void run_pipeline(bool fill, const std::string& trace_path, SimRun* out) {
 
   std::vector<pfRuntime_t> runtimes;
   std::vector<pfJob_t> jobs;
+  std::vector<std::unique_ptr<EndlessJob>> job_state;
   if (fill) {
     for (int s = 0; s < kStages; ++s) {
       pfConfig_t c = PF_CONFIG_INITIALIZER;
@@ -96,7 +103,8 @@ void run_pipeline(bool fill, const std::string& trace_path, SimRun* out) {
       pfRuntime_t rt = nullptr;
       PF_ASSERT_OK(pfRuntimeCreate(&c, &rt));
       runtimes.push_back(rt);
-      const pfJobDesc_t d = EndlessJob::desc();
+      job_state.push_back(std::make_unique<EndlessJob>());
+      const pfJobDesc_t d = job_state.back()->desc();
       pfJob_t job = nullptr;
       PF_ASSERT_OK(pfJobCreate(rt, &d, &job));
       jobs.push_back(job);
@@ -206,6 +214,56 @@ TEST(AnalyzerOnSimPipeline, FillingKeepsKernelDurationsAndCoversTheBubbles) {
   EXPECT_EQ(e.classes[0].label, "#0");
   EXPECT_EQ(e.classes[0].duration.count, static_cast<size_t>(kIterations));
   std::remove(trace.c_str());
+}
+
+// Two main-job kernels on half the SMs with ungated fill work on the other half that outlasts
+// the first kernel: the analyser sees the main kernels slowed exactly when the simulated device
+// slows co-running kernels (by at most 1 + interference x fill share of the SMs).
+std::vector<ActivityRecord> co_running(double interference, bool with_fill) {
+  pfSimDeviceDesc_t desc = PF_SIM_DEVICE_DESC_INITIALIZER;
+  desc.sm_count = kSms;
+  desc.interference = interference;
+  pfSimWorld_t raw = nullptr;
+  EXPECT_EQ(pfSimWorldCreate(1, &desc, 1, &raw), pfSuccess) << pfGetLastErrorMessage();
+  std::unique_ptr<pfSimWorld, WorldCloser> world(raw);
+  void* main_stream = nullptr;
+  void* fill_stream = nullptr;
+  EXPECT_EQ(pfSimStreamCreate(raw, 0, -1, &main_stream), pfSuccess);
+  EXPECT_EQ(pfSimStreamCreate(raw, 0, 0, &fill_stream), pfSuccess);
+  if (with_fill) {
+    EXPECT_EQ(pfSimLaunchOpaque(fill_stream, 0, kSms / 2, kSms / 2, 150.0, nullptr, nullptr),
+              pfSuccess)
+        << pfGetLastErrorMessage();
+  }
+  EXPECT_EQ(pfSimLaunchKernel(main_stream, 100.0, kSms / 2), pfSuccess);
+  EXPECT_EQ(pfSimLaunchKernel(main_stream, 100.0, kSms / 2), pfSuccess);
+  EXPECT_EQ(pfSimRunUntilIdle(raw), pfSuccess) << pfGetLastErrorMessage();
+  return sim::world_from_handle(raw)->activities(0);
+}
+
+TEST(AnalyzerOnSim, DetectsInterferenceOnlyWhenTheDeviceHasIt) {
+  const auto baseline = co_running(0.5, false);
+  const auto calm = co_running(0.0, true);
+  const auto slowed = co_running(0.5, true);
+  InterferenceAnalysis without, with;
+  ASSERT_EQ(compare_traces(baseline, calm, 0, exact_options(), &without), pfSuccess)
+      << last_error_message();
+  ASSERT_EQ(compare_traces(baseline, slowed, 0, exact_options(), &with), pfSuccess)
+      << last_error_message();
+  EXPECT_EQ(with.matched_kernels, 2u);
+  EXPECT_DOUBLE_EQ(without.compute_baseline_us, 200.0);
+  EXPECT_DOUBLE_EQ(without.compute_slowdown, 1.0);
+  EXPECT_GT(with.compute_slowdown, 1.0);
+  EXPECT_LE(with.compute_slowdown, 1.0 + 0.5 * 0.5 + 1e-12);
+  ASSERT_FALSE(with.kernels.empty());
+  EXPECT_GT(with.kernels[0].slowdown(), 1.0);
+
+  // The fill ran alongside the main job's compute, not in a bubble.
+  DeviceAnalysis f;
+  ASSERT_EQ(analyze_device(slowed, 0, exact_options(), &f), pfSuccess);
+  EXPECT_EQ(f.fill_kernels, 1u);
+  EXPECT_DOUBLE_EQ(f.fill_in_bubbles_us, 0.0);
+  EXPECT_GT(f.fill_outside_bubbles_us, 0.0);
 }
 
 }  // namespace
