@@ -38,9 +38,12 @@ std::string to_string(const Instruction& in) {
     case InstrType::RecvActivation:
     case InstrType::RecvGradient:
       return fmt::format("{}(mb={}, from stage {})", instr_name(in.type), in.microbatch, in.peer);
-    case InstrType::BubbleBegin:
-      return fmt::format("BubbleBegin(#{}, kind={}, expected={:.1f}us)", in.bubble_index,
-                         static_cast<int>(in.bubble_kind), in.expected_us);
+    case InstrType::BubbleBegin: {
+      static const char* const kinds[] = {"other", "warmup", "cooldown", "drain", "optimizer"};
+      const int k = static_cast<int>(in.bubble_kind);
+      return fmt::format("BubbleBegin(#{}, {}, expected {:.1f} us)", in.bubble_index,
+                         k >= 0 && k < pfBubbleKindCount ? kinds[k] : "?", in.expected_us);
+    }
     default:
       return instr_name(in.type);
   }
