@@ -4,6 +4,10 @@
 //    with the raw device operations they must enqueue (event record at begin; gate write and
 //    event record at end) issued directly on a simulated world. Counters: ns per begin+end
 //    pair for both, and their ratio. Target (design brief): <= 1 µs on the simulator.
+//  BM_PipelineFill: a simulated 4-stage 1F1B pipeline (8 micro-batches, 10 iterations) without
+//    and with one ticket fill job per stage, side by side. Counters: main-job slowdown (target
+//    <= 0.5%), share of bubble time filled after 2 warm-up iterations (target >= 90%), host
+//    time per simulated iteration for both runs.
 //  BM_ScheduleOrder / BM_FillDecision: the scheduler's order and the planner's slice for the
 //    first job, with 1, 10 and 1000 queued jobs (what the executor does per bubble).
 #include <benchmark/benchmark.h>
@@ -16,6 +20,7 @@
 #include "core/planner.hpp"
 #include "core/scheduler.hpp"
 #include "pipefill/pipefill.h"
+#include "sim/sim_pipeline.hpp"
 #include "sim/sim_world.hpp"
 
 namespace {
@@ -98,6 +103,106 @@ void BM_BubbleInstructions(benchmark::State& state) {
   pfRuntimeDestroy(rt);
 }
 BENCHMARK(BM_BubbleInstructions)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+struct PipelineOutcome {
+  double virtual_us = 0.0;        // simulated time of the measured iterations
+  double bubble_us = 0.0;         // after warm-up
+  double filled_us = 0.0;
+  double host_s = 0.0;
+};
+
+pfResult_t fill_launch(void*, const pfSliceDesc_t* slice, void* stream) {
+  return pfSimLaunchTicketKernel(stream, slice, slice->max_blocks, 10.0, nullptr, nullptr);
+}
+
+// 4-stage 1F1B, 8 micro-batches: 2 warm-up iterations, then 8 measured ones.
+PipelineOutcome run_pipeline(bool fill, double margin_us, double margin_fraction) {
+  constexpr int kStages = 4;
+  PipelineOutcome out;
+  pfSimDeviceDesc_t desc = PF_SIM_DEVICE_DESC_INITIALIZER;
+  pfSimWorld_t world = nullptr;
+  pfSimWorldCreate(kStages, &desc, 1, &world);
+  std::vector<pfRuntime_t> runtimes;
+  std::vector<pfJob_t> jobs;
+  if (fill) {
+    for (int s = 0; s < kStages; ++s) {
+      pfConfig_t c = PF_CONFIG_INITIALIZER;
+      c.backend = pfBackendSim;
+      c.sim_world = world;
+      c.device = s;
+      c.stage_id = s;
+      c.stage_count = kStages;
+      c.reserved_sms = 8;
+      c.safety_margin_us = margin_us;
+      c.safety_margin_fraction = margin_fraction;
+      c.log_level = pfLogError;
+      pfRuntime_t rt = nullptr;
+      pfRuntimeCreate(&c, &rt);
+      runtimes.push_back(rt);
+      pfJobDesc_t d = PF_JOB_DESC_INITIALIZER;
+      d.name = "inference";
+      d.item_count = uint64_t{1} << 40;
+      d.item_cost_hint_us = 10.0;
+      d.launch = &fill_launch;
+      pfJob_t job = nullptr;
+      pfJobCreate(rt, &d, &job);
+      jobs.push_back(job);
+    }
+  }
+  pipefill::sim::PipelineOptions options;
+  options.spec.kind = pipefill::schedule::ScheduleKind::OneFOneB;
+  options.spec.stages = kStages;
+  options.spec.microbatches = 8;
+  pipefill::schedule::StageCosts costs;
+  costs.forward_us = 1000.0;
+  costs.backward_us = 2000.0;
+  options.spec.costs.assign(kStages, costs);
+  options.spec.p2p_latency_us = 10.0;
+  options.comm_sms = 8;
+  options.runtimes = runtimes;
+  std::unique_ptr<pipefill::sim::Pipeline> pipeline;
+  pipefill::sim::Pipeline::create(world, options, &pipeline);
+  const auto t0 = Clock::now();
+  std::vector<pipefill::sim::IterationResult> warm, measured;
+  pipeline->run(2, &warm);
+  std::vector<pfStats_t> before(runtimes.size());
+  for (size_t s = 0; s < runtimes.size(); ++s) {
+    pfRuntimeSynchronize(runtimes[s]);
+    pfRuntimeGetStats(runtimes[s], &before[s]);
+  }
+  pipeline->run(8, &measured);
+  out.host_s = seconds_since(t0);
+  out.virtual_us = measured.back().end_us - measured.front().start_us;
+  for (size_t s = 0; s < runtimes.size(); ++s) {
+    pfStats_t after;
+    pfRuntimeSynchronize(runtimes[s]);
+    pfRuntimeGetStats(runtimes[s], &after);
+    out.bubble_us += after.bubble_time_us - before[s].bubble_time_us;
+    out.filled_us += after.filled_time_us - before[s].filled_time_us;
+  }
+  for (pfJob_t j : jobs) pfJobDestroy(j);
+  pipeline.reset();
+  for (pfRuntime_t rt : runtimes) pfRuntimeDestroy(rt);
+  pfSimWorldDestroy(world);
+  return out;
+}
+
+// Arg 0: the default margins (20 µs + 5%); arg 1: margins off.
+void BM_PipelineFill(benchmark::State& state) {
+  const bool default_margins = state.range(0) == 0;
+  PipelineOutcome base, filled;
+  for (auto _ : state) {
+    base = run_pipeline(false, 0.0, 0.0);
+    filled = default_margins ? run_pipeline(true, 20.0, 0.05) : run_pipeline(true, 0.0, 0.0);
+  }
+  state.counters["slowdown_percent"] = 100.0 * (filled.virtual_us - base.virtual_us) / base.virtual_us;
+  state.counters["filled_share_percent"] =
+      filled.bubble_us > 0 ? 100.0 * filled.filled_us / filled.bubble_us : 0.0;
+  state.counters["host_ms_per_iteration_nofill"] = base.host_s * 1e3 / 8;
+  state.counters["host_ms_per_iteration_fill"] = filled.host_s * 1e3 / 8;
+  state.SetLabel(default_margins ? "margins 20us+5%" : "margins off");
+}
+BENCHMARK(BM_PipelineFill)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 std::vector<pipefill::JobSchedView> make_views(size_t n) {
   std::vector<pipefill::JobSchedView> views(n);
