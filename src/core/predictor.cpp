@@ -14,6 +14,7 @@ BubblePredictor::BubblePredictor(int min_samples, size_t window, double alpha)
       alpha_(alpha <= 0 || alpha > 1 ? 0.2 : alpha) {}
 
 void BubblePredictor::add_sample(const std::string& class_key, double duration_us) {
+  if (!std::isfinite(duration_us)) return;  // keeps the sorted window well ordered
   ClassHistory& h = classes_[class_key];
   if (h.count == 0) {
     h.ewma = duration_us;
@@ -26,7 +27,12 @@ void BubblePredictor::add_sample(const std::string& class_key, double duration_u
   }
   ++h.count;
   h.window.push_back(duration_us);
-  if (h.window.size() > window_) h.window.pop_front();
+  h.sorted.insert(std::upper_bound(h.sorted.begin(), h.sorted.end(), duration_us), duration_us);
+  if (h.window.size() > window_) {
+    const double oldest = h.window.front();
+    h.window.pop_front();
+    h.sorted.erase(std::lower_bound(h.sorted.begin(), h.sorted.end(), oldest));
+  }
 }
 
 BubblePrediction BubblePredictor::predict(const std::string& class_key, double quantile) const {
@@ -40,8 +46,7 @@ BubblePrediction BubblePredictor::predict(const std::string& class_key, double q
   p.max_us = h.max;
   p.ready = h.count >= static_cast<uint64_t>(min_samples_);
   // Nearest rank: the smallest value with at least q*n samples at or below it.
-  std::vector<double> sorted(h.window.begin(), h.window.end());
-  std::sort(sorted.begin(), sorted.end());
+  const std::vector<double>& sorted = h.sorted;
   const double q = std::clamp(quantile, 0.0, 1.0);
   size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(sorted.size())));
   rank = std::clamp<size_t>(rank, 1, sorted.size());

@@ -8,6 +8,7 @@
 #include <deque>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace pipefill {
 
@@ -38,6 +39,7 @@ class BubblePredictor {
     double min = 0.0;
     double max = 0.0;
     std::deque<double> window;
+    std::vector<double> sorted;  // the window's values in order: O(1) quantiles
   };
   int min_samples_;
   size_t window_;

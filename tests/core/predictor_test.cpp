@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/predictor.hpp"
 
 namespace pipefill {
@@ -68,6 +70,17 @@ TEST(Predictor, MinSamplesZeroIsReadyAfterOneSample) {
   EXPECT_FALSE(p.predict("k", 0.5).ready);  // no data at all
   p.add_sample("k", 5.0);
   EXPECT_TRUE(p.predict("k", 0.5).ready);
+}
+
+TEST(Predictor, NonFiniteSamplesAreIgnored) {
+  BubblePredictor p(1);
+  p.add_sample("k", 30.0);
+  p.add_sample("k", std::nan(""));
+  p.add_sample("k", 10.0);
+  const BubblePrediction r = p.predict("k", 0.5);
+  EXPECT_EQ(r.count, 2u);
+  EXPECT_DOUBLE_EQ(r.quantile_us, 10.0);
+  EXPECT_DOUBLE_EQ(p.predict("k", 1.0).quantile_us, 30.0);
 }
 
 TEST(Predictor, ClassKeyLabelWins) {
