@@ -2,7 +2,8 @@
 //  - MLP inference: ticket kernel (one item per block, written with pipefill/device.cuh) or
 //    opaque cuBLAS GEMMs over a chunk of items (admitted by the runtime only when they fit).
 //  - Encoder-layer inference: ticket kernel (a block computes one sequence, scratch in the
-//    arena); opaque mode runs the same block code over a fixed item range without the gate.
+//    arena) or opaque cuBLAS work (projections, strided-batched attention GEMMs per head, FFN)
+//    over chunks of sequences, with small row-wise kernels for LayerNorm, softmax and biases.
 //  - Training: one block runs SGD steps in order (parallelism 1), gated or not.
 // Inputs are generated on the device with the same counter-based splitmix64 as reference.cpp,
 // so every item's input is bit-identical to the CPU's; outputs differ only by summation order.
@@ -95,12 +96,6 @@ __device__ void block_layer_norm(const float* x, int rows, int width, const floa
     for (int i = 0; i < width; ++i) yr[i] = (xr[i] - mean) * inv * gain[i] + bias[i];
   }
   __syncthreads();
-}
-
-// Runs body(item) for items [first, first + count) over the grid, ungated (opaque launches).
-template <typename Body>
-__device__ void for_range(uint64_t first, uint64_t count, Body&& body) {
-  for (uint64_t i = blockIdx.x; i < count; i += gridDim.x) body(first + i);
 }
 
 // ---- MLP ------------------------------------------------------------------------------------
@@ -216,8 +211,57 @@ __device__ void encoder_item(const EncoderArgs& a, uint64_t item) {
 __global__ void encoder_ticket_kernel(pfSliceDesc_t slice, EncoderArgs a) {
   pipefill::device::for_each_item(slice, [&](uint64_t item) { encoder_item(a, item); });
 }
-__global__ void encoder_range_kernel(uint64_t first, uint64_t count, EncoderArgs a) {
-  for_range(first, count, [&](uint64_t item) { encoder_item(a, item); });
+
+// cuBLAS encoder path (opaque): row-wise helpers, one thread per row / grid-stride elementwise.
+__global__ void encoder_inputs_kernel(uint64_t seed, uint64_t first, uint64_t items,
+                                      uint64_t per_item, float* x) {
+  for (uint64_t idx = blockIdx.x * blockDim.x + threadIdx.x; idx < items * per_item;
+       idx += static_cast<uint64_t>(gridDim.x) * blockDim.x)
+    x[idx] = d_uniform(d_item_seed(seed, first + idx / per_item), idx % per_item, 1.0f);
+}
+__global__ void rows_layer_norm_kernel(const float* x, int rows, int width, const float* gain,
+                                       const float* bias, float* y) {
+  for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += gridDim.x * blockDim.x) {
+    const float* xr = x + static_cast<size_t>(r) * width;
+    float mean = 0.0f, var = 0.0f;
+    for (int i = 0; i < width; ++i) mean += xr[i];
+    mean /= static_cast<float>(width);
+    for (int i = 0; i < width; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+    var /= static_cast<float>(width);
+    const float inv = rsqrtf(var + 1e-5f);
+    float* yr = y + static_cast<size_t>(r) * width;
+    for (int i = 0; i < width; ++i) yr[i] = (xr[i] - mean) * inv * gain[i] + bias[i];
+  }
+}
+// y = act(y + b) (+ residual), row width `width`.
+__global__ void bias_act_kernel(float* y, const float* b, int width, uint64_t n, int gelu,
+                                const float* residual) {
+  for (uint64_t idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n;
+       idx += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    float v = y[idx] + b[idx % width];
+    if (gelu) v = d_gelu(v);
+    if (residual) v += residual[idx];
+    y[idx] = v;
+  }
+}
+__global__ void softmax_rows_kernel(float* s, int rows, int width, float scale) {
+  for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += gridDim.x * blockDim.x) {
+    float* row = s + static_cast<size_t>(r) * width;
+    float max_score = -INFINITY;
+    for (int j = 0; j < width; ++j) max_score = fmaxf(max_score, row[j] * scale);
+    float sum = 0.0f;
+    for (int j = 0; j < width; ++j) {
+      row[j] = expf(row[j] * scale - max_score);
+      sum += row[j];
+    }
+    for (int j = 0; j < width; ++j) row[j] /= sum;
+  }
+}
+__global__ void scatter_ring_kernel(const float* y, uint64_t first, uint64_t items,
+                                    uint64_t per_item, float* ring, uint64_t ring_items) {
+  for (uint64_t idx = blockIdx.x * blockDim.x + threadIdx.x; idx < items * per_item;
+       idx += static_cast<uint64_t>(gridDim.x) * blockDim.x)
+    ring[((first + idx / per_item) % ring_items) * per_item + idx % per_item] = y[idx];
 }
 
 // ---- Training (one block, steps in order) -----------------------------------------------------
@@ -334,6 +378,12 @@ class GpuJobImpl final : public GpuJob {
         add(ring_items_ * p_.seq * h);
         add(encoder_scratch_floats(EncoderShape{p_.hidden, p_.heads, p_.ffn, p_.seq}) *
             static_cast<size_t>(sms_));
+        if (p_.execution == fjExecOpaque) {
+          const size_t rows = kEncoderChunk * static_cast<size_t>(p_.seq);
+          for (int k = 0; k < 8; ++k) add(rows * h);
+          add(rows * f), add(kEncoderChunk * static_cast<size_t>(p_.seq) * p_.seq);
+          add(kCublasWorkspaceBytes / 4);
+        }
         break;
       default:
         add(h * i), add(h), add(o * h), add(o), add(o * i);
@@ -372,9 +422,8 @@ class GpuJobImpl final : public GpuJob {
         if (ticket) {
           encoder_ticket_kernel<<<std::min(encoder_blocks_, grid_for(encoder_blocks_, 1, slice, p_.parallelism)),
                                   kThreads, 0, stream>>>(*slice, encoder_);
-        } else if (count > 0) {
-          const int grid = static_cast<int>(std::min<uint64_t>(count, encoder_blocks_));
-          encoder_range_kernel<<<grid, kThreads, 0, stream>>>(first, count, encoder_);
+        } else {
+          FJ_TRY(launch_encoder_gemms(first, count, stream));
         }
         break;
       default:
@@ -497,7 +546,83 @@ class GpuJobImpl final : public GpuJob {
     FJ_TRY(arena_zeros(alloc, a.scratch_floats * encoder_blocks_, &a.scratch));
     cudaFuncAttributes attributes{};
     FJ_CUDA(cudaFuncGetAttributes(&attributes, encoder_ticket_kernel));  // eager module load
-    FJ_CUDA(cudaFuncGetAttributes(&attributes, encoder_range_kernel));
+    if (p_.execution == fjExecTicket) return pfSuccess;
+    // Opaque: cuBLAS over chunks of kEncoderChunk sequences, buffers from the arena, warm-up.
+    const size_t rows = kEncoderChunk * static_cast<size_t>(p_.seq);
+    for (float** b : {&ex_, &enormed_, &eq_, &ek_, &ev_, &eatt_, &ehs_, &ey_})
+      FJ_TRY(arena_zeros(alloc, rows * p_.hidden, b));
+    FJ_TRY(arena_zeros(alloc, rows * p_.ffn, &effn_));
+    FJ_TRY(arena_zeros(alloc, kEncoderChunk * static_cast<size_t>(p_.seq) * p_.seq, &escores_));
+    float* workspace = nullptr;
+    FJ_TRY(arena_zeros(alloc, kCublasWorkspaceBytes / 4, &workspace));
+    FJ_CUBLAS(cublasCreate(&cublas_));
+    FJ_CUBLAS(cublasSetWorkspace(cublas_, workspace, kCublasWorkspaceBytes));
+    FJ_CUBLAS(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));
+    FJ_TRY(launch_encoder_gemms(0, std::min<uint64_t>(kEncoderChunk, p_.items), nullptr));
+    FJ_CUDA(cudaDeviceSynchronize());
+    return pfSuccess;
+  }
+
+  // Y (rows x out, row-major) = X (rows x in) W^T (+ bias/act/residual in a kernel).
+  pfResult_t linear(cudaStream_t stream, const float* x, int rows, int in, const float* w,
+                    const float* b, int out, float* y, bool gelu, const float* residual) {
+    const float one = 1.0f, zero = 0.0f;
+    FJ_CUBLAS(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &one, w, in, x, in,
+                          &zero, y, out));
+    const uint64_t n = static_cast<uint64_t>(rows) * out;
+    bias_act_kernel<<<elementwise_grid(n), kThreads, 0, stream>>>(y, b, out, n, gelu ? 1 : 0, residual);
+    FJ_CUDA(cudaGetLastError());
+    return pfSuccess;
+  }
+
+  int elementwise_grid(uint64_t n) const {
+    return static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(static_cast<uint64_t>(sms_) * 4,
+                                                                     (n + kThreads - 1) / kThreads)));
+  }
+
+  pfResult_t launch_encoder_gemms(uint64_t first, uint64_t count, cudaStream_t stream) {
+    FJ_CUBLAS(cublasSetStream(cublas_, stream));
+    const EncoderArgs& a = encoder_;
+    const int h = p_.hidden, n = p_.seq, dh = p_.hidden / p_.heads;
+    const float one = 1.0f, zero = 0.0f;
+    for (uint64_t done = 0; done < count; done += kEncoderChunk) {
+      const uint64_t items = std::min<uint64_t>(kEncoderChunk, count - done);
+      const int rows = static_cast<int>(items * n);
+      const uint64_t per_item = static_cast<uint64_t>(n) * h;
+      encoder_inputs_kernel<<<elementwise_grid(items * per_item), kThreads, 0, stream>>>(
+          p_.seed, first + done, items, per_item, ex_);
+      rows_layer_norm_kernel<<<elementwise_grid(rows), kThreads, 0, stream>>>(
+          ex_, rows, h, a.ln1_gain, a.ln1_bias, enormed_);
+      FJ_TRY(linear(stream, enormed_, rows, h, a.wq, a.bq, h, eq_, false, nullptr));
+      FJ_TRY(linear(stream, enormed_, rows, h, a.wk, a.bk, h, ek_, false, nullptr));
+      FJ_TRY(linear(stream, enormed_, rows, h, a.wv, a.bv, h, ev_, false, nullptr));
+      const long long seq_stride = static_cast<long long>(n) * h;
+      const long long score_stride = static_cast<long long>(n) * n;
+      for (int head = 0; head < p_.heads; ++head) {
+        const int off = head * dh;
+        // scores[i][j] = q_i . k_j per sequence: column-major C(j,i) = K_block^T Q_block.
+        FJ_CUBLAS(cublasSgemmStridedBatched(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, n, dh, &one,
+                                            ek_ + off, h, seq_stride, eq_ + off, h, seq_stride,
+                                            &zero, escores_, n, score_stride,
+                                            static_cast<int>(items)));
+        softmax_rows_kernel<<<elementwise_grid(rows), kThreads, 0, stream>>>(
+            escores_, rows, n, rsqrtf(static_cast<float>(dh)));
+        FJ_CUDA(cudaGetLastError());
+        // att_i = sum_j p_ij v_j: column-major C(d,i) = V_block P^T.
+        FJ_CUBLAS(cublasSgemmStridedBatched(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, dh, n, n, &one,
+                                            ev_ + off, h, seq_stride, escores_, n, score_stride,
+                                            &zero, eatt_ + off, h, seq_stride,
+                                            static_cast<int>(items)));
+      }
+      FJ_TRY(linear(stream, eatt_, rows, h, a.wo, a.bo, h, ehs_, false, ex_));  // + x
+      rows_layer_norm_kernel<<<elementwise_grid(rows), kThreads, 0, stream>>>(
+          ehs_, rows, h, a.ln2_gain, a.ln2_bias, enormed_);
+      FJ_TRY(linear(stream, enormed_, rows, h, a.w1, a.b1, p_.ffn, effn_, true, nullptr));
+      FJ_TRY(linear(stream, effn_, rows, p_.ffn, a.w2, a.b2, h, ey_, false, ehs_));  // + hs
+      scatter_ring_kernel<<<elementwise_grid(items * per_item), kThreads, 0, stream>>>(
+          ey_, first + done, items, per_item, a.outputs, ring_items_);
+      FJ_CUDA(cudaGetLastError());
+    }
     return pfSuccess;
   }
 
@@ -533,6 +658,7 @@ class GpuJobImpl final : public GpuJob {
   }
 
   static constexpr uint64_t kChunkItems = 256;
+  static constexpr uint64_t kEncoderChunk = 64;
   static constexpr size_t kCublasWorkspaceBytes = size_t{4} << 20;
 
   HostModel m_;
@@ -546,6 +672,8 @@ class GpuJobImpl final : public GpuJob {
   cublasHandle_t cublas_ = nullptr;
   EncoderArgs encoder_{};
   int encoder_blocks_ = 1;
+  float *ex_ = nullptr, *enormed_ = nullptr, *eq_ = nullptr, *ek_ = nullptr, *ev_ = nullptr,
+        *eatt_ = nullptr, *ehs_ = nullptr, *ey_ = nullptr, *effn_ = nullptr, *escores_ = nullptr;
   TrainArgs train_{};
 };
 

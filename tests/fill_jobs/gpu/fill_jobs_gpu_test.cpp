@@ -129,22 +129,36 @@ TEST_F(GpuFill, MlpCublasMatchesCpu) {
   check_mlp(fill_, p);
 }
 
+void check_encoder(fjJob_t fill, const fjParams_t& p) {
+  const fill_jobs::EncoderShape shape{p.hidden, p.heads, p.ffn, p.seq};
+  const auto weights = fill_jobs::EncoderWeights::random(shape, p.seed);
+  fill_jobs::EncoderScratch scratch(shape);
+  std::vector<float> x(p.seq * p.hidden), want(x.size()), got(x.size());
+  for (uint64_t item : {uint64_t{0}, uint64_t{1}, p.items - 1}) {
+    fill_jobs::encoder_item_input(shape, p.seed, item, x.data());
+    fill_jobs::encoder_forward(weights, x.data(), want.data(), scratch);
+    ASSERT_EQ(fjJobGetOutput(fill, item, got.data(), got.size()), pfSuccess) << fjGetLastErrorMessage();
+    expect_close(got, want, 1e-3);
+  }
+}
+
 TEST_F(GpuFill, EncoderTicketMatchesCpu) {
   fjParams_t p;
   ASSERT_FJ(fjParamsInit(&p, fjEncoderInference, pfBackendCuda));
   p.items = 2000;
   attach(p);
   run_until_done(100);
-  const fill_jobs::EncoderShape shape{p.hidden, p.heads, p.ffn, p.seq};
-  const auto weights = fill_jobs::EncoderWeights::random(shape, p.seed);
-  fill_jobs::EncoderScratch scratch(shape);
-  std::vector<float> x(p.seq * p.hidden), want(x.size()), got(x.size());
-  for (uint64_t item : {uint64_t{0}, uint64_t{1999}}) {
-    fill_jobs::encoder_item_input(shape, p.seed, item, x.data());
-    fill_jobs::encoder_forward(weights, x.data(), want.data(), scratch);
-    ASSERT_FJ(fjJobGetOutput(fill_, item, got.data(), got.size()));
-    expect_close(got, want, 1e-3);
-  }
+  check_encoder(fill_, p);
+}
+
+TEST_F(GpuFill, EncoderCublasMatchesCpu) {
+  fjParams_t p;
+  ASSERT_FJ(fjParamsInit(&p, fjEncoderInference, pfBackendCuda));
+  p.execution = fjExecOpaque;
+  p.items = 2000;
+  attach(p);
+  run_until_done(100);
+  check_encoder(fill_, p);
 }
 
 TEST_F(GpuFill, TrainingMatchesCpuAndResumes) {
