@@ -28,7 +28,6 @@ constexpr auto kSpinAfterWork = std::chrono::microseconds(50);
 constexpr double kCudaLaunchOverheadUs = 5.0;
 constexpr double kSimLaunchOverheadUs = 0.0;
 // Default SMs kept for the main job's communication kernels on a GPU (NCCL CTAs).
-constexpr int kCudaDefaultReservedSms = 8;
 constexpr size_t kSimDefaultArenaBytes = size_t{1} << 30;
 
 bool is_terminal(pfJobStatus_t s) {
@@ -135,11 +134,11 @@ pfResult_t Runtime::init(const RuntimeOptions& requested) {
     launch_overhead_us_ = kSimLaunchOverheadUs;
   }
   const int sms = device_->sm_count();
+  // Unset on CUDA: the device derives R from the main job's NCCL settings (NCCL_MAX_CTAS /
+  // NCCL_MAX_NCHANNELS) rounded to the partition granularity (docs/cuda-backend.md). Unset on
+  // the simulator: nothing reserved unless asked.
   int reserved = options_.reserved_sms;
-  if (reserved < 0) {
-    reserved = options_.backend == pfBackendCuda ? std::min(kCudaDefaultReservedSms, sms - 1) : 0;
-    if (reserved < 0) reserved = 0;
-  }
+  if (reserved < 0 && options_.backend != pfBackendCuda) reserved = 0;
   if (reserved >= sms) {
     return fail(pfErrorInvalidArgument,
                 "reserved_sms = {} leaves no SM for fill work (the device has {} SMs)", reserved,
@@ -799,10 +798,7 @@ void Runtime::harvest_bubble(BubbleRecord& bubble, double begin_us, double end_u
     bool done = false;
     device_->query_event(slice_start_events_[s.event_slot], &done, &start_us);
     device_->query_event(slice_end_events_[s.event_slot], &done, &slice_end_us);
-    filled += std::max(0.0, std::min(slice_end_us, end_us) - std::max(start_us, begin_us));
-    overrun = std::max(overrun, slice_end_us - end_us);
     JobState& job = *s.job;
-    job.busy_time_us += std::max(0.0, slice_end_us - start_us);
     --job.slices_in_flight;
     job.items_in_flight -= std::min(job.items_in_flight, s.planned_items);
     uint64_t items_done_here = 0;
@@ -819,6 +815,15 @@ void Runtime::harvest_bubble(BubbleRecord& bubble, double begin_us, double end_u
         job.items_completed = std::min(job.item_count, job.items_completed + s.planned_items);
       }
       stats_.items_completed += items_done_here;
+      // A ticket slice that completed no item had no block running an item: its blocks found
+      // the gate closed (or the budget spent) when they got an SM, possibly long after the
+      // bubble ended because the main job's kernels held every SM. Its completion event is late
+      // but no fill work ran, so it counts neither as filled time nor as overrun.
+      if (items_done_here > 0 || job.kind != pfJobTicket) {
+        filled += std::max(0.0, std::min(slice_end_us, end_us) - std::max(start_us, begin_us));
+        overrun = std::max(overrun, slice_end_us - end_us);
+        job.busy_time_us += std::max(0.0, slice_end_us - start_us);
+      }
       if (job.items_completed > 0 && job.status == pfJobPending) {
         job.status = pfJobRunning;
         job_cv_.notify_all();
@@ -838,6 +843,10 @@ void Runtime::harvest_bubble(BubbleRecord& bubble, double begin_us, double end_u
     }
   }
   stats_.filled_time_us += filled;
+  if (bubble.iteration > calibration_iteration_) {
+    calibration_iteration_ = bubble.iteration;
+    collect_calibration_locked();
+  }
   if (overrun > 0) {
     stats_.overrun_time_us += overrun;
     stats_.max_overrun_us = std::max(stats_.max_overrun_us, overrun);
@@ -904,7 +913,32 @@ pfResult_t Runtime::synchronize() {
     }
   }
   harvest_locked();
+  collect_calibration_locked();
   return pfSuccess;
+}
+
+void Runtime::collect_calibration_locked() {
+  if (!options_.enable_cupti || !calibration_available_) return;
+  std::vector<ActivityRecord> batch;
+  const pfResult_t result = device_->collect_activity(&batch);
+  if (result == pfErrorNotSupported) {
+    calibration_available_ = false;  // the device said why (e.g. CUPTI held by a profiler)
+    log::warn("calibration mode: the {} device collects no activity records ({}); continuing "
+              "with bubble events only",
+              device_->name(), last_error_message());
+    return;
+  }
+  if (result != pfSuccess) {
+    log::warn("calibration mode: collecting activity records failed: {}", last_error_message());
+    return;
+  }
+  for (ActivityRecord& r : batch) {
+    if (calibration_records_.size() >= kMaxTraceRecords) {
+      trace_truncated_ = true;
+      break;
+    }
+    calibration_records_.push_back(std::move(r));
+  }
 }
 
 pfResult_t Runtime::get_stats(pfStats_t* stats) {
@@ -923,6 +957,7 @@ pfResult_t Runtime::write_trace(const char* path) {
   std::string out;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    collect_calibration_locked();
     const int pid = options_.stage_id;
     out.reserve(256 + 200 * (trace_bubbles_.size() + trace_slices_.size()));
     out += "{\"traceEvents\":[\n";
@@ -958,6 +993,39 @@ pfResult_t Runtime::write_trace(const char* path) {
           "\"ts\":{:.3f},\"dur\":{:.3f},\"args\":{{\"bubble\":{},\"items\":{},\"config\":{}}}}}",
           json_escape(s.job_name), pid, s.start_us, s.end_us - s.start_us, s.bubble_id, s.items,
           s.config_index);
+    }
+    // Calibration records, in the categories PyTorch's profiler uses so pipefill-analyze (and
+    // Perfetto) read them like any GPU trace; one track per device stream.
+    for (const ActivityRecord& r : calibration_records_) {
+      const uint64_t tid = kCalibrationTidBase + r.stream;
+      switch (r.kind) {
+        case ActivityKind::Kernel:
+        case ActivityKind::Comm:
+        case ActivityKind::Fill:
+        case ActivityKind::Memcpy:
+        case ActivityKind::Memset: {
+          const char* cat = r.kind == ActivityKind::Memcpy   ? "gpu_memcpy"
+                            : r.kind == ActivityKind::Memset ? "gpu_memset"
+                            : r.kind == ActivityKind::Fill   ? "fill"
+                                                             : "kernel";
+          out += fmt::format(
+              ",\n{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"pid\":{},\"tid\":{},"
+              "\"ts\":{:.3f},\"dur\":{:.3f},\"args\":{{\"device\":{},\"stream\":{},"
+              "\"gpu\":{},\"bytes\":{},\"correlation\":{},\"blocks\":{}}}}}",
+              json_escape(r.name), cat, pid, tid, r.start_us, r.end_us - r.start_us, pid, tid,
+              r.device, r.bytes, r.correlation, r.grid_blocks);
+          break;
+        }
+        case ActivityKind::MemoryAlloc:
+        case ActivityKind::MemoryFree:
+          out += fmt::format(
+              ",\n{{\"name\":\"[memory]\",\"ph\":\"i\",\"s\":\"t\",\"pid\":{},\"tid\":{},"
+              "\"ts\":{:.3f},\"args\":{{\"Device Type\":1,\"Device Id\":{},\"Bytes\":{}{}}}}}",
+              pid, tid, r.start_us, pid, r.kind == ActivityKind::MemoryFree ? "-" : "", r.bytes);
+          break;
+        case ActivityKind::Marker:
+          break;
+      }
     }
     out += fmt::format("\n],\"displayTimeUnit\":\"ms\",\"otherData\":{{\"truncated\":{}}}}}\n",
                        trace_truncated_ ? "true" : "false");

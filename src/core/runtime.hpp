@@ -96,6 +96,8 @@ class Runtime {
   static constexpr size_t kMaxJobs = 256;            // live jobs (device word slots)
   static constexpr size_t kQueueCapacity = 4096;     // bubble messages in flight
   static constexpr size_t kMaxTraceRecords = 1 << 20;
+  // Chrome-trace thread ids of calibration records: this base plus the device's stream id.
+  static constexpr uint64_t kCalibrationTidBase = 1000;
 
   static pfResult_t create(const pfConfig_t* config, std::unique_ptr<Runtime>* out);
   // From already resolved options (C++ callers and tests).
@@ -185,6 +187,10 @@ class Runtime {
                     const SlicePlan& plan, void* workspace, uintptr_t workspace_block,
                     size_t workspace_bytes);
   void harvest_locked();
+  // Calibration mode (enable_cupti): takes the device's activity records (CUPTI on CUDA, the
+  // activity log on the simulator) once per harvested iteration, outside bubbles, on the
+  // executor thread; pfTraceWrite writes them next to the bubbles for pipefill-analyze.
+  void collect_calibration_locked();
   void harvest_bubble(BubbleRecord& bubble, double begin_us, double end_us);
   void end_job_locked(JobState& job, pfJobStatus_t status, pfResult_t error, std::string msg);
   void maybe_teardown_locked(JobState& job);
@@ -249,6 +255,9 @@ class Runtime {
   std::vector<TraceBubble> trace_bubbles_;
   std::vector<TraceSlice> trace_slices_;
   bool trace_truncated_ = false;
+  std::vector<ActivityRecord> calibration_records_;
+  uint64_t calibration_iteration_ = 0;
+  bool calibration_available_ = true;
 };
 
 }  // namespace pipefill::core

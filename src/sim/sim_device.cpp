@@ -181,6 +181,12 @@ pfResult_t SimDevice::configure_partition(int reserved_sms, FillPartition* parti
 
 double SimDevice::now_us() { return world_->now(); }
 
+pfResult_t SimDevice::collect_activity(std::vector<ActivityRecord>* out) {
+  if (out == nullptr) return fail(pfErrorInvalidArgument, "collect_activity: out is NULL");
+  activity_collected_ = world_->activities_since(device_, activity_collected_, out);
+  return pfSuccess;
+}
+
 }  // namespace pipefill::sim
 
 namespace pipefill {

@@ -4,6 +4,7 @@
 // sim_memory_bytes).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <unordered_set>
@@ -56,7 +57,12 @@ class SimDevice final : public Device {
 
   double now_us() override;
 
+  // Calibration: the world's activity records of this device not collected before (the
+  // simulated counterpart of the CUPTI collector).
+  pfResult_t collect_activity(std::vector<ActivityRecord>* out) override;
+
  private:
+  std::atomic<size_t> activity_collected_{0};
   World* world_;
   std::unique_ptr<World> owned_world_;  // private world (destroyed after our streams)
   int device_;

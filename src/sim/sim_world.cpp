@@ -106,6 +106,7 @@ struct Op {
   uint64_t* word = nullptr;                // write / copy destination
   const uint64_t* source = nullptr;        // copy source
   uint64_t value = 0;                      // write value; opaque first item
+  uint64_t ordinal = 0;  // kernels: index among the stream's kernels; fill: among its launches
   // Fill launches (ticket fields copied from the slice at enqueue time).
   const volatile uint64_t* gate = nullptr;
   uint64_t bubble_id = 0;
@@ -122,6 +123,12 @@ struct SimStream {
   int priority = 0;
   bool fill = false;
   uint64_t id = 0;
+  // Jitter is drawn from (seed, jitter_key, op ordinal[, item]) rather than from one sequence
+  // consumed in event order: the main job's kernels then get the same durations whether or not
+  // fill work runs beside them, so filled and unfilled runs compare exactly even with jitter.
+  uint64_t jitter_key = 0;
+  uint64_t kernels_enqueued = 0;
+  uint64_t launches_enqueued = 0;
   bool destroyed = false;
   bool in_graveyard = false;
   bool advance_scheduled = false;
@@ -166,6 +173,8 @@ struct DeviceState {
   int fill_sms = 0;
   int free_sms = 0;
   int fill_in_use = 0;  // SMs held by fill blocks
+  uint64_t main_streams_created = 0;  // jitter keys: main and fill streams counted apart
+  uint64_t fill_streams_created = 0;
   std::vector<PendingEntry> pending;
   std::vector<ActivityRecord> activities;
   std::unordered_map<uintptr_t, size_t> arenas;
@@ -190,7 +199,7 @@ struct HeapLater {
 };
 
 struct World::Impl {
-  explicit Impl(uint64_t seed) : rng(seed) {}
+  explicit Impl(uint64_t seed) : seed(seed) {}
 
   mutable std::mutex mutex;
   std::mutex hooks_mutex;  // held while hooks run, so remove_pre_run_hook waits for them
@@ -202,7 +211,7 @@ struct World::Impl {
   uint64_t next_sequence = 1;
   uint64_t next_stream_id = 1;
   uint64_t next_event_id = 1;
-  SplitMix64 rng;
+  uint64_t seed;
   bool record_activities = true;
   std::vector<DeviceState> devices;
   std::vector<HeapEntry> heap;
@@ -256,9 +265,14 @@ struct World::Impl {
     std::push_heap(heap.begin(), heap.end(), HeapLater{});
   }
 
-  double jitter_factor(const DeviceState& device) {
+  // Multiplicative duration jitter for the op identified by (stream key, ordinal, item).
+  double jitter_factor(const DeviceState& device, uint64_t stream_key, uint64_t ordinal,
+                       uint64_t item = 0) {
     if (device.jitter == 0.0) return 1.0;
-    return std::max(0.05, 1.0 + device.jitter * rng.normal());
+    SplitMix64 mixer(seed ^ (stream_key * 0x9E3779B97F4A7C15ull));
+    SplitMix64 draw(mixer.next() ^ (ordinal * 0xC2B2AE3D27D4EB4Full) ^
+                    (item * 0x165667B19E3779F9ull));
+    return std::max(0.05, 1.0 + device.jitter * draw.normal());
   }
 
   void record_activity(int device, ActivityKind kind, const char* name, const SimStream& stream,
@@ -280,6 +294,11 @@ struct World::Impl {
   // at enqueue: everything happens inside a run, in event order).
   void enqueue(SimStream* stream, Op op) {
     op.sequence = next_sequence++;
+    if (op.type == OpType::Kernel) {
+      op.ordinal = stream->kernels_enqueued++;
+    } else if (op.type == OpType::Ticket || op.type == OpType::Opaque) {
+      op.ordinal = stream->launches_enqueued++;
+    }
     const bool was_idle = stream->ops.empty();
     stream->ops.push_back(op);
     if (was_idle && !stream->advance_scheduled) {
@@ -402,7 +421,9 @@ struct World::Impl {
 
   void start_item(SimStream* stream, Op& op, uint64_t item) {
     if (stream->first_item_start_us < 0.0) stream->first_item_start_us = now;
-    const double duration = op.time_us * jitter_factor(devices[stream->device]);
+    const double duration =
+        op.time_us * jitter_factor(devices[stream->device], stream->jitter_key, op.ordinal,
+                                   item + 1);
     schedule(now + duration, EventType::ItemDone, stream, item);
   }
 
@@ -426,7 +447,8 @@ struct World::Impl {
         if (op.type == OpType::Kernel) {
           const double slowdown =
               1.0 + device.interference * device.fill_in_use / static_cast<double>(device.sm_count);
-          const double duration = op.time_us * jitter_factor(device) * slowdown;
+          const double duration =
+              op.time_us * jitter_factor(device, stream->jitter_key, op.ordinal) * slowdown;
           schedule(now + duration, EventType::OpComplete, stream);
         } else {
           start_wait(stream, op);
@@ -667,6 +689,16 @@ std::vector<ActivityRecord> World::activities(int device) const {
   return impl_->devices[static_cast<size_t>(device)].activities;
 }
 
+size_t World::activities_since(int device, size_t from, std::vector<ActivityRecord>* out) const {
+  std::lock_guard lock(impl_->mutex);
+  if (!impl_->valid_device(device)) return 0;
+  const auto& log = impl_->devices[static_cast<size_t>(device)].activities;
+  if (from < log.size()) {
+    out->insert(out->end(), log.begin() + static_cast<std::ptrdiff_t>(from), log.end());
+  }
+  return log.size();
+}
+
 void World::set_activity_recording(bool enabled) {
   std::lock_guard lock(impl_->mutex);
   impl_->record_activities = enabled;
@@ -693,6 +725,10 @@ pfResult_t World::create_stream(int device, int priority, bool fill, void** out)
   {
     std::lock_guard lock(impl_->mutex);
     stream->id = impl_->next_stream_id++;
+    DeviceState& state = impl_->devices[static_cast<size_t>(device)];
+    const uint64_t index = fill ? state.fill_streams_created++ : state.main_streams_created++;
+    stream->jitter_key = (static_cast<uint64_t>(device) << 40) ^ (fill ? (1ull << 39) : 0) ^
+                         (index + 1);
     impl_->streams.emplace(raw, std::move(stream));
   }
   {

@@ -50,6 +50,9 @@ class World {
   int sm_count(int device) const;  // device must be valid
   // The device's activity log in completion order (deterministic). Empty for a bad index.
   std::vector<ActivityRecord> activities(int device) const;
+  // Appends the device's records from index `from` on to *out; returns the log's size (the
+  // next `from`). Lets a calibration collector take each iteration's records once.
+  size_t activities_since(int device, size_t from, std::vector<ActivityRecord>* out) const;
   // Recording is on by default; turn it off for very long runs to save memory.
   void set_activity_recording(bool enabled);
 

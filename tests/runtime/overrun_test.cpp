@@ -66,6 +66,63 @@ TEST(Overrun, EarlyBubbleEndCostsAtMostOneItem) {
   PF_ASSERT_OK(pfRuntimeDestroy(rt));
 }
 
+// A bubble that is already over when its slice could start: another main-job kernel holds
+// every SM across the (zero-length) bubble, and the next compute kernel takes them before the
+// fill blocks (main work is served first). The fill blocks get an SM only after that kernel,
+// find the gate closed and exit: the slice's completion event is 150 µs past the bubble end,
+// but no fill work ran, so there is no overrun, no filled time and no main-job delay.
+TEST(Overrun, SliceThatRanNoItemIsNeitherOverrunNorFill) {
+  auto zero_bubble_behind_busy_sms = [](ManualStage& s, pfRuntime_t rt, void* busy) {
+    double start = 0.0, end = 0.0;
+    EXPECT_EQ(pfSimNow(s.world.get(), &start), pfSuccess);
+    EXPECT_EQ(pfSimLaunchKernel(busy, 100.0, s.sms), pfSuccess);
+    if (rt != nullptr) EXPECT_EQ(pfBubbleBegin(rt, s.main, nullptr), pfSuccess);
+    if (rt != nullptr) EXPECT_EQ(pfBubbleEnd(rt, s.main), pfSuccess);
+    EXPECT_EQ(pfSimLaunchKernel(s.main, s.compute_us, s.sms), pfSuccess);
+    EXPECT_EQ(pfSimEventRecord(s.done, s.main), pfSuccess);
+    if (rt != nullptr) EXPECT_EQ(pfIterationEnd(rt), pfSuccess);
+    EXPECT_EQ(pfSimRunUntilIdle(s.world.get()), pfSuccess) << pfGetLastErrorMessage();
+    EXPECT_EQ(pfSimEventTime(s.done, &end), pfSuccess);
+    return end - start;
+  };
+  ManualStage base;
+  ASSERT_NO_FATAL_FAILURE(base.init());
+  void* base_busy = nullptr;
+  PF_ASSERT_OK(pfSimStreamCreate(base.world.get(), 0, sim::kHighestPriority, &base_busy));
+  ManualStage stage;
+  ASSERT_NO_FATAL_FAILURE(stage.init());
+  void* busy = nullptr;
+  PF_ASSERT_OK(pfSimStreamCreate(stage.world.get(), 0, sim::kHighestPriority, &busy));
+  pfRuntime_t rt = stage.runtime();
+  ASSERT_NE(rt, nullptr);
+  CountingJob job;
+  job.item_cost_us = 10.0;
+  job.items = 100000;
+  pfJobDesc_t desc = job.desc();
+  pfJob_t handle = nullptr;
+  PF_ASSERT_OK(pfJobCreate(rt, &desc, &handle));
+  for (int i = 0; i < 3; ++i) stage.step(rt, 100.0);  // history: the class predicts 100 µs
+  PF_ASSERT_OK(pfRuntimeSynchronize(rt));
+  pfStats_t before;
+  PF_ASSERT_OK(pfRuntimeGetStats(rt, &before));
+  const uint64_t items_before = info_of(handle).items_completed;
+  ASSERT_GT(items_before, 0u);
+
+  const double filled_step = zero_bubble_behind_busy_sms(stage, rt, busy);
+  EXPECT_DOUBLE_EQ(filled_step, zero_bubble_behind_busy_sms(base, nullptr, base_busy));
+  EXPECT_DOUBLE_EQ(filled_step, 150.0);
+  PF_ASSERT_OK(pfRuntimeSynchronize(rt));
+  pfStats_t after;
+  PF_ASSERT_OK(pfRuntimeGetStats(rt, &after));
+  EXPECT_EQ(after.slices_launched, before.slices_launched + 1) << "the bubble was planned";
+  EXPECT_EQ(info_of(handle).items_completed, items_before);
+  EXPECT_DOUBLE_EQ(after.overrun_time_us, before.overrun_time_us);
+  EXPECT_DOUBLE_EQ(after.max_overrun_us, before.max_overrun_us);
+  EXPECT_DOUBLE_EQ(after.filled_time_us, before.filled_time_us);
+  PF_ASSERT_OK(pfJobDestroy(handle));
+  PF_ASSERT_OK(pfRuntimeDestroy(rt));
+}
+
 TEST(Overrun, OpaqueWorkIsAdmittedOnlyWhenItFits) {
   ManualStage stage;
   ASSERT_NO_FATAL_FAILURE(stage.init());
