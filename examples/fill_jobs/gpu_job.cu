@@ -82,19 +82,24 @@ __device__ void block_linear(const float* x, int rows, int in, const float* w, c
   __syncthreads();
 }
 
+// LayerNorm of row r of x (width columns) into y: the one definition both the ticket (block)
+// and the opaque (grid) paths use, so their outputs agree bit for bit.
+__device__ __forceinline__ void layer_norm_row(const float* x, int r, int width, const float* gain,
+                                               const float* bias, float* y) {
+  const float* xr = x + static_cast<size_t>(r) * width;
+  float mean = 0.0f, var = 0.0f;
+  for (int i = 0; i < width; ++i) mean += xr[i];
+  mean /= static_cast<float>(width);
+  for (int i = 0; i < width; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+  var /= static_cast<float>(width);
+  const float inv = rsqrtf(var + 1e-5f);
+  float* yr = y + static_cast<size_t>(r) * width;
+  for (int i = 0; i < width; ++i) yr[i] = (xr[i] - mean) * inv * gain[i] + bias[i];
+}
+
 __device__ void block_layer_norm(const float* x, int rows, int width, const float* gain,
                                  const float* bias, float* y) {
-  for (int r = threadIdx.x; r < rows; r += blockDim.x) {
-    const float* xr = x + static_cast<size_t>(r) * width;
-    float mean = 0.0f, var = 0.0f;
-    for (int i = 0; i < width; ++i) mean += xr[i];
-    mean /= static_cast<float>(width);
-    for (int i = 0; i < width; ++i) var += (xr[i] - mean) * (xr[i] - mean);
-    var /= static_cast<float>(width);
-    const float inv = rsqrtf(var + 1e-5f);
-    float* yr = y + static_cast<size_t>(r) * width;
-    for (int i = 0; i < width; ++i) yr[i] = (xr[i] - mean) * inv * gain[i] + bias[i];
-  }
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) layer_norm_row(x, r, width, gain, bias, y);
   __syncthreads();
 }
 
@@ -221,17 +226,8 @@ __global__ void encoder_inputs_kernel(uint64_t seed, uint64_t first, uint64_t it
 }
 __global__ void rows_layer_norm_kernel(const float* x, int rows, int width, const float* gain,
                                        const float* bias, float* y) {
-  for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += gridDim.x * blockDim.x) {
-    const float* xr = x + static_cast<size_t>(r) * width;
-    float mean = 0.0f, var = 0.0f;
-    for (int i = 0; i < width; ++i) mean += xr[i];
-    mean /= static_cast<float>(width);
-    for (int i = 0; i < width; ++i) var += (xr[i] - mean) * (xr[i] - mean);
-    var /= static_cast<float>(width);
-    const float inv = rsqrtf(var + 1e-5f);
-    float* yr = y + static_cast<size_t>(r) * width;
-    for (int i = 0; i < width; ++i) yr[i] = (xr[i] - mean) * inv * gain[i] + bias[i];
-  }
+  for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += gridDim.x * blockDim.x)
+    layer_norm_row(x, r, width, gain, bias, y);
 }
 // y = act(y + b) (+ residual), row width `width`.
 __global__ void bias_act_kernel(float* y, const float* b, int width, uint64_t n, int gelu,
