@@ -4,7 +4,9 @@
 #   2. the design probes (gpu-probes/ or shared/gpu-probes/ when present in the checkout)
 #   3. every GPU test (pipefill_cuda_tests, pipefill_cupti_tests)
 #   4. the GPU microbenchmarks (benchmarks/cuda)
-#   5. a summary table, printed LAST
+#   5. the fill jobs' GPU-vs-CPU tests and the example engine on one GPU (emulated peers),
+#      filled vs unfilled vs naive side by side
+#   6. a summary table, printed LAST
 # Every step has its own time limit so a hang shows up as a timeout (exit 124), not a stuck run.
 # Logs go to $OUT when it is set (else build-gpu-check/logs). Usage: scripts/gpu-check.sh [build-dir]
 set -u
@@ -45,13 +47,13 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > 
 echo "GPU: $(cat "$logs/gpu.txt")"
 
 run configure 120 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON \
-  -DPIPEFILL_ENABLE_CUDA=ON -DPIPEFILL_CUDA_ARCHITECTURES=90 -DPIPEFILL_BUILD_EXAMPLES=OFF \
+  -DPIPEFILL_ENABLE_CUDA=ON -DPIPEFILL_CUDA_ARCHITECTURES=90 -DPIPEFILL_BUILD_EXAMPLES=ON \
   -DPIPEFILL_BUILD_TOOLS=OFF
 configured=$?
 built=0
 if [ $configured -eq 0 ]; then
   run build 240 cmake --build "$build" -j "$jobs" --target pipefill_cuda_tests pipefill_cupti_tests \
-    bench_gate_drain bench_bubble_instructions && built=1
+    bench_gate_drain bench_bubble_instructions pipefill_fill_jobs_gpu_tests pipeline_engine && built=1
 fi
 
 probes=""
@@ -69,6 +71,9 @@ if [ $built -eq 1 ]; then
   run cuda_tests 150 "$build/tests/pipefill_cuda_tests"
   run bench_gate_drain 90 "$build/benchmarks/bench_gate_drain"
   run bench_bubble_instructions 60 "$build/benchmarks/bench_bubble_instructions"
+  run fill_jobs_gpu_tests 60 "$build/examples/fill_jobs/pipefill_fill_jobs_gpu_tests"
+  run engine_emulated 90 "$build/examples/pipeline_engine/pipeline_engine" --transport emulated \
+    --stages 4 --microbatches 8 --fill mlp --iterations 6 --naive
 fi
 
 # ---- Summary (last) --------------------------------------------------------------------------
@@ -91,4 +96,8 @@ fi
   for b in bench_gate_drain bench_bubble_instructions; do
     [ -f "$logs/$b.log" ] && grep -E '^(RATIO|partition|SKIPPED|\(baseline)' "$logs/$b.log"
   done
+  [ -f "$logs/fill_jobs_gpu_tests.log" ] &&
+    echo "-- fill jobs GPU tests: $(grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\] [0-9]' "$logs/fill_jobs_gpu_tests.log" | tr '\n' ' ')"
+  [ -f "$logs/engine_emulated.log" ] &&
+    grep -E '^(mean from|max overrun|bubble end|fill check)' "$logs/engine_emulated.log" | sed 's/^/-- engine: /'
 } | tee "$logs/summary.txt"
