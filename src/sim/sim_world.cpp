@@ -34,10 +34,25 @@ constexpr int kMaxSmCount = 1 << 20;
 // ---- Global handle registry: maps bare stream/event/world pointers to their world ----------
 // Leaked on purpose so that it outlives every static object that might still use a world.
 struct Registry {
+  using HandleMap = std::unordered_map<const void*, World*>;
   std::mutex mutex;
   std::unordered_set<const World*> worlds;
-  std::unordered_map<const void*, World*> streams;
-  std::unordered_map<const void*, World*> events;
+  HandleMap streams;
+  HandleMap events;
+
+  void add(HandleMap& map, const void* handle, World* world) {
+    std::lock_guard lock(mutex);
+    map[handle] = world;
+  }
+  void remove(HandleMap& map, const void* handle) {
+    std::lock_guard lock(mutex);
+    map.erase(handle);
+  }
+  World* find(const HandleMap& map, const void* handle) {
+    std::lock_guard lock(mutex);
+    const auto it = map.find(handle);
+    return it == map.end() ? nullptr : it->second;
+  }
 };
 
 Registry& registry() {
@@ -731,11 +746,7 @@ pfResult_t World::create_stream(int device, int priority, bool fill, void** out)
                          (index + 1);
     impl_->streams.emplace(raw, std::move(stream));
   }
-  {
-    Registry& reg = registry();
-    std::lock_guard lock(reg.mutex);
-    reg.streams[raw] = this;
-  }
+  registry().add(registry().streams, raw, this);
   *out = raw;
   return pfSuccess;
 }
@@ -752,9 +763,7 @@ pfResult_t World::destroy_stream(void* handle) {
     // A drained stream goes now; one with work left goes when it drains (advance()).
     if (stream->ops.empty()) impl_->streams.erase(handle);
   }
-  Registry& reg = registry();
-  std::lock_guard lock(reg.mutex);
-  reg.streams.erase(handle);
+  registry().remove(registry().streams, handle);
   return pfSuccess;
 }
 
@@ -957,11 +966,7 @@ pfResult_t World::create_event(void** out) {
     event->id = impl_->next_event_id++;
     impl_->events.emplace(raw, std::move(event));
   }
-  {
-    Registry& reg = registry();
-    std::lock_guard lock(reg.mutex);
-    reg.events[raw] = this;
-  }
+  registry().add(registry().events, raw, this);
   *out = raw;
   return pfSuccess;
 }
@@ -978,9 +983,7 @@ pfResult_t World::destroy_event(void* handle) {
     impl_->release(it->second->latest);
     impl_->events.erase(it);
   }
-  Registry& reg = registry();
-  std::lock_guard lock(reg.mutex);
-  reg.events.erase(handle);
+  registry().remove(registry().events, handle);
   return pfSuccess;
 }
 
@@ -1188,18 +1191,10 @@ int World::attached_count() const { return impl_->attached.load(); }
 double World::callback_time_us() { return t_callback_time_us; }
 
 World* World::world_of_stream(const void* stream) {
-  Registry& reg = registry();
-  std::lock_guard lock(reg.mutex);
-  auto it = reg.streams.find(stream);
-  return it == reg.streams.end() ? nullptr : it->second;
+  return registry().find(registry().streams, stream);
 }
 
-World* World::world_of_event(const void* event) {
-  Registry& reg = registry();
-  std::lock_guard lock(reg.mutex);
-  auto it = reg.events.find(event);
-  return it == reg.events.end() ? nullptr : it->second;
-}
+World* World::world_of_event(const void* event) { return registry().find(registry().events, event); }
 
 World* world_from_handle(pfSimWorld_t handle) {
   auto* world = reinterpret_cast<World*>(handle);
