@@ -802,28 +802,29 @@ void Runtime::harvest_bubble(BubbleRecord& bubble, double begin_us, double end_u
     --job.slices_in_flight;
     job.items_in_flight -= std::min(job.items_in_flight, s.planned_items);
     uint64_t items_done_here = 0;
+    if (job.kind == pfJobTicket) {
+      // Claimed items always finish, so the cursor read back after the slice is exact.
+      const uint64_t done_total = std::min(host_words_[s.event_slot], job.item_count);
+      if (done_total > job.items_completed) {
+        items_done_here = done_total - job.items_completed;
+        job.items_completed = done_total;
+      }
+    } else {
+      items_done_here = s.planned_items;
+      job.items_completed = std::min(job.item_count, job.items_completed + s.planned_items);
+    }
+    // A ticket slice that completed no item had no block running an item: its blocks found the
+    // gate closed (or the budget spent) when they got an SM, possibly long after the bubble
+    // ended because the main job's kernels held every SM. Its completion event is late but no
+    // fill work ran, so it counts neither as filled time nor as overrun. This holds for slices
+    // of detached (destroyed) jobs too: their work ran on the device all the same.
+    if (items_done_here > 0 || job.kind != pfJobTicket) {
+      filled += std::max(0.0, std::min(slice_end_us, end_us) - std::max(start_us, begin_us));
+      overrun = std::max(overrun, slice_end_us - end_us);
+      job.busy_time_us += std::max(0.0, slice_end_us - start_us);
+    }
     if (!job.detached) {
-      if (job.kind == pfJobTicket) {
-        // Claimed items always finish, so the cursor read back after the slice is exact.
-        const uint64_t done_total = std::min(host_words_[s.event_slot], job.item_count);
-        if (done_total > job.items_completed) {
-          items_done_here = done_total - job.items_completed;
-          job.items_completed = done_total;
-        }
-      } else {
-        items_done_here = s.planned_items;
-        job.items_completed = std::min(job.item_count, job.items_completed + s.planned_items);
-      }
       stats_.items_completed += items_done_here;
-      // A ticket slice that completed no item had no block running an item: its blocks found
-      // the gate closed (or the budget spent) when they got an SM, possibly long after the
-      // bubble ended because the main job's kernels held every SM. Its completion event is late
-      // but no fill work ran, so it counts neither as filled time nor as overrun.
-      if (items_done_here > 0 || job.kind != pfJobTicket) {
-        filled += std::max(0.0, std::min(slice_end_us, end_us) - std::max(start_us, begin_us));
-        overrun = std::max(overrun, slice_end_us - end_us);
-        job.busy_time_us += std::max(0.0, slice_end_us - start_us);
-      }
       if (job.items_completed > 0 && job.status == pfJobPending) {
         job.status = pfJobRunning;
         job_cv_.notify_all();
