@@ -30,8 +30,8 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DPIPEFILL_ENABLE_CUD
   -DPIPEFILL_SANITIZE=thread -DPIPEFILL_BUILD_BENCHMARKS=OFF -DPIPEFILL_BUILD_EXAMPLES=OFF \
   -DPIPEFILL_BUILD_TOOLS=OFF >/dev/null
 cmake --build build-tsan -j "$jobs"
-step "tests (TSan: executor and runtime threads)"
+step "tests (TSan: executor, runtime and host-device threads)"
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-  ctest --test-dir build-tsan -j "$jobs" --timeout 600 -L 'executor|runtime'
+  ctest --test-dir build-tsan -j "$jobs" --timeout 600 -L 'executor|runtime|host'
 
 echo; echo "All test stages passed."

@@ -82,7 +82,8 @@ typedef struct pfSimWorld* pfSimWorld_t;
 typedef enum pfBackend_t {
   pfBackendAuto = 0, /* CUDA when built with it and a GPU is present, else simulated */
   pfBackendCuda = 1,
-  pfBackendSim = 2
+  pfBackendSim = 2,
+  pfBackendHost = 3  /* real-time host device: CPU threads as streams (tests of async paths) */
 } pfBackend_t;
 
 typedef enum pfSchedulePolicy_t {
@@ -104,7 +105,7 @@ typedef enum pfLogLevel_t {
 /* Versioned configuration. Always start from PF_CONFIG_INITIALIZER (or pfConfigInit) so that
  * fields added later get their defaults. A field left at its "unset" value takes the value of
  * the matching environment variable, else the default. Environment variables:
- *   PIPEFILL_BACKEND=auto|cuda|sim      PIPEFILL_DEVICE=<int>
+ *   PIPEFILL_BACKEND=auto|cuda|sim|host PIPEFILL_DEVICE=<int>
  *   PIPEFILL_STAGE_ID=<int>             PIPEFILL_STAGE_COUNT=<int>
  *   PIPEFILL_RESERVED_SMS=<int>         PIPEFILL_SAFETY_MARGIN_US=<double>
  *   PIPEFILL_SAFETY_MARGIN_FRACTION=<double>

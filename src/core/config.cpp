@@ -41,10 +41,25 @@ bool parse_double(const char* text, double* out) {
   return true;
 }
 
+}  // namespace
+
+const char* backend_name(pfBackend_t backend) {
+  switch (backend) {
+    case pfBackendAuto: return "auto";
+    case pfBackendCuda: return "cuda";
+    case pfBackendSim: return "sim";
+    case pfBackendHost: return "host";
+  }
+  return "unknown";
+}
+
+namespace {
+
 bool parse_backend(const char* text, pfBackend_t* out) {
   if (strcasecmp(text, "auto") == 0) *out = pfBackendAuto;
   else if (strcasecmp(text, "cuda") == 0) *out = pfBackendCuda;
   else if (strcasecmp(text, "sim") == 0 || strcasecmp(text, "simulated") == 0) *out = pfBackendSim;
+  else if (strcasecmp(text, "host") == 0) *out = pfBackendHost;
   else return false;
   return true;
 }
@@ -163,15 +178,15 @@ pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out) {
 
   // Backend.
   if (c.backend != PF_UNSET_INT) {
-    if (c.backend < pfBackendAuto || c.backend > pfBackendSim) {
-      return fail(pfErrorInvalidArgument, "config.backend = {} is not a pfBackend_t (0..2)",
+    if (c.backend < pfBackendAuto || c.backend > pfBackendHost) {
+      return fail(pfErrorInvalidArgument, "config.backend = {} is not a pfBackend_t (0..3)",
                   c.backend);
     }
     o.backend = static_cast<pfBackend_t>(c.backend);
   } else if (const char* text = env("PIPEFILL_BACKEND")) {
     if (!parse_backend(text, &o.backend)) {
       return fail(pfErrorInvalidArgument,
-                  "environment variable PIPEFILL_BACKEND='{}' is not auto|cuda|sim", text);
+                  "environment variable PIPEFILL_BACKEND='{}' is not auto|cuda|sim|host", text);
     }
   }
 

@@ -41,5 +41,7 @@ pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out);
 void export_config(const RuntimeOptions& options, pfConfig_t* out);
 // Parses sizes like "512", "64K", "1.5G" (binary units). false when malformed.
 bool parse_size(const char* text, size_t* out);
+// "auto", "cuda", "sim" or "host" (logs and messages).
+const char* backend_name(pfBackend_t backend);
 
 }  // namespace pipefill

@@ -9,11 +9,6 @@
 #include "common/log.hpp"
 #include "core/scheduler.hpp"
 
-#if __has_include("sim/sim_device.hpp")
-#include "sim/sim_device.hpp"
-#define PIPEFILL_HAVE_SIM_DEVICE 1
-#endif
-
 namespace pipefill::core {
 namespace {
 
@@ -126,13 +121,9 @@ pfResult_t Runtime::init(const RuntimeOptions& requested) {
     log::info("backend auto: {} ({} CUDA device(s) found)",
               options_.backend == pfBackendCuda ? "cuda" : "sim", gpus);
   }
-  if (options_.backend == pfBackendCuda) {
-    PF_TRY(make_cuda_device(options_, &device_));
-    launch_overhead_us_ = kCudaLaunchOverheadUs;
-  } else {
-    PF_TRY(make_sim_device(options_, &device_));
-    launch_overhead_us_ = kSimLaunchOverheadUs;
-  }
+  PF_TRY(make_device(options_, &device_));
+  launch_overhead_us_ = options_.backend == pfBackendSim ? kSimLaunchOverheadUs
+                                                         : kCudaLaunchOverheadUs;
   const int sms = device_->sm_count();
   // Unset on CUDA: the device derives R from the main job's NCCL settings (NCCL_MAX_CTAS /
   // NCCL_MAX_NCHANNELS) rounded to the partition granularity (docs/cuda-backend.md). Unset on
@@ -187,11 +178,10 @@ pfResult_t Runtime::init(const RuntimeOptions& requested) {
   predictor_ = BubblePredictor(options_.min_samples);
   ring_.resize(kQueueCapacity);
 
-#ifdef PIPEFILL_HAVE_SIM_DEVICE
-  if (options_.backend == pfBackendSim) {
-    auto* sim_device = dynamic_cast<sim::SimDevice*>(device_.get());
-    if (sim_device != nullptr) {
-      sim_world_ = sim_device->world_handle();
+  {
+    DrivenClock* driven = device_->driven_clock();
+    if (driven != nullptr) {
+      sim_world_ = driven->world_handle();
       // Before the world runs, the executor must have enqueued the fill work of every bubble
       // already begun, or the simulated run would not see it (and would not be deterministic).
       //
@@ -202,16 +192,15 @@ pfResult_t Runtime::init(const RuntimeOptions& requested) {
       // main job's operations of this run, in hook registration order), same-seed runs are
       // byte-identical.
       inline_processing_ = options_.sim_messages_in_hook;
-      sim_device->world().add_pre_run_hook(this, [this] { wait_for_executor(); });
+      driven->add_pre_run_hook(this, [this] { wait_for_executor(); });
       hook_registered_ = true;
     }
   }
-#endif
 
   executor_ = std::thread([this] { executor_main(); });
   log::info("runtime created: backend {}, device {} ({}), stage {}/{}, {} fill SMs of {} ({}), "
             "arena {} bytes",
-            options_.backend == pfBackendCuda ? "cuda" : "sim", options_.device, device_->name(),
+            backend_name(options_.backend), options_.device, device_->name(),
             options_.stage_id, options_.stage_count, partition_.fill_sms, partition_.total_sms,
             partition_.mode, arena_bytes);
   return pfSuccess;
@@ -247,14 +236,10 @@ pfResult_t Runtime::shutdown() {
                 "bubble {} is still open (pfBubbleBegin without pfBubbleEnd); end it first",
                 next_bubble_id_ - 1);
   }
-#ifdef PIPEFILL_HAVE_SIM_DEVICE
   if (hook_registered_) {
-    if (auto* sim_device = dynamic_cast<sim::SimDevice*>(device_.get())) {
-      sim_device->world().remove_pre_run_hook(this);
-    }
+    if (DrivenClock* driven = device_->driven_clock()) driven->remove_pre_run_hook(this);
     hook_registered_ = false;
   }
-#endif
   {
     std::lock_guard<std::mutex> lock(queue_mutex_);
     stop_ = true;
@@ -268,14 +253,10 @@ pfResult_t Runtime::shutdown() {
 
 void Runtime::release_resources() {
   if (!device_) return;
-#ifdef PIPEFILL_HAVE_SIM_DEVICE
   if (hook_registered_) {
-    if (auto* sim_device = dynamic_cast<sim::SimDevice*>(device_.get())) {
-      sim_device->world().remove_pre_run_hook(this);
-    }
+    if (DrivenClock* driven = device_->driven_clock()) driven->remove_pre_run_hook(this);
     hook_registered_ = false;
   }
-#endif
   const std::string saved = last_error_message();
   auto check = [](pfResult_t r, const char* what) {
     if (r != pfSuccess) log::warn("runtime teardown: {} failed: {}", what, last_error_message());

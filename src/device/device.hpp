@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +34,21 @@ struct FillPartition {
   int reserved_sms = 0;  // SMs kept for the main job
   bool hardware_confined = false;  // true: green context / simulated partition; false: grid cap
   std::string mode;      // "green-context", "grid-cap", "simulated-partition"
+};
+
+// Capability of devices whose clock advances only when a caller drives it (the simulated
+// device: virtual time advances inside pfSimRunUntilIdle). The runtime registers a hook that
+// runs before every drive, so the fill work of bubbles already begun is enqueued before the
+// device executes anything; it also hands the world out (pfRuntimeGetSimWorld). The core sees
+// only this interface, never a simulator type.
+class DrivenClock {
+ public:
+  virtual ~DrivenClock() = default;
+  // The C handle of the simulated world this device belongs to.
+  virtual pfSimWorld_t world_handle() const = 0;
+  // `hook` runs on the driving thread before each run of the device's clock, until removed.
+  virtual void add_pre_run_hook(const void* owner, std::function<void()> hook) = 0;
+  virtual void remove_pre_run_hook(const void* owner) = 0;
 };
 
 class Device {
@@ -96,6 +112,10 @@ class Device {
   // simulated: virtual time).
   virtual double now_us() = 0;
 
+  // ---- Capabilities (optional) -----------------------------------------------------------
+  // Non-null for a device whose clock is driven by the caller (the simulator).
+  virtual DrivenClock* driven_clock() { return nullptr; }
+
   // ---- Calibration (optional) ---------------------------------------------------------------
   // Activity records (kernels, copies, memsets, memory) completed since the last call, appended
   // to *out; meant to be called once per iteration, outside bubbles. CUDA: from the CUPTI
@@ -108,9 +128,13 @@ class Device {
 };
 
 // Factories. make_cuda_device returns pfErrorNotSupported when built without CUDA and
-// pfErrorNoDevice when no GPU is usable; the message says why.
+// pfErrorNoDevice when no GPU is usable; the message says why. make_host_device builds the
+// real-time host device (src/host/): CPU threads as streams, for the asynchronous path.
 pfResult_t make_cuda_device(const RuntimeOptions& options, std::unique_ptr<Device>* out);
 pfResult_t make_sim_device(const RuntimeOptions& options, std::unique_ptr<Device>* out);
+pfResult_t make_host_device(const RuntimeOptions& options, std::unique_ptr<Device>* out);
+// The device for options.backend (pfBackendAuto must already be resolved).
+pfResult_t make_device(const RuntimeOptions& options, std::unique_ptr<Device>* out);
 // Number of usable CUDA devices (0 when built without CUDA or without a driver).
 int cuda_device_count();
 

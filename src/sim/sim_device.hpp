@@ -14,13 +14,20 @@
 
 namespace pipefill::sim {
 
-class SimDevice final : public Device {
+class SimDevice final : public Device, public DrivenClock {
  public:
   // `owned` is non-null for a private world (then world == owned.get()).
   SimDevice(World* world, std::unique_ptr<World> owned, int device_index);
   ~SimDevice() override;
 
-  pfSimWorld_t world_handle() const;
+  // DrivenClock: virtual time advances only inside pfSimRunUntil*/pfSimRunUntilIdle.
+  pfSimWorld_t world_handle() const override;
+  void add_pre_run_hook(const void* owner, std::function<void()> hook) override {
+    world_->add_pre_run_hook(owner, std::move(hook));
+  }
+  void remove_pre_run_hook(const void* owner) override { world_->remove_pre_run_hook(owner); }
+  DrivenClock* driven_clock() override { return this; }
+
   World& world() const { return *world_; }
   int device_index() const { return device_; }
 
