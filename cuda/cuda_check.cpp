@@ -41,6 +41,15 @@ pfResult_t driver_failure(int result, const char* call, const char* file, int li
               line, name, result);
 }
 
+std::string driver_result_name(int result) {
+  const char* name = nullptr;
+  const auto& api = driver_api();
+  if (api.get_error_name != nullptr &&
+      api.get_error_name(static_cast<CUresult>(result), &name) == CUDA_SUCCESS && name != nullptr)
+    return name;
+  return "CUresult " + std::to_string(result);
+}
+
 pfResult_t cupti_failure(int result, const char* call, const char* file, int line) {
   const char* name = nullptr;
   if (cuptiGetResultString(static_cast<CUptiResult>(result), &name) != CUPTI_SUCCESS ||

@@ -7,6 +7,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <string>
+
 #include "common/error.hpp"
 
 namespace pipefill::cuda {
@@ -21,6 +23,10 @@ pfResult_t driver_failure(int result, const char* call, const char* file, int li
 pfResult_t cupti_failure(int result, const char* call, const char* file, int line);
 // NCCL results (ncclResult_t values), named through ncclGetErrorString when NCCL is linked.
 pfResult_t nccl_failure(int result, const char* call, const char* file, int line);
+
+// The driver's name for a CUresult ("CUDA_ERROR_INVALID_VALUE"), through cuGetErrorName when that
+// entry point resolves, else "CUresult <number>".
+std::string driver_result_name(int result);
 
 // The file name relative to the source tree (for short messages).
 const char* short_file_name(const char* file);

@@ -18,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <utility>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -25,6 +26,8 @@
 #include "cuda_check.hpp"
 #include "cupti_collector.hpp"
 #include "driver_api.hpp"
+#include "event_query.hpp"
+#include "fallbacks.hpp"
 #include "fill_kernels.hpp"
 #include "partition.hpp"
 
@@ -51,6 +54,15 @@ bool env_flag(const char* name) {
   return value != nullptr && (std::strcmp(value, "1") == 0 || std::strcmp(value, "true") == 0);
 }
 
+bool env_off(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && (std::strcmp(value, "0") == 0 || std::strcmp(value, "false") == 0 ||
+                              std::strcmp(value, "off") == 0);
+}
+
+// Length of the main-side kernel of the cross-context event self-test.
+constexpr uint64_t kEventSelfTestKernelNs = 200'000;
+
 class CudaDevice final : public Device, public CudaDeviceExtras {
  public:
   ~CudaDevice() override { shutdown(); }
@@ -76,6 +88,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
     PF_TRY(init_clock());
     PF_TRY(init_gate_write());
     const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    single_connection_ = connections != nullptr && std::strcmp(connections, "1") == 0;
     log::info("CUDA device {} '{}': {} SMs, stream priorities {}..{} (lowest..highest), gate write {}, "
               "CUDA_DEVICE_MAX_CONNECTIONS={}, CUPTI {}",
               ordinal_, name_, sm_count_, lowest_priority_, highest_priority_,
@@ -92,6 +105,8 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   GateWriteMode gate_write_mode() const override { return gate_mode_; }
   ActivityCollector* activity_collector() override { return collector_.get(); }
   const FillPartition& partition() const override { return partition_; }
+  const PartitionOutcome& partition_outcome() const override { return outcome_; }
+  bool single_connection() const override { return single_connection_; }
 
   // ---- Streams ------------------------------------------------------------------------------
   pfResult_t priority_range(int* lowest, int* highest) override {
@@ -110,19 +125,25 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
       PF_TRY(configure_partition(-1, &ignored));
     }
     cudaStream_t stream = nullptr;
-    if (green_context_ != nullptr) {
-      CUstream raw = nullptr;
-      PF_DRIVER_CHECK(driver_api().green_ctx_stream_create(&raw, green_context_, CU_STREAM_NON_BLOCKING,
-                                                           lowest_priority_));
-      stream = reinterpret_cast<cudaStream_t>(raw);
-    } else {
-      PF_CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, lowest_priority_));
+    {
+      std::lock_guard lock(mutex_);
+      std::swap(stream, spare_fill_stream_);  // the green-context stream configure made and tested
     }
-    // Load the fill kernels into the stream's context now (a green context loads modules on its
-    // own), so no lazy load can happen inside a bubble.
-    if (const pfResult_t result = warm_up_fill_kernels(stream); result != pfSuccess) {
-      (void)cudaStreamDestroy(stream);
-      return result;
+    if (stream == nullptr) {
+      if (green_context_ != nullptr) {
+        CUstream raw = nullptr;
+        PF_DRIVER_CHECK(driver_api().green_ctx_stream_create(&raw, green_context_, CU_STREAM_NON_BLOCKING,
+                                                             lowest_priority_));
+        stream = reinterpret_cast<cudaStream_t>(raw);
+      } else {
+        PF_CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, lowest_priority_));
+      }
+      // Load the fill kernels into the stream's context now (a green context loads modules on
+      // its own), so no lazy load can happen inside a bubble.
+      if (const pfResult_t result = warm_up_fill_kernels(stream); result != pfSuccess) {
+        (void)cudaStreamDestroy(stream);
+        return result;
+      }
     }
     if (collector_) (void)collector_->register_fill_stream(stream);
     std::lock_guard lock(mutex_);
@@ -206,12 +227,13 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
     if (event == nullptr || done == nullptr || time_us == nullptr)
       return fail(pfErrorInvalidArgument, "query_event: null argument (event {})", event);
     auto cuda_event = static_cast<cudaEvent_t>(event);
-    const cudaError_t state = cudaEventQuery(cuda_event);
-    if (state == cudaErrorNotReady) {
+    cudaError_t error = cudaSuccess;
+    const EventState state = query_event_state(cuda_event, &error);  // clears NotReady
+    if (state == EventState::Pending) {
       *done = false;
       return pfSuccess;
     }
-    PF_CUDA_CHECK(state);
+    PF_CUDA_CHECK(error);
     std::lock_guard lock(clock_mutex_);
     PF_TRY(advance_reference_locked());
     float elapsed_ms = 0.0f;
@@ -386,30 +408,33 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
       }
     }
     PF_TRY(bind());
-    if (green_context_ != nullptr) {  // re-partitioning before any fill stream exists
-      PF_DRIVER_CHECK(driver_api().green_ctx_destroy(green_context_));
-      green_context_ = nullptr;
-    }
+    destroy_green_context();  // re-partitioning before any fill stream exists
     FillPartition partition;
     partition.total_sms = sm_count_;
-    std::string why_not;
-    if (try_green_context(reserved_sms, &partition, &why_not) != pfSuccess) {
-      why_not = last_error_message();
-      clear_last_error();
-    }
-    if (!partition.hardware_confined) {
+    PartitionOutcome outcome;
+    try_green_context(reserved_sms, &partition, &outcome);
+    if (outcome.cause != FallbackCause::None) {
+      partition = FillPartition{};
+      partition.total_sms = sm_count_;
       partition.mode = "grid-cap";
       partition.reserved_sms = reserved_sms;
       partition.fill_sms = sm_count_ - reserved_sms;
-      log::info("fill partition: grid-cap mode, fill grids capped at {} of {} SMs (R={} from {}); "
-                "green context unavailable: {}",
-                partition.fill_sms, sm_count_, reserved_sms, source, why_not);
+      log::info("fill partition: grid-cap mode, fill grids capped at {} of {} SMs (R={} from {}); {}",
+                partition.fill_sms, sm_count_, reserved_sms, source, describe(outcome));
+      if (!fallback_is_explained(driver_api().driver_version, outcome))
+        log::warn("grid-cap mode on driver {} without an explained fallback ({}): this is a bug",
+                  driver_api().driver_version, describe(outcome));
+      if (single_connection_)
+        log::warn("CUDA_DEVICE_MAX_CONNECTIONS=1 in grid-cap mode: fill and main streams share one "
+                  "hardware queue, so a fill slice enqueued after the main stream's gate close starts "
+                  "only once the gate is closed and runs no item (see docs/cuda-backend.md)");
     } else {
       log::info("fill partition: green-context mode, fill work confined to {} of {} SMs (R={} from {}, "
-                "rounded to {})",
-                partition.fill_sms, sm_count_, reserved_sms, source, partition.reserved_sms);
+                "rounded to {}); events: {}",
+                partition.fill_sms, sm_count_, reserved_sms, source, partition.reserved_sms, outcome.detail);
     }
     partition_ = partition;
+    outcome_ = outcome;
     partition_configured_ = true;
     *out = partition;
     return pfSuccess;
@@ -455,9 +480,9 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   // Moves to a newer reference event when the current one is old (caller holds clock_mutex_).
   pfResult_t advance_reference_locked() {
     if (pending_reference_ != nullptr) {
-      const cudaError_t state = cudaEventQuery(pending_reference_);
-      if (state == cudaErrorNotReady) return pfSuccess;
-      PF_CUDA_CHECK(state);
+      cudaError_t error = cudaSuccess;
+      if (query_event_state(pending_reference_, &error) == EventState::Pending) return pfSuccess;
+      PF_CUDA_CHECK(error);
       float elapsed_ms = 0.0f;
       PF_CUDA_CHECK(cudaEventElapsedTime(&elapsed_ms, reference_event_, pending_reference_));
       reference_time_us_ += static_cast<double>(elapsed_ms) * 1000.0;
@@ -509,14 +534,73 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
     return pfSuccess;
   }
 
-  // Green context holding all SMs but R (R rounded up to the partition granularity). Leaves
-  // partition->hardware_confined false (and explains in *why_not) when unavailable.
-  pfResult_t try_green_context(int reserved_sms, FillPartition* partition, std::string* why_not) {
+  // Sets up the green-context partition: a green context holding all SMs but R (R rounded up to
+  // the partition granularity), its first fill stream with the fill kernels warmed up on it, and
+  // the cross-context event self-test. On any failure it destroys what it made and *outcome says
+  // why; the caller then uses grid-cap mode. The tested stream is kept for create_fill_stream.
+  void try_green_context(int reserved_sms, FillPartition* partition, PartitionOutcome* outcome) {
     const auto& api = driver_api();
-    if (!api.has_green_contexts()) {
-      *why_not = api.green_context_absence_reason();
-      return pfSuccess;
+    if (env_off("PIPEFILL_GREEN_CONTEXT")) {
+      *outcome = {FallbackCause::DisabledByEnv, ""};
+      return;
     }
+    if (api.driver_version == 0) {
+      *outcome = {FallbackCause::NoDriver, ""};
+      return;
+    }
+    if (api.driver_version < kGreenContextDriverVersion) {
+      *outcome = {FallbackCause::DriverTooOld, fmt::format("driver {}", api.driver_version)};
+      return;
+    }
+    if (!api.has_green_contexts()) {
+      *outcome = {FallbackCause::EntryPointsMissing,
+                  fmt::format("driver {} lacks {}", api.driver_version,
+                              api.missing_entry_points(EntryPointGroup::GreenContext))};
+      return;
+    }
+    std::string why_no_split;
+    if (create_green_context(reserved_sms, partition, &why_no_split) != pfSuccess) {
+      *outcome = {FallbackCause::DriverCallFailed, last_error_message()};
+      clear_last_error();
+      destroy_green_context();
+      return;
+    }
+    if (green_context_ == nullptr) {
+      *outcome = {FallbackCause::NoUsefulSplit, why_no_split};
+      return;
+    }
+    CUstream raw = nullptr;
+    const CUresult created =
+        api.green_ctx_stream_create(&raw, green_context_, CU_STREAM_NON_BLOCKING, lowest_priority_);
+    if (created != CUDA_SUCCESS) {
+      *outcome = {FallbackCause::StreamCreationFailed,
+                  fmt::format("cuGreenCtxStreamCreate: {}", driver_result_name(created))};
+      destroy_green_context();
+      return;
+    }
+    spare_fill_stream_ = reinterpret_cast<cudaStream_t>(raw);
+    if (warm_up_fill_kernels(spare_fill_stream_) != pfSuccess) {
+      *outcome = {FallbackCause::WarmUpFailed, last_error_message()};
+      clear_last_error();
+      destroy_green_context();
+      return;
+    }
+    const EventSelfTest test = run_event_self_test(spare_fill_stream_);
+    if (std::string failure = event_self_test_failure(test); !failure.empty()) {
+      *outcome = {FallbackCause::EventSelfTestFailed, std::move(failure)};
+      destroy_green_context();
+      return;
+    }
+    *outcome = {FallbackCause::None,
+                fmt::format("primary-context events on green-context streams (self-test: fill-side event "
+                            "{:.3f} ms after the main-side start, main kernel {:.3f} ms)",
+                            test.elapsed_ms, test.kernel_ms)};
+  }
+
+  // The green context itself. Leaves green_context_ null (and explains in *why_not) when no
+  // split leaves R SMs; a failing driver call returns its error.
+  pfResult_t create_green_context(int reserved_sms, FillPartition* partition, std::string* why_not) {
+    const auto& api = driver_api();
     CUdevice device = 0;
     PF_DRIVER_CHECK(api.device_get(&device, ordinal_));
     CUdevResource sms{};
@@ -554,6 +638,56 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
     return pfSuccess;
   }
 
+  // Destroys the spare fill stream and the green context (no fill stream may exist). Caller
+  // holds mutex_ or is the only thread using the device.
+  void destroy_green_context() {
+    if (spare_fill_stream_ != nullptr) {
+      if (cudaStreamDestroy(spare_fill_stream_) != cudaSuccess) (void)cudaGetLastError();
+      spare_fill_stream_ = nullptr;
+    }
+    if (green_context_ != nullptr) {
+      const CUresult result = driver_api().green_ctx_destroy(green_context_);
+      if (result != CUDA_SUCCESS) log::warn("cuGreenCtxDestroy failed: {}", driver_result_name(result));
+      green_context_ = nullptr;
+    }
+  }
+
+  // The runtime records primary-context events (its slice events) on the fill stream and times
+  // them against primary-context events (the reference, the bubble's begin/end); cudaEventRecord
+  // documents event and stream from the same context. Checked here once, on the real pair.
+  EventSelfTest run_event_self_test(cudaStream_t fill) {
+    EventSelfTest test;
+    test.kernel_ms = static_cast<double>(kEventSelfTestKernelNs) / 1e6;
+    cudaEvent_t a = nullptr, b = nullptr, c = nullptr;
+    auto ok = [](std::string* slot, const char* call, cudaError_t error) {
+      if (error == cudaSuccess) return true;
+      (void)cudaGetLastError();
+      *slot = fmt::format("{}: {}", call, cudaGetErrorName(error));
+      return false;
+    };
+    bool good = ok(&test.create_error, "cudaEventCreate(A)", cudaEventCreate(&a)) &&
+                ok(&test.create_error, "cudaEventCreate(B)", cudaEventCreate(&b)) &&
+                ok(&test.create_error, "cudaEventCreate(C)", cudaEventCreate(&c)) &&
+                ok(&test.create_error, "cudaEventRecord(A, main)", cudaEventRecord(a, control_stream_));
+    if (good && launch_spin_and_stamp(control_stream_, kEventSelfTestKernelNs, nullptr) != pfSuccess) {
+      test.create_error = last_error_message();
+      clear_last_error();
+      good = false;
+    }
+    good = good && ok(&test.create_error, "cudaEventRecord(B, main)", cudaEventRecord(b, control_stream_)) &&
+           ok(&test.wait_error, "cudaStreamWaitEvent(fill, B)", cudaStreamWaitEvent(fill, b, 0)) &&
+           ok(&test.record_error, "cudaEventRecord(C, fill)", cudaEventRecord(c, fill)) &&
+           ok(&test.sync_error, "cudaEventSynchronize(C)", cudaEventSynchronize(c));
+    float elapsed_ms = -1.0f;
+    if (good && ok(&test.elapsed_error, "cudaEventElapsedTime(A, C)", cudaEventElapsedTime(&elapsed_ms, a, c)))
+      test.elapsed_ms = elapsed_ms;
+    if (cudaStreamSynchronize(control_stream_) != cudaSuccess) (void)cudaGetLastError();
+    if (cudaStreamSynchronize(fill) != cudaSuccess) (void)cudaGetLastError();
+    for (cudaEvent_t e : {a, b, c})
+      if (e != nullptr && cudaEventDestroy(e) != cudaSuccess) (void)cudaGetLastError();
+    return test;
+  }
+
   void shutdown() {
     // Best effort: the device is going away; failures are logged, never thrown.
     if (ordinal_ < 0) return;
@@ -567,10 +701,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
     if (reference_event_) (void)cudaEventDestroy(reference_event_);
     if (control_stream_) (void)cudaStreamDestroy(control_stream_);
     if (gate_slots_) (void)cudaFreeHost(gate_slots_);
-    if (green_context_) {
-      const CUresult result = driver_api().green_ctx_destroy(green_context_);
-      if (result != CUDA_SUCCESS) log::warn("cuGreenCtxDestroy failed: {}", static_cast<int>(result));
-    }
+    destroy_green_context();  // after its streams
     collector_.reset();
     (void)cudaGetLastError();
   }
@@ -601,6 +732,9 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   bool partition_configured_ = false;
   FillPartition partition_;
   CUgreenCtx green_context_ = nullptr;
+  cudaStream_t spare_fill_stream_ = nullptr;  // tested by configure_partition, not yet handed out
+  PartitionOutcome outcome_;
+  bool single_connection_ = false;
 
   std::unique_ptr<ActivityCollector> collector_;
 };

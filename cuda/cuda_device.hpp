@@ -7,6 +7,7 @@
 #include <string>
 
 #include "device/device.hpp"
+#include "fallbacks.hpp"
 
 namespace pipefill::cuda {
 
@@ -29,6 +30,11 @@ class CudaDeviceExtras {
   // The CUPTI collector when calibration mode is on and CUPTI could start; else nullptr.
   virtual ActivityCollector* activity_collector() = 0;
   virtual const FillPartition& partition() const = 0;
+  // Why the partition is (not) a green context; see fallbacks.hpp. Set by configure_partition.
+  virtual const PartitionOutcome& partition_outcome() const = 0;
+  // CUDA_DEVICE_MAX_CONNECTIONS=1 was in force when the device was created (one hardware queue
+  // per context: see docs/cuda-backend.md, "One device connection").
+  virtual bool single_connection() const = 0;
 };
 
 }  // namespace pipefill::cuda

@@ -9,12 +9,28 @@
 #include "common/log.hpp"
 #include "cuda_check.hpp"
 #include "cupti_convert.hpp"
+#include "driver_api.hpp"
 
 namespace pipefill::cuda {
 namespace {
 
 constexpr size_t kBufferBytes = size_t{4} << 20;  // Kineto's buffer size
 constexpr size_t kBufferAlignment = 8;            // CUPTI requires 8-byte aligned buffers
+
+// The context `stream` belongs to: a green-context stream's is its green context (as a
+// CUcontext), any other stream's the context current when it was created.
+pfResult_t stream_context(CUstream stream, CUcontext* context) {
+  const DriverApi& api = driver_api();
+  if (api.stream_get_ctx != nullptr) {
+    PF_DRIVER_CHECK(api.stream_get_ctx(stream, context));
+    return pfSuccess;
+  }
+  if (api.ctx_get_current == nullptr)
+    return fail(pfErrorNotSupported, "CUPTI fill-stream registration: the driver has neither cuStreamGetCtx "
+                                     "nor cuCtxGetCurrent");
+  PF_DRIVER_CHECK(api.ctx_get_current(context));
+  return pfSuccess;
+}
 
 class CuptiCollector;
 // CUPTI's buffer callbacks are plain functions: they reach the (single) live collector here.
@@ -43,10 +59,15 @@ class CuptiCollector final : public ActivityCollector {
   }
 
   pfResult_t register_fill_stream(void* stream) override {
-    uint32_t id = 0;
-    PF_CUPTI_CHECK(cuptiGetStreamIdEx(nullptr, static_cast<CUstream>(stream), 0, &id));
+    const auto raw = static_cast<CUstream>(stream);
+    CUcontext context = nullptr;
+    PF_TRY(stream_context(raw, &context));
+    uint32_t context_id = 0, stream_id = 0;
+    PF_CUPTI_CHECK(cuptiGetContextId(context, &context_id));
+    PF_CUPTI_CHECK(cuptiGetStreamIdEx(context, raw, 0, &stream_id));
+    log::debug("CUPTI: fill stream {} is (context {}, stream {})", stream, context_id, stream_id);
     std::lock_guard lock(mutex_);
-    converter_.add_fill_stream(id);
+    converter_.add_fill_stream(context_id, stream_id);
     return pfSuccess;
   }
 

@@ -21,7 +21,7 @@ const char* memcpy_kind_name(uint8_t copy_kind) {
 ActivityRecord ActivityConverter::from_kernel(const CuptiKernelRecord& kernel) const {
   ActivityRecord out;
   out.name = kernel.name ? kernel.name : "";
-  if (fill_streams_.count(kernel.streamId))
+  if (is_fill_stream(kernel.contextId, kernel.streamId))
     out.kind = ActivityKind::Fill;
   else
     out.kind = is_communication_kernel_name(out.name) ? ActivityKind::Comm : ActivityKind::Kernel;

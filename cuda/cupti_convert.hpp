@@ -9,7 +9,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <unordered_set>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "analysis/activity.hpp"
@@ -36,8 +37,15 @@ class ActivityConverter {
   explicit ActivityConverter(ClockAlignment clock = {}) : clock_(clock) {}
 
   void set_clock(ClockAlignment clock) { clock_ = clock; }
-  // Kernels on these CUPTI stream ids are PipeFill's fill work (ActivityKind::Fill).
-  void add_fill_stream(uint32_t cupti_stream_id) { fill_streams_.insert(cupti_stream_id); }
+  // Kernels on this (CUPTI context id, CUPTI stream id) are PipeFill's fill work
+  // (ActivityKind::Fill). Stream ids are only unique within a context: the fill stream lives in
+  // a green context, and the main job's streams in the primary context can carry the same id.
+  void add_fill_stream(uint32_t cupti_context_id, uint32_t cupti_stream_id) {
+    fill_streams_.insert({cupti_context_id, cupti_stream_id});
+  }
+  bool is_fill_stream(uint32_t cupti_context_id, uint32_t cupti_stream_id) const {
+    return fill_streams_.count({cupti_context_id, cupti_stream_id}) > 0;
+  }
 
   // Converts one record. false (and *out untouched) for kinds PipeFill does not use or
   // malformed records (end before start, null name).
@@ -52,7 +60,7 @@ class ActivityConverter {
 
  private:
   ClockAlignment clock_;
-  std::unordered_set<uint32_t> fill_streams_;
+  std::set<std::pair<uint32_t, uint32_t>> fill_streams_;  // (context id, stream id)
 };
 
 // "Memcpy HtoD" etc., for a CUpti_ActivityMemcpyKind value.

@@ -35,27 +35,32 @@ DriverApi load() {
   }
   api.driver_version = version;
   if (version == 0) return api;  // no driver: every entry point stays null
-  resolve("cuGetErrorName", 6000, &api.get_error_name);
-  resolve("cuDeviceGet", 2000, &api.device_get);
-  if (version >= kStreamWriteValue64DriverVersion)
-    resolve("cuStreamWriteValue64", 11070, &api.stream_write_value64);
-  if (version >= kGreenContextDriverVersion) {
-    resolve("cuDeviceGetDevResource", 12040, &api.device_get_dev_resource);
-    resolve("cuDevSmResourceSplitByCount", 12040, &api.dev_sm_resource_split_by_count);
-    resolve("cuDevResourceGenerateDesc", 12040, &api.dev_resource_generate_desc);
-    resolve("cuGreenCtxCreate", 12040, &api.green_ctx_create);
-    resolve("cuGreenCtxStreamCreate", 12040, &api.green_ctx_stream_create);
-    resolve("cuGreenCtxDestroy", 12040, &api.green_ctx_destroy);
-  }
+  // Symbols newer than the driver are not asked for at all (they would only log a miss).
+#define PIPEFILL_RESOLVE_ENTRY_POINT(member, symbol, symbol_version, group) \
+  if (version >= symbol_version) resolve(#symbol, symbol_version, &api.member);
+  PIPEFILL_DRIVER_ENTRY_POINTS(PIPEFILL_RESOLVE_ENTRY_POINT)
+#undef PIPEFILL_RESOLVE_ENTRY_POINT
   return api;
 }
 
 }  // namespace
 
+std::string DriverApi::missing_entry_points(EntryPointGroup wanted) const {
+  std::string missing;
+#define PIPEFILL_LIST_MISSING(member, symbol, symbol_version, group)   \
+  if (EntryPointGroup::group == wanted && member == nullptr) {         \
+    if (!missing.empty()) missing += ", ";                             \
+    missing += #symbol "@" #symbol_version;                            \
+  }
+  PIPEFILL_DRIVER_ENTRY_POINTS(PIPEFILL_LIST_MISSING)
+#undef PIPEFILL_LIST_MISSING
+  return missing;
+}
+
 const char* DriverApi::green_context_absence_reason() const {
   if (driver_version == 0) return "no CUDA driver";
-  if (driver_version < kGreenContextDriverVersion) return "driver older than 12.4";
-  if (!has_green_contexts()) return "green-context entry points missing from the driver";
+  if (driver_version < kGreenContextDriverVersion) return "driver older than 12.5 (green contexts need cuGreenCtxStreamCreate)";
+  if (!has_green_contexts()) return "green-context entry points missing from a >= 12.5 driver";
   return "";
 }
 

@@ -2,7 +2,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <mutex>
+#include <thread>
 
 #include "cuda_check.hpp"
 #include "kernel_launchers.hpp"
@@ -86,8 +88,21 @@ pfResult_t warm_up_fill_kernels(void* stream) {
   return pfSuccess;
 }
 
-pfResult_t launch_spin_and_stamp(void* stream, uint64_t ns, uint64_t* end_ns) {
-  PF_CUDA_CHECK(detail::launch_spin_and_stamp_kernel(static_cast<cudaStream_t>(stream), ns, end_ns));
+pfResult_t launch_spin_and_stamp(void* stream, uint64_t ns, uint64_t* end_ns, volatile uint32_t* started) {
+  PF_CUDA_CHECK(detail::launch_spin_and_stamp_kernel(static_cast<cudaStream_t>(stream), ns, end_ns, started));
+  return pfSuccess;
+}
+
+pfResult_t wait_for_flag(const volatile uint32_t* flag, double timeout_us, const char* what) {
+  if (flag == nullptr) return fail(pfErrorInvalidArgument, "wait_for_flag({}): flag is null", what);
+  const auto start = std::chrono::steady_clock::now();
+  while (*flag == 0) {
+    const double waited =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    if (waited > timeout_us)
+      return fail(pfErrorTimeout, "{} did not start within {:.0f} us", what, timeout_us);
+    std::this_thread::yield();
+  }
   return pfSuccess;
 }
 

@@ -24,7 +24,11 @@ __global__ void spin_items_kernel(pfSliceDesc_t slice, uint64_t item_ns, SpinIte
   }
 }
 
-__global__ void spin_and_stamp_kernel(uint64_t ns, uint64_t* end_ns) {
+__global__ void spin_and_stamp_kernel(uint64_t ns, uint64_t* end_ns, volatile uint32_t* started) {
+  if (threadIdx.x == 0 && started) {
+    *started = 1;
+    __threadfence_system();  // make the flag visible to the polling host now
+  }
   pipefill::device::spin_ns(ns);
   if (threadIdx.x == 0 && end_ns) *end_ns = pipefill::device::globaltimer_ns();
 }
@@ -61,8 +65,9 @@ cudaError_t spin_items_occupancy(int* blocks_per_sm, int block_threads, size_t d
                                                        dynamic_smem_bytes);
 }
 
-cudaError_t launch_spin_and_stamp_kernel(cudaStream_t stream, uint64_t ns, uint64_t* end_ns) {
-  spin_and_stamp_kernel<<<1, 32, 0, stream>>>(ns, end_ns);
+cudaError_t launch_spin_and_stamp_kernel(cudaStream_t stream, uint64_t ns, uint64_t* end_ns,
+                                         volatile uint32_t* started) {
+  spin_and_stamp_kernel<<<1, 32, 0, stream>>>(ns, end_ns, started);
   return cudaGetLastError();
 }
 

@@ -44,8 +44,14 @@ pfResult_t warm_up_fill_kernels(void* stream);
 
 // ---- Instrumentation kernels (tests, benchmarks) -------------------------------------------
 // One block busy-waits `ns`, then writes its end time to *end_ns (may be null): a stand-in for
-// the main job's spinning receive that defines a bubble.
-pfResult_t launch_spin_and_stamp(void* stream, uint64_t ns, uint64_t* end_ns);
+// the main job's spinning receive that defines a bubble. When `started` is given (a device
+// pointer to host-mapped memory), the block sets it to 1 as soon as it runs, so the host can
+// confirm the kernel is resident before it fills the other SMs (see wait_for_flag).
+pfResult_t launch_spin_and_stamp(void* stream, uint64_t ns, uint64_t* end_ns,
+                                 volatile uint32_t* started = nullptr);
+// Polls a host-mapped flag (host pointer) until it is non-zero or `timeout_us` passes (then
+// pfErrorTimeout naming `what`). For benchmarks and tests, never inside a bubble.
+pfResult_t wait_for_flag(const volatile uint32_t* flag, double timeout_us, const char* what);
 // A full-width "main job" kernel: `blocks` blocks each record their start time and SM, then spin
 // `spin_ns`. dynamic_smem_bytes lets blocks refuse to share an SM with fill blocks.
 pfResult_t launch_stamp_blocks(void* stream, int blocks, int block_threads,

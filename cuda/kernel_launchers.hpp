@@ -13,7 +13,8 @@ cudaError_t launch_spin_items_kernel(const pfSliceDesc_t& slice, int grid, int b
                                      size_t dynamic_smem_bytes, cudaStream_t stream, uint64_t item_ns,
                                      const SpinItemsRecords& records);
 cudaError_t spin_items_occupancy(int* blocks_per_sm, int block_threads, size_t dynamic_smem_bytes);
-cudaError_t launch_spin_and_stamp_kernel(cudaStream_t stream, uint64_t ns, uint64_t* end_ns);
+cudaError_t launch_spin_and_stamp_kernel(cudaStream_t stream, uint64_t ns, uint64_t* end_ns,
+                                         volatile uint32_t* started);
 cudaError_t launch_stamp_blocks_kernel(cudaStream_t stream, int blocks, int block_threads,
                                        size_t dynamic_smem_bytes, uint64_t spin_ns, uint64_t* start_ns,
                                        uint32_t* sm);

@@ -9,6 +9,7 @@
 #include "common/log.hpp"
 #include "cuda_check.hpp"
 #include "kernel_launchers.hpp"
+#include "stream_context.hpp"
 
 #define PF_CUBLAS_CHECK(call)                                                                     \
   do {                                                                                            \
@@ -36,7 +37,13 @@ class CublasGemmItem final : public GemmItem {
   double item_us() const override { return item_us_; }
   bool conditional() const override { return exec_ != nullptr; }
 
+  // Everything (cuBLAS handle, measurement, graph, its conditional handle, capture,
+  // instantiation, upload) is made with the setup stream's context current: for a fill stream
+  // in a green context, that context - one context throughout, never a primary-context graph
+  // launched into a green-context stream.
   pfResult_t init(cudaStream_t setup_stream) {
+    ScopedStreamContext scope;
+    PF_TRY(scope.enter(setup_stream));
     PF_CUBLAS_CHECK(cublasCreate(&handle_));
     if (desc_.workspace != nullptr && desc_.workspace_bytes > 0)
       PF_CUBLAS_CHECK(cublasSetWorkspace(handle_, desc_.workspace, desc_.workspace_bytes));
@@ -57,6 +64,8 @@ class CublasGemmItem final : public GemmItem {
 
   pfResult_t launch(void* stream, uint64_t bubble_id) override {
     auto cuda_stream = static_cast<cudaStream_t>(stream);
+    ScopedStreamContext scope;  // the graph and handle live in the stream's context
+    PF_TRY(scope.enter(stream));
     if (exec_ == nullptr) {  // direct mode: admission (fits) is the only protection
       PF_CUBLAS_CHECK(cublasSetStream(handle_, cuda_stream));
       return enqueue_gemm();

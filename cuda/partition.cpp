@@ -53,6 +53,10 @@ int plan_fill_sms(int total_sms, int reserved_sms, SmGranularity granularity) {
   return fill >= minimum ? fill : 0;
 }
 
+int max_observed_fill_sms(int fill_sms, int compute_capability_major) {
+  return compute_capability_major == 9 ? fill_sms + 2 : fill_sms;
+}
+
 pfResult_t check_reserved_sms(int reserved_sms, int total_sms) {
   if (reserved_sms < 0 || reserved_sms >= total_sms)
     return fail(pfErrorInvalidArgument,

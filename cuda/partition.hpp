@@ -34,6 +34,12 @@ struct SmGranularity {
 // fewer SMs than the minimum partition (no useful partition). Inputs are validated by callers.
 int plan_fill_sms(int total_sms, int reserved_sms, SmGranularity granularity);
 
+// Most distinct SMs fill blocks of a green context with `fill_sms` SMs may be seen on: the CUDA
+// driver documents (cuda.h, "Green Contexts") that on compute capability 9.x, once a module with
+// dynamic parallelism is loaded, kernels in green contexts may also use a shared set of 2 extra
+// SMs; elsewhere the partition is exact.
+int max_observed_fill_sms(int fill_sms, int compute_capability_major);
+
 // Validates a requested reservation against the device: 0 <= reserved < total_sms.
 pfResult_t check_reserved_sms(int reserved_sms, int total_sms);
 

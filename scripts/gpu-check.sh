@@ -1,24 +1,55 @@
 #!/usr/bin/env bash
-# One-shot GPU check of the CUDA backend, sized for one H200 in under 8 minutes:
-#   1. configure + build (Release, sm_90, tests on) only the GPU targets
-#   2. the design probes (gpu-probes/ or shared/gpu-probes/ when present in the checkout)
-#   3. every GPU test (pipefill_cuda_tests, pipefill_cupti_tests)
-#   4. the GPU microbenchmarks (benchmarks/cuda)
-#   5. the fill jobs' GPU-vs-CPU tests and the example engine on one GPU (emulated peers),
-#      filled vs unfilled vs naive side by side
-#   6. a summary table, printed LAST
-# Every step has its own time limit so a hang shows up as a timeout (exit 124), not a stuck run.
-# Logs go to $OUT when it is set (else build-gpu-check/logs). Usage: scripts/gpu-check.sh [build-dir]
+# One-shot GPU check of the CUDA backend, sized for one H200 (16 cores) in under 8 minutes:
+#   1. configure (Release, sm_90, tests on; no tools, no Python package). Dependencies the GPU
+#      image lacks come from .gpu-deps/ (scripts/stage-gpu-deps.sh, run beforehand elsewhere).
+#   2. build the core once, then build and run each GPU target on its own, in order of what it
+#      answers: a target that fails to build costs only its own steps, and a step runs when its
+#      binary exists. CUPTI conversion tests, the CUDA device tests, the design probes
+#      (gpu-probes/ when present in the checkout), the GPU microbenchmarks, the fill jobs'
+#      GPU-vs-CPU tests, and the example engine on one GPU (emulated peers) with its no-fill,
+#      PipeFill and naive runs side by side.
+#   3. a summary, printed LAST.
+# Every step has its own time limit (and the whole script a budget, GPU_CHECK_BUDGET_S), so a
+# hang shows as TIMEOUT, not a stuck run. Full logs go to <build>/logs; what comes back from the
+# GPU machine ($OUT: at most 8 files) is exactly two files: $OUT/summary.txt and $OUT/logs.tar.gz
+# (without $OUT: <build>/out). Without a GPU every GPU step skips or refuses cleanly.
+# Usage: scripts/gpu-check.sh [build-dir]   Extra configure arguments: GPU_CHECK_CMAKE_ARGS.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-gpu-check}
-logs=${OUT:-$build/logs}
-mkdir -p "$logs"
+logs=$build/logs
+out=${OUT:-$build/out}
+rm -rf "$logs"
+mkdir -p "$logs" "$out"
 jobs=$(nproc 2>/dev/null || echo 4)
 declare -a rows
 started=$(date +%s)
-budget=${GPU_CHECK_BUDGET_S:-460}  # whole script, so the summary always prints within 8 minutes
+budget=${GPU_CHECK_BUDGET_S:-450}  # whole script, so the summary always prints within 8 minutes
 export PATH=/usr/local/cuda/bin:$PATH
+
+# Status of a finished step from its exit code and log: gtest and benchmark binaries report
+# their own skips; a binary that refuses without a GPU says "no CUDA device".
+classify() {  # <rc> <log>
+  local rc=$1 log=$2
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then echo TIMEOUT; return; fi
+  local passed skipped failed
+  passed=$(grep -E '^\[  PASSED  \] [0-9]+ test' "$log" | tail -1 | grep -oE '[0-9]+' | head -1)
+  skipped=$(grep -E '^\[  SKIPPED \] [0-9]+ test' "$log" | tail -1 | grep -oE '[0-9]+' | head -1)
+  failed=$(grep -E '^\[  FAILED  \] [A-Za-z]' "$log" | sort -u | wc -l)
+  if [ -n "$passed" ] || [ -n "$skipped" ]; then
+    local verdict=ok
+    [ "$rc" -ne 0 ] && verdict="FAIL(rc=$rc)"
+    [ "${failed:-0}" -gt 0 ] && verdict=FAIL
+    echo "$verdict ${passed:-0}p/${skipped:-0}s/${failed:-0}f"
+    return
+  fi
+  if [ "$rc" -eq 0 ]; then
+    if grep -q '^SKIPPED: no CUDA device' "$log"; then echo "skipped (no GPU)"; else echo ok; fi
+    return
+  fi
+  if grep -qE 'no CUDA device|no usable CUDA device' "$log"; then echo "refused (no GPU)"; return; fi
+  echo "FAIL(rc=$rc)"
+}
 
 # run <name> <limit-seconds> <command...>: runs with a time limit, logs to $logs/<name>.log.
 run() {
@@ -26,78 +57,131 @@ run() {
   shift 2
   local left=$(( budget - ($(date +%s) - started) ))
   if [ $left -lt 10 ]; then
-    rows+=("$(printf '%-34s %-14s' "$name" 'no time left')")
+    rows+=("$(printf '%-30s %-22s' "$name" 'not run: no time left')")
     return 1
   fi
-  [ $limit -gt $left ] && limit=$left
+  [ "$limit" -gt $left ] && limit=$left
   local t0=$(date +%s)
   echo "=== $name (limit ${limit}s): $*"
   timeout --kill-after=10 "$limit" "$@" > "$logs/$name.log" 2>&1
   local rc=$?
   local dt=$(( $(date +%s) - t0 ))
-  tail -n 25 "$logs/$name.log"
-  local status=ok
-  [ $rc -ne 0 ] && status="FAIL(rc=$rc)"
-  [ $rc -eq 124 ] && status="TIMEOUT"
-  rows+=("$(printf '%-34s %-14s %5ss' "$name" "$status" "$dt")")
+  tail -n 15 "$logs/$name.log"
+  rows+=("$(printf '%-30s %-22s %5ss' "$name" "$(classify $rc "$logs/$name.log")" "$dt")")
   return $rc
 }
 
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$logs/gpu.txt" 2>&1 || true
-echo "GPU: $(cat "$logs/gpu.txt")"
+# A step whose binary is missing (its build failed or was not reached).
+absent() {  # <name> <why>
+  rows+=("$(printf '%-30s %-22s' "$1" "not run: $2")")
+}
 
-run configure 120 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON \
+# build_and_run <target> <binary> <run-name> <run-limit> [args...]: builds one target, then runs
+# its binary if it exists.
+build_and_run() {
+  local target=$1 binary=$2 name=$3 limit=$4
+  shift 4
+  if [ "$configured" -ne 0 ]; then absent "$name" "configure failed"; return; fi
+  run "build_$target" 240 cmake --build "$build" -j "$jobs" --target "$target"
+  if [ -x "$binary" ]; then
+    run "$name" "$limit" "$binary" "$@"
+  else
+    absent "$name" "no binary"
+  fi
+}
+
+# ---- Environment ----------------------------------------------------------------------------
+{
+  echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  if [ -f "$root/.gpu-deps/CHECKOUT" ]; then
+    echo "checkout: $(cat "$root/.gpu-deps/CHECKOUT")"
+  else
+    echo "checkout: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo 'unknown (no .git, no .gpu-deps/CHECKOUT)')"
+  fi
+  echo "GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
+  echo "CUDA (driver): $(nvidia-smi 2>/dev/null | grep -oE 'CUDA Version: [0-9.]+' | head -1 || true)"
+  echo "nvcc: $(nvcc --version 2>/dev/null | grep -oE 'release [0-9.]+, V[0-9.]+' || echo absent)"
+  echo "cmake: $(cmake --version 2>/dev/null | head -1); $(ninja --version 2>/dev/null | sed 's/^/ninja /')"
+  echo "c++: $(c++ --version 2>/dev/null | head -1)"
+  echo "cores: $jobs; CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-unset}"
+} > "$logs/environment.txt" 2>&1
+cat "$logs/environment.txt"
+
+# ---- Configure and the shared core ------------------------------------------------------------
+# Tools (zlib/simdjson users) and the Python package stay off: the GPU image has neither their
+# dependencies nor the time budget for them.
+# shellcheck disable=SC2086
+run configure 150 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON \
   -DPIPEFILL_ENABLE_CUDA=ON -DPIPEFILL_CUDA_ARCHITECTURES=90 -DPIPEFILL_BUILD_EXAMPLES=ON \
-  -DPIPEFILL_BUILD_TOOLS=OFF
+  -DPIPEFILL_BUILD_BENCHMARKS=ON -DPIPEFILL_BUILD_TOOLS=OFF -DPIPEFILL_BUILD_PYTHON=OFF \
+  ${GPU_CHECK_CMAKE_ARGS:-}
 configured=$?
-built=0
 if [ $configured -eq 0 ]; then
-  run build 240 cmake --build "$build" -j "$jobs" --target pipefill_cuda_tests pipefill_cupti_tests \
-    bench_gate_drain bench_bubble_instructions pipefill_fill_jobs_gpu_tests pipeline_engine && built=1
+  run build_core 300 cmake --build "$build" -j "$jobs" --target pipefill_core
 fi
+
+# ---- Each target: build, then run ----------------------------------------------------------------
+build_and_run pipefill_cupti_tests "$build/tests/pipefill_cupti_tests" cupti_conversion_tests 60
+# The CUDA device tests, with the device's own log lines (partition, events, gate write).
+PIPEFILL_DEBUG=info build_and_run pipefill_cuda_tests "$build/tests/pipefill_cuda_tests" cuda_tests 180
 
 probes=""
 for candidate in "$root/gpu-probes" "$root/shared/gpu-probes" "$root/../shared/gpu-probes"; do
   [ -f "$candidate/run.sh" ] && { probes=$candidate; break; }
 done
 if [ -n "$probes" ]; then
-  OUT=$logs run probes 200 bash "$probes/run.sh"
+  mkdir -p "$logs/probes"
+  OUT=$logs/probes run probes 200 bash "$probes/run.sh"
 else
-  rows+=("$(printf '%-34s %-14s' probes 'absent')")
+  absent probes "gpu-probes/ absent"
 fi
 
-if [ $built -eq 1 ]; then
-  run cupti_conversion_tests 60 "$build/tests/pipefill_cupti_tests"
-  run cuda_tests 150 "$build/tests/pipefill_cuda_tests"
-  run bench_gate_drain 90 "$build/benchmarks/bench_gate_drain"
-  run bench_bubble_instructions 60 "$build/benchmarks/bench_bubble_instructions"
-  run fill_jobs_gpu_tests 60 "$build/examples/fill_jobs/pipefill_fill_jobs_gpu_tests"
-  run engine_emulated 90 "$build/examples/pipeline_engine/pipeline_engine" --transport emulated \
-    --stages 4 --microbatches 8 --fill mlp --iterations 6 --naive
-fi
+build_and_run bench_gate_drain "$build/benchmarks/bench_gate_drain" bench_gate_drain 90
+build_and_run bench_bubble_instructions "$build/benchmarks/bench_bubble_instructions" bench_bubble_instructions 60
+build_and_run pipefill_fill_jobs_gpu_tests "$build/examples/fill_jobs/pipefill_fill_jobs_gpu_tests" \
+  fill_jobs_gpu_tests 90
+PIPEFILL_DEBUG=info build_and_run pipeline_engine "$build/examples/pipeline_engine/pipeline_engine" engine_emulated 120 \
+  --transport emulated --stages 4 --microbatches 8 --fill mlp --iterations 6 --naive
 
-# ---- Summary (last) --------------------------------------------------------------------------
+# ---- What comes back: the logs in one archive, the summary (printed last) ---------------------
+cp "$build/CMakeCache.txt" "$logs/" 2>/dev/null || true
+for f in CMakeConfigureLog.yaml CMakeError.log CMakeOutput.log; do
+  cp "$build/CMakeFiles/$f" "$logs/" 2>/dev/null || true
+done
 {
   echo
   echo "==================== GPU CHECK SUMMARY ($(( $(date +%s) - started ))s) ===================="
-  echo "GPU: $(cat "$logs/gpu.txt")"
-  printf '%-34s %-14s %6s\n' step status time
+  sed 's/^/  /' "$logs/environment.txt"
+  printf '%-30s %-22s %6s\n' step status time
   for r in "${rows[@]}"; do echo "$r"; done
+  grep -h 'PipeFill dependencies:' "$logs/configure.log" 2>/dev/null | sed 's/^-- /-- /' | head -1
   if [ -f "$logs/cuda_tests.log" ]; then
-    echo "-- tests: $(grep -E '^\[  (PASSED|FAILED) ' "$logs/cuda_tests.log" | tr '\n' ' ')"
+    echo "-- cuda tests: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) \] [0-9]+' "$logs/cuda_tests.log" | tr '\n' ' ')"
     grep -E '^\[  FAILED  \] [A-Za-z]' "$logs/cuda_tests.log" | sort -u | head -20
-    grep -E '^\[ info \]' "$logs/cuda_tests.log" | head -10
+    grep -E '^\[  SKIPPED \] [A-Za-z]' "$logs/cuda_tests.log" | sort -u | head -10
+    grep -E '^\[ info \]|^\[ child, 1 connection \] \[ info \]|^\[ child, 1 connection \] \[  FAILED' \
+      "$logs/cuda_tests.log" | head -24
+    grep -hoE '(fill partition|cuStreamWriteValue64|CUPTI collector|grid-cap mode on driver)[^"]*' \
+      "$logs/cuda_tests.log" | sort | uniq -c | sort -rn | head -6
   fi
-  for f in "$logs"/probes-*.txt; do
+  for f in "$logs"/probes/probes-*.txt; do
     [ -f "$f" ] || continue
     echo "-- $(basename "$f"):"
-    sed -n '/^probe  *|/,$p' "$f"
+    sed -n '/^probe  *|/,$p' "$f" | head -40
   done
   for b in bench_gate_drain bench_bubble_instructions; do
-    [ -f "$logs/$b.log" ] && grep -E '^(RATIO|partition|SKIPPED|\(baseline)' "$logs/$b.log"
+    [ -f "$logs/$b.log" ] && grep -E '^(RATIO|partition|SKIPPED|\(baseline)|.*ERROR OCCURRED' "$logs/$b.log"
   done
-  [ -f "$logs/fill_jobs_gpu_tests.log" ] &&
+  if [ -f "$logs/fill_jobs_gpu_tests.log" ]; then
     echo "-- fill jobs GPU tests: $(grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\] [0-9]' "$logs/fill_jobs_gpu_tests.log" | tr '\n' ' ')"
+    grep -E '^\[  FAILED  \] [A-Za-z]' "$logs/fill_jobs_gpu_tests.log" | sort -u | head -10
+  fi
   [ -f "$logs/engine_emulated.log" ] &&
-    grep -E '^(mean from|max overrun|bubble end|fill check)' "$logs/engine_emulated.log" | sed 's/^/-- engine: /'
-} | tee "$logs/summary.txt"
+    grep -E '^(run [0-9]/[0-9]|mean from|max overrun|bubble end|fill check|pipeline_engine: error)' \
+      "$logs/engine_emulated.log" | sed 's/^/-- engine: /'
+} > "$logs/summary.txt"
+cp "$logs/summary.txt" "$out/summary.txt"
+tar -czf "$out/logs.tar.gz" -C "$build" logs 2>/dev/null
+echo "-- returned: $out/summary.txt, $out/logs.tar.gz ($(du -k "$out/logs.tar.gz" | cut -f1) KiB: $(cd "$logs" && find . -type f | wc -l) log files)" \
+  >> "$out/summary.txt"
+cat "$out/summary.txt"

@@ -1,13 +1,23 @@
 // How fast the main job gets its SMs back when a bubble ends, with fill blocks resident on the
-// fill SMs. One experiment per iteration (as in gpu-probes P3): fill blocks that each own an SM
-// (maximum shared memory, 20 µs items) start; the main stream runs a 2 ms "receive wait" kernel
-// (the bubble), closes the gate, then launches a full-width kernel whose blocks cannot share an
-// SM with a fill block. Reported per variant (medians):
+// fill SMs. One experiment per iteration (as in gpu-probes P3): the main stream starts a 2 ms
+// "receive wait" kernel (the bubble) and the host confirms it is resident; then fill blocks that
+// each own an SM (maximum shared memory, 20 us items) start; the main stream closes the gate
+// behind the wait and launches a full-width kernel whose blocks cannot share an SM with a fill
+// block. Reported per variant (medians):
 //   gate_latency_us      bubble end -> last fill block exit
 //   main_start_delay_us  bubble end -> last block of the main kernel started (owns every SM)
-// Variants: naive ungated fill on every SM (the baseline: blocks run their whole work),
-// gated fill on every SM, gated + grid cap (SMs - R), gated in the device's fill partition
-// (green context when the driver has it, else the grid cap again).
+// Variants, all with the same 20 us items:
+//   naive_long_kernel      ungated, ~8 ms of work per block on every SM: an opaque fill kernel
+//                          longer than the bubble (what a fill without a gate does when the
+//                          bubble is shorter than its kernel);
+//   naive_sized_to_bubble  ungated, each block sized to the bubble (2 ms of items): a fill
+//                          whose duration was predicted exactly, with nothing to stop it early;
+//   gated_all_sms          PipeFill's gate, fill on every SM (no reservation);
+//   gated_grid_cap         gate + grid capped at SMs - R;
+//   gated_partition        gate in the device's fill partition (green context when the driver
+//                          has it, else the grid cap again).
+// Why the wait kernel starts first: fill blocks that own every SM, launched before it, leave it
+// no SM; the gate write queued behind it then never runs and the gated variants deadlock.
 #include "gpu_bench_common.hpp"
 
 namespace pipefill::cuda::bench {
@@ -15,16 +25,18 @@ namespace {
 
 constexpr uint64_t kItemNs = 20'000;
 constexpr uint64_t kBubbleNs = 2'000'000;
-constexpr uint64_t kNaiveItemsPerBlock = 400;  // ~8 ms of work per block, like a long opaque kernel
+constexpr uint64_t kNaiveLongItemsPerBlock = 400;  // ~8 ms of work per block
+constexpr uint64_t kNaiveSizedItemsPerBlock = kBubbleNs / kItemNs;
 constexpr size_t kMainSmem = 48 * 1024;
 
-enum Variant { NaiveAllSms, GatedAllSms, GatedGridCap, GatedPartition };
-const char* kNames[] = {"naive_ungated_all_sms", "gated_all_sms", "gated_grid_cap", "gated_partition"};
+enum Variant { NaiveLongKernel, NaiveSizedToBubble, GatedAllSms, GatedGridCap, GatedPartition };
+const char* kNames[] = {"naive_long_kernel", "naive_sized_to_bubble", "gated_all_sms", "gated_grid_cap",
+                        "gated_partition"};
 
 void BM_Drain(benchmark::State& state) {
   GpuContext& g = gpu();
   const auto variant = static_cast<Variant>(state.range(0));
-  const bool gated = variant != NaiveAllSms;
+  const bool gated = variant >= GatedAllSms;
   const int reserved = g.partition.total_sms - g.partition.fill_sms;
   int grid = g.sms;
   cudaStream_t fill_stream = g.plain_fill;
@@ -33,6 +45,8 @@ void BM_Drain(benchmark::State& state) {
     grid = g.partition.fill_sms;
     fill_stream = static_cast<cudaStream_t>(g.fill);
   }
+  const uint64_t naive_items_per_block =
+      variant == NaiveLongKernel ? kNaiveLongItemsPerBlock : kNaiveSizedItemsPerBlock;
   uint64_t* bubble_end = g.stamps;
   uint64_t* main_starts = g.stamps + 8;
   uint64_t* fill_exits = g.stamps + 8 + g.sms;
@@ -41,7 +55,7 @@ void BM_Drain(benchmark::State& state) {
     g.reset_words();
     pfSliceDesc_t slice{};
     slice.bubble_id = gated ? 1 : ~uint64_t{0};  // naive: the gate never reads as closed
-    slice.total_items = gated ? (uint64_t{1} << 40) : kNaiveItemsPerBlock * static_cast<uint64_t>(grid);
+    slice.total_items = gated ? (uint64_t{1} << 40) : naive_items_per_block * static_cast<uint64_t>(grid);
     slice.max_items = slice.total_items;
     slice.max_blocks = grid;
     slice.gate = g.gate();
@@ -51,13 +65,18 @@ void BM_Drain(benchmark::State& state) {
     params.item_ns = kItemNs;
     params.dynamic_smem_bytes = g.fill_smem;
     params.records.block_exit_ns = fill_exits;
+    if (g.start_bubble_kernel(kBubbleNs, bubble_end) != pfSuccess) {
+      state.SkipWithError(last_error_message().c_str());
+      BENCH_CUDA(cudaDeviceSynchronize());
+      break;
+    }
     int launched = 0;
     if (launch_spin_items(slice, fill_stream, params, &launched) != pfSuccess) {
       // e.g. the opt-in shared memory not honoured in a green context: report, keep the others
       state.SkipWithError(last_error_message().c_str());
+      BENCH_CUDA(cudaDeviceSynchronize());
       break;
     }
-    BENCH_OK(launch_spin_and_stamp(g.main, kBubbleNs, bubble_end));
     if (gated) BENCH_OK(g.device->write_word(g.main, g.gate(), 1));
     BENCH_OK(launch_stamp_blocks(g.main, g.sms, 256, kMainSmem, 20'000, main_starts, nullptr));
     BENCH_CUDA(cudaDeviceSynchronize());
@@ -80,15 +99,20 @@ void BM_Drain(benchmark::State& state) {
 }
 BENCHMARK(BM_Drain)
     ->ArgName("variant")
-    ->DenseRange(NaiveAllSms, GatedPartition)
+    ->DenseRange(NaiveLongKernel, GatedPartition)
     ->Iterations(10)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
 void summary() {
-  print_ratio("gate close -> last fill exit (us)", "gate_latency/naive_ungated_all_sms", "gate_latency/gated_partition");
-  print_ratio("bubble end -> main owns all SMs (us)", "main_start_delay/naive_ungated_all_sms",
+  print_ratio("bubble end -> main owns all SMs (us), long kernel", "main_start_delay/naive_long_kernel",
               "main_start_delay/gated_partition");
+  print_ratio("bubble end -> main owns all SMs (us), sized", "main_start_delay/naive_sized_to_bubble",
+              "main_start_delay/gated_partition");
+  print_ratio("gate close -> last fill exit (us), long kernel", "gate_latency/naive_long_kernel",
+              "gate_latency/gated_partition");
+  print_ratio("gate close -> last fill exit (us), sized", "gate_latency/naive_sized_to_bubble",
+              "gate_latency/gated_partition");
   print_ratio("main start: gate only vs gate+partition (us)", "main_start_delay/gated_all_sms",
               "main_start_delay/gated_partition");
   std::printf("partition: %s, %d fill SMs of %d (target: main owns its SMs <= 50 us after the bubble ends)\n",

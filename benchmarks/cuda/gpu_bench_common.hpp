@@ -45,6 +45,9 @@ struct GpuContext {
   uint64_t* stamps = nullptr;   // [0]: bubble end; [1..]: per-block records
   size_t fill_smem = 0;         // dynamic smem that makes a fill block own its SM
   int sms = 0;
+  // Host-mapped flag a "bubble" kernel sets when it starts (see start_bubble_kernel).
+  volatile uint32_t* started_host = nullptr;
+  uint32_t* started_device = nullptr;
 
   uint64_t* gate() const { return &words[0]; }
   uint64_t* cursor() const { return &words[1]; }
@@ -53,6 +56,14 @@ struct GpuContext {
   void reset_words() {
     BENCH_CUDA(cudaMemset(words, 0, 3 * sizeof(uint64_t)));
     BENCH_CUDA(cudaDeviceSynchronize());
+  }
+  // Launches the bubble's 1-block wait kernel on the main stream and returns once it is resident
+  // on an SM. Fill blocks that each own an SM must start after it: launched first they take
+  // every SM, the wait kernel never starts, and the gate write queued behind it never runs.
+  pfResult_t start_bubble_kernel(uint64_t ns, uint64_t* end_ns) {
+    *started_host = 0;
+    PF_TRY(launch_spin_and_stamp(main, ns, end_ns, started_device));
+    return wait_for_flag(started_host, 1e6, "the bubble's wait kernel");
   }
   std::vector<uint64_t> read(const uint64_t* device_words, size_t count) const {
     std::vector<uint64_t> host(count);
@@ -78,6 +89,13 @@ inline GpuContext& gpu() {
     BENCH_OK(max_dynamic_smem_per_block(&c.fill_smem));
     c.fill_smem -= 1024;  // leave room for the static item word
     BENCH_OK(warm_up_fill_kernels(c.plain_fill));
+    void* flag = nullptr;
+    BENCH_CUDA(cudaHostAlloc(&flag, sizeof(uint32_t), cudaHostAllocMapped | cudaHostAllocPortable));
+    c.started_host = static_cast<volatile uint32_t*>(flag);
+    *c.started_host = 0;
+    void* device_flag = nullptr;
+    BENCH_CUDA(cudaHostGetDevicePointer(&device_flag, flag, 0));
+    c.started_device = static_cast<uint32_t*>(device_flag);
     return c;
   }();
   return context;

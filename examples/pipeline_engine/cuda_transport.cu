@@ -7,7 +7,11 @@
 //    the middle of the pipeline). Its receives are spinning kernels (holding comm_sms blocks,
 //    like NCCL's) on a flag in mapped pinned memory; a host timeline thread sets each flag when
 //    the modelled peer stage would deliver (the no-fill schedule's send time + p2p latency,
-//    counted from the moment the GPU starts the iteration).
+//    counted from the moment the GPU starts the iteration). Its naive baseline (--naive) is the
+//    simulated transport's: at each bubble begin, ungated work of the engine's item count at the
+//    fill job's item cost on every SM at the main job's priority - here spin items in blocks
+//    that each own an SM (the opt-in shared memory, as a GEMM tile would), one per SM, which
+//    run to the end whatever the bubble does.
 //  - NcclTransport (>= stages GPUs, one process, one host thread per GPU): ncclSend/ncclRecv on
 //    separate send/receive streams, one communicator per direction (activations forward,
 //    gradients backward) so the pairs never cross, and an all-rank communicator for the
@@ -96,6 +100,23 @@ __global__ void spin_until_kernel(const volatile unsigned long long* flag, unsig
 
 // Occupies `blocks` SMs for `ns` (the data-parallel all-reduce's NCCL kernels).
 __global__ void spin_for_kernel(unsigned long long ns) { pipefill::device::spin_ns(ns); }
+
+// The naive baseline's ungated fill: items item_ns each, item i on block i % gridDim.x; every
+// block counts its finished items in done[blockIdx.x] (host-mapped; launches on the naive stream
+// are serialised, so each slot has one writer at a time). Dynamic shared memory is only held.
+__global__ void naive_items_kernel(unsigned long long items, unsigned long long item_ns,
+                                   volatile unsigned long long* done) {
+  extern __shared__ unsigned char held_shared_memory[];
+  (void)held_shared_memory;
+  for (unsigned long long i = blockIdx.x; i < items; i += gridDim.x) {
+    pipefill::device::spin_ns(item_ns);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      done[blockIdx.x] = done[blockIdx.x] + 1;
+      __threadfence_system();
+    }
+  }
+}
 
 // One stage's real compute.
 class StageCompute {
@@ -234,7 +255,7 @@ class EmulatedTransport final : public Transport {
   int first_local_stage() const override { return stage_; }
 
   Status open(const PipelineSpec& spec, const StageCosts& costs, const Programs& programs,
-              const TransportOptions&) override {
+              const TransportOptions& options) override {
     spec_ = spec;
     costs_ = costs;
     if (stage_ < 0) stage_ = spec.stages / 2;  // default: a middle stage (bubbles both ways)
@@ -255,7 +276,28 @@ class EmulatedTransport final : public Transport {
     for (cudaEvent_t* e : {&begin_, &end_, &recv_done_})
       ENGINE_CUDA(cudaEventCreate(e));
     ENGINE_TRY(compute_.init(spec, costs));
+    if (!options.reserve_sms) ENGINE_TRY(open_naive());  // the naive baseline's run
     return {};
+  }
+
+  // Ungated spin items on every SM at the main job's priority, from the bubble's begin.
+  Status naive_fill(int, uint64_t items, double item_cost_us) override {
+    if (naive_stream_ == nullptr)
+      return Status{pfErrorInvalidState, "emulated transport: naive_fill outside the naive run"};
+    if (items == 0) return {};
+    const auto item_ns = static_cast<unsigned long long>(item_cost_us * 1e3);
+    ENGINE_CUDA(cudaEventRecord(naive_start_, stream(main_)));
+    ENGINE_CUDA(cudaStreamWaitEvent(naive_stream_, naive_start_, 0));
+    naive_items_kernel<<<naive_blocks_, 128, naive_smem_, naive_stream_>>>(items, item_ns, naive_done_device_);
+    ENGINE_CUDA(cudaGetLastError());
+    return {};
+  }
+
+  uint64_t naive_items_done() const override {
+    uint64_t total = 0;
+    for (int b = 0; b < naive_blocks_ && naive_done_ != nullptr; ++b)
+      total += reinterpret_cast<const volatile unsigned long long*>(naive_done_)[b];
+    return total;
   }
 
   void configure_runtime(int stage, pfConfig_t* config) override {
@@ -359,6 +401,7 @@ class EmulatedTransport final : public Transport {
 
   void close() override {
     if (timeline_.joinable()) timeline_.join();
+    close_naive();
     for (cudaEvent_t e : {begin_, end_, recv_done_})
       if (e) cudaEventDestroy(e);
     begin_ = end_ = recv_done_ = nullptr;
@@ -369,6 +412,42 @@ class EmulatedTransport final : public Transport {
 
  private:
   static cudaStream_t stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+  // The naive run's stream (highest priority), counters and kernel, loaded now (outside bubbles).
+  Status open_naive() {
+    int device = 0, lowest = 0, highest = 0, optin = 0;
+    ENGINE_CUDA(cudaGetDevice(&device));
+    ENGINE_CUDA(cudaDeviceGetAttribute(&naive_blocks_, cudaDevAttrMultiProcessorCount, device));
+    ENGINE_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    naive_smem_ = static_cast<size_t>(optin) - 1024;  // one block per SM, as a GEMM tile would
+    ENGINE_CUDA(cudaFuncSetAttribute(naive_items_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(naive_smem_)));
+    ENGINE_CUDA(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
+    ENGINE_CUDA(cudaStreamCreateWithPriority(&naive_stream_, cudaStreamNonBlocking, highest));
+    ENGINE_CUDA(cudaEventCreateWithFlags(&naive_start_, cudaEventDisableTiming));
+    ENGINE_CUDA(cudaHostAlloc(&naive_done_, static_cast<size_t>(naive_blocks_) * sizeof(unsigned long long),
+                              cudaHostAllocMapped));
+    std::fill(naive_done_, naive_done_ + naive_blocks_, 0ull);
+    ENGINE_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&naive_done_device_), naive_done_, 0));
+    naive_items_kernel<<<naive_blocks_, 128, naive_smem_, naive_stream_>>>(0, 0, naive_done_device_);
+    ENGINE_CUDA(cudaGetLastError());
+    ENGINE_CUDA(cudaStreamSynchronize(naive_stream_));
+    return {};
+  }
+
+  void close_naive() {
+    if (naive_stream_) {
+      cudaStreamSynchronize(naive_stream_);  // its kernels write naive_done_
+      cudaStreamDestroy(naive_stream_);
+    }
+    if (naive_start_) cudaEventDestroy(naive_start_);
+    if (naive_done_) cudaFreeHost(naive_done_);
+    naive_stream_ = nullptr;
+    naive_start_ = nullptr;
+    naive_done_ = nullptr;
+    naive_done_device_ = nullptr;
+    naive_blocks_ = 0;
+  }
 
   int stage_;
   PipelineSpec spec_;
@@ -382,6 +461,13 @@ class EmulatedTransport final : public Transport {
   cudaEvent_t begin_ = nullptr, end_ = nullptr, recv_done_ = nullptr;
   void *main_ = nullptr, *comm_ = nullptr;
   std::thread timeline_;
+  // Naive baseline (open_naive).
+  cudaStream_t naive_stream_ = nullptr;
+  cudaEvent_t naive_start_ = nullptr;
+  unsigned long long* naive_done_ = nullptr;         // host view, one slot per block
+  unsigned long long* naive_done_device_ = nullptr;  // device pointer of the same memory
+  int naive_blocks_ = 0;
+  size_t naive_smem_ = 0;
 };
 
 #ifdef ENGINE_WITH_NCCL

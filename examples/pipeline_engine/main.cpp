@@ -1,6 +1,8 @@
 // pipeline_engine: a Megatron-style pipeline-parallel engine that marks its bubbles with
 // PipeFill's bubble instructions and fills them with a fill job. Runs the same iterations with
-// filling off and on (and optionally the naive baseline) and prints them side by side.
+// filling off and on (and optionally the naive baseline) and prints them side by side. Each
+// run's own results are printed (and flushed) as soon as it finishes, so a run that fails or
+// hangs later - the GPU check bounds this program with a timeout - cannot hide the ones before.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -36,9 +38,35 @@ std::string delays(const RunResult& r) {
 }
 
 int fail(const Status& status) {
+  std::fflush(stdout);
   std::fprintf(stderr, "pipeline_engine: error %d (%s): %s\n", static_cast<int>(status.code),
                pfGetErrorString(status.code), status.message.c_str());
   return 1;
+}
+
+const char* mode_name(FillMode mode) {
+  switch (mode) {
+    case FillMode::None: return "no fill";
+    case FillMode::PipeFill: return "PipeFill";
+    case FillMode::Naive: return "naive";
+  }
+  return "?";
+}
+
+// One line per run, printed the moment the run ends: its iteration times and fill totals.
+void print_run(int index, int runs, const RunResult& r, size_t warm) {
+  std::vector<double> ms;
+  uint64_t items = 0;
+  for (const IterationResult& it : r.iterations) {
+    ms.push_back(it.time_us / 1e3);
+    items += it.items;
+  }
+  std::string times;
+  for (double t : ms) times += fmt::format(" {:.3f}", t);
+  std::printf("run %d/%d (%s) on %s: iteration ms%s; mean from iteration %zu: %.3f ms; fill items %llu\n",
+              index, runs, mode_name(r.mode), r.transport.c_str(), times.c_str(), warm + 1,
+              mean_from(ms, warm), static_cast<unsigned long long>(items));
+  std::fflush(stdout);
 }
 
 }  // namespace
@@ -114,15 +142,33 @@ int main(int argc, char** argv) {
 
   const StageCosts costs = derive_costs(p);
   RunResult base, filled, naive_run;
+  const bool fill_on = o.fill != "none";
+  const int runs = fill_on ? (naive ? 3 : 2) : 1;
+  // The predictor needs min_samples iterations of history before it fills (unless hinted).
+  const size_t warm = o.hint_durations ? 0 : std::min<size_t>(2, static_cast<size_t>(o.iterations) - 1);
+  std::printf("pipeline_engine: %d stages, %s, %d micro-batches, %d iterations, fill %s, transport %s: "
+              "%d run(s): no fill%s%s\n",
+              p.stages, schedule.c_str(), p.microbatches, o.iterations, o.fill.c_str(), o.transport.c_str(),
+              runs, fill_on ? ", PipeFill" : "", fill_on && naive ? ", naive" : "");
+  std::fflush(stdout);
   Status status = run_engine(o, FillMode::None, &base);
   if (!status.ok()) return fail(status);
-  const bool fill_on = o.fill != "none";
+  print_run(1, runs, base, warm);
   if (fill_on) {
     status = run_engine(o, FillMode::PipeFill, &filled);
     if (!status.ok()) return fail(status);
-    if (naive) {
-      status = run_engine(o, FillMode::Naive, &naive_run);
-      if (!status.ok()) return fail(status);
+    print_run(2, runs, filled, warm);
+  }
+  // A failing naive baseline does not hide the filled run's table; the exit code reports it.
+  Status naive_status;
+  if (fill_on && naive) {
+    naive_status = run_engine(o, FillMode::Naive, &naive_run);
+    if (naive_status.ok()) {
+      print_run(3, runs, naive_run, warm);
+    } else {
+      std::printf("run 3/3 (naive) failed: %s\n", naive_status.message.c_str());
+      std::fflush(stdout);
+      naive = false;
     }
   }
 
@@ -162,8 +208,6 @@ int main(int argc, char** argv) {
                 b.time_us / 1e3, f.time_us / 1e3, 100.0 * slowdown, 100.0 * bubble_share,
                 100.0 * filled_share, rate, naive_cols.c_str());
   }
-  // The predictor needs min_samples iterations of history before it fills (unless hinted).
-  const size_t warm = o.hint_durations ? 0 : std::min<size_t>(2, base.iterations.size() - 1);
   std::printf("mean from iteration %zu: slowdown %+.3f%%, bubble %.1f%%, filled %.1f%% of bubble "
               "time, %.0f fill items/s%s\n",
               warm + 1, 100.0 * mean_from(slowdowns, warm), 100.0 * mean_from(bubble_shares, warm),
@@ -201,5 +245,6 @@ int main(int argc, char** argv) {
     if (filled.transport == "sim" && (duplicates != 0 || out_of_order != 0 || job_items != runtime_items))
       return fail(Status{pfErrorInternal, "fill-job accounting mismatch (see the fill check line)"});
   }
+  if (!naive_status.ok()) return fail(naive_status);
   return 0;
 }

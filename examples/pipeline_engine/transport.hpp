@@ -77,7 +77,8 @@ class Transport {
   virtual Status finish_iteration(IterationTiming* timing) = 0;
 
   // The naive baseline: ungated work of `items` items at `item_cost_us` on all SMs at the main
-  // job's priority, starting when the stage goes idle. Only the simulated transport has it.
+  // job's priority, starting when the stage goes idle. The simulated and the emulated (one GPU)
+  // transports have it; NCCL does not yet.
   virtual Status naive_fill(int /*stage*/, uint64_t /*items*/, double /*item_cost_us*/) {
     return Status{pfErrorNotSupported, name() + " transport has no naive fill baseline"};
   }

@@ -4,8 +4,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
+#include <regex>
+#include <sstream>
 #include <memory>
 #include <string>
 
@@ -15,6 +20,8 @@
 #include "cupti_collector.hpp"
 #include "device/device.hpp"
 #include "driver_api.hpp"
+#include "event_query.hpp"
+#include "fallbacks.hpp"
 #include "fill_kernels.hpp"
 #include "opaque_gemm.hpp"
 #include "partition.hpp"
@@ -216,6 +223,173 @@ TEST(NoGpu, TestBinaryDoesNotLinkLibcuda) {
   pclose(pipe);
   EXPECT_NE(output.find("libcupti"), std::string::npos) << output;  // the backend is linked in
   EXPECT_EQ(output.find("libcuda.so"), std::string::npos) << output;
+}
+
+// ---- Driver entry points against cudaTypedefs.h ---------------------------------------------------
+
+std::string read_cuda_typedefs() {
+  std::ifstream in(std::string(PIPEFILL_CUDA_INCLUDE_DIR) + "/cudaTypedefs.h");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Versions of every `PFN_<symbol>_v<version>` typedef of the header (per-thread variants aside).
+std::vector<int> typedef_versions(const std::string& header, const std::string& symbol) {
+  std::vector<int> versions;
+  const std::regex pattern("\\bPFN_" + symbol + "_v([0-9]+)\\)");
+  for (auto it = std::sregex_iterator(header.begin(), header.end(), pattern); it != std::sregex_iterator(); ++it)
+    versions.push_back(std::stoi((*it)[1].str()));
+  return versions;
+}
+
+TEST(DriverEntryPoints, EachIsRequestedAtAVersionTheHeaderHasATypedefFor) {
+  const std::string header = read_cuda_typedefs();
+  ASSERT_FALSE(header.empty()) << "cannot read " << PIPEFILL_CUDA_INCLUDE_DIR << "/cudaTypedefs.h";
+  for (const EntryPointInfo& entry : kDriverEntryPoints) {
+    const std::vector<int> versions = typedef_versions(header, entry.symbol);
+    ASSERT_FALSE(versions.empty()) << entry.symbol << " has no PFN typedef";
+    EXPECT_NE(std::find(versions.begin(), versions.end(), entry.version), versions.end())
+        << entry.symbol << " is requested at " << entry.version << " but cudaTypedefs.h has no PFN_"
+        << entry.symbol << "_v" << entry.version << " (a request below the introducing version resolves "
+        << "to nothing)";
+    // Never below the version that introduced the symbol.
+    EXPECT_GE(entry.version, *std::min_element(versions.begin(), versions.end())) << entry.symbol;
+  }
+}
+
+TEST(DriverEntryPoints, GreenContextsNeedDriver12_5) {
+  const std::string header = read_cuda_typedefs();
+  const std::vector<int> stream_create = typedef_versions(header, "cuGreenCtxStreamCreate");
+  ASSERT_FALSE(stream_create.empty());
+  const int introduced = *std::min_element(stream_create.begin(), stream_create.end());
+  EXPECT_EQ(introduced, 12050);
+  EXPECT_EQ(kGreenContextDriverVersion, 12050);
+  for (const EntryPointInfo& entry : kDriverEntryPoints) {
+    if (entry.group != EntryPointGroup::GreenContext) continue;
+    EXPECT_LE(entry.version, kGreenContextDriverVersion) << entry.symbol;
+    const std::vector<int> versions = typedef_versions(header, entry.symbol);
+    ASSERT_FALSE(versions.empty()) << entry.symbol;
+    EXPECT_EQ(entry.version, *std::max_element(versions.begin(), versions.end()))
+        << entry.symbol << ": a green-context entry point requested below its newest typedef";
+  }
+}
+
+TEST(DriverEntryPoints, WithoutDriverEveryGreenContextEntryPointIsListedMissing) {
+  if (has_gpu()) GTEST_SKIP() << "a GPU is present";
+  const std::string missing = driver_api().missing_entry_points(EntryPointGroup::GreenContext);
+  for (const EntryPointInfo& entry : kDriverEntryPoints)
+    if (entry.group == EntryPointGroup::GreenContext)
+      EXPECT_NE(missing.find(std::string(entry.symbol) + "@" + std::to_string(entry.version)), std::string::npos)
+          << missing;
+  EXPECT_EQ(driver_result_name(2), driver_api().get_error_name ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUresult 2");
+}
+
+// ---- Fallback decisions ---------------------------------------------------------------------------
+
+TEST(Fallback, GreenContextAndOptOutAreAlwaysExplained) {
+  EXPECT_TRUE(fallback_is_explained(13000, {FallbackCause::None, ""}));
+  EXPECT_TRUE(fallback_is_explained(13000, {FallbackCause::DisabledByEnv, ""}));
+  EXPECT_EQ(describe({FallbackCause::None, ""}), "green context");
+}
+
+TEST(Fallback, MissingEntryPointsOnANewDriverAreABug) {
+  // The 12040-vs-12050 bug: a 13.0 driver, every device in grid-cap mode, "driver lacks ...".
+  EXPECT_FALSE(fallback_is_explained(13000, {FallbackCause::EntryPointsMissing, "cuGreenCtxStreamCreate@12040"}));
+  EXPECT_FALSE(fallback_is_explained(12050, {FallbackCause::DriverTooOld, "driver 12050"}));
+  // On an old driver the same causes are the truth.
+  EXPECT_TRUE(fallback_is_explained(12040, {FallbackCause::EntryPointsMissing, "cuGreenCtxStreamCreate@12050"}));
+  EXPECT_TRUE(fallback_is_explained(12040, {FallbackCause::DriverTooOld, "driver 12040"}));
+  EXPECT_TRUE(fallback_is_explained(0, {FallbackCause::NoDriver, ""}));
+  EXPECT_FALSE(fallback_is_explained(13000, {FallbackCause::NoDriver, ""}));
+}
+
+TEST(Fallback, RuntimeFailuresNeedTheirCause) {
+  for (FallbackCause cause : {FallbackCause::NoUsefulSplit, FallbackCause::DriverCallFailed,
+                              FallbackCause::StreamCreationFailed, FallbackCause::WarmUpFailed,
+                              FallbackCause::EventSelfTestFailed}) {
+    EXPECT_TRUE(fallback_is_explained(13000, {cause, "cuGreenCtxStreamCreate: CUDA_ERROR_INVALID_VALUE"}))
+        << fallback_cause_name(cause);
+    EXPECT_FALSE(fallback_is_explained(13000, {cause, ""})) << fallback_cause_name(cause);
+  }
+  EXPECT_EQ(describe({FallbackCause::StreamCreationFailed, "cuGreenCtxStreamCreate: CUDA_ERROR_INVALID_VALUE"}),
+            "grid cap: green-context stream creation failed: cuGreenCtxStreamCreate: CUDA_ERROR_INVALID_VALUE");
+}
+
+EventSelfTest passing_self_test() {
+  EventSelfTest test;
+  test.kernel_ms = 0.2;
+  test.elapsed_ms = 0.215;
+  return test;
+}
+
+TEST(EventSelfTest, PassesWhenEveryCallWorkedAndTheOrderHolds) {
+  EXPECT_EQ(event_self_test_failure(passing_self_test()), "");
+}
+
+TEST(EventSelfTest, ReportsTheFirstFailingCallInOrder) {
+  EventSelfTest test = passing_self_test();
+  test.record_error = "cudaEventRecord(C, fill): cudaErrorInvalidResourceHandle";
+  test.elapsed_error = "cudaEventElapsedTime(A, C): cudaErrorInvalidResourceHandle";
+  EXPECT_EQ(event_self_test_failure(test), test.record_error);
+  test.wait_error = "cudaStreamWaitEvent(fill, B): cudaErrorInvalidValue";
+  EXPECT_EQ(event_self_test_failure(test), test.wait_error);
+}
+
+TEST(EventSelfTest, FillEventBeforeTheMainKernelEndedFails) {
+  EventSelfTest test = passing_self_test();
+  test.elapsed_ms = 0.05;  // the fill side did not wait for the main kernel
+  const std::string failure = event_self_test_failure(test);
+  EXPECT_NE(failure.find("0.050 ms"), std::string::npos) << failure;
+  EXPECT_NE(failure.find("0.200 ms"), std::string::npos) << failure;
+  test.elapsed_ms = std::nan("");
+  EXPECT_NE(event_self_test_failure(test), "");
+  test.elapsed_ms = 0.181;  // within the 10% allowance for timer granularity
+  EXPECT_EQ(event_self_test_failure(test), "");
+}
+
+// ---- Event queries leave no stale error -------------------------------------------------------------
+
+// A fake CUDA runtime: one thread-local "last error" slot, set by the query like CUDA does.
+thread_local cudaError_t fake_last_error = cudaSuccess;
+cudaError_t fake_query_result = cudaSuccess;
+cudaError_t fake_query(cudaEvent_t) {
+  if (fake_query_result != cudaSuccess) fake_last_error = fake_query_result;
+  return fake_query_result;
+}
+cudaError_t fake_get_last_error() {
+  const cudaError_t error = fake_last_error;
+  fake_last_error = cudaSuccess;
+  return error;
+}
+
+TEST(EventQuery, NotReadyIsPendingAndClearsTheLastError) {
+  const EventQueryApi api{&fake_query, &fake_get_last_error};
+  fake_query_result = cudaErrorNotReady;
+  fake_last_error = cudaSuccess;
+  cudaError_t error = cudaErrorUnknown;
+  EXPECT_EQ(query_event_state(nullptr, &error, api), EventState::Pending);
+  EXPECT_EQ(error, cudaSuccess);
+  // What the next `kernel<<<...>>>; cudaGetLastError()` would see: nothing.
+  EXPECT_EQ(fake_get_last_error(), cudaSuccess);
+}
+
+TEST(EventQuery, CompleteAndFailedAreReported) {
+  const EventQueryApi api{&fake_query, &fake_get_last_error};
+  fake_query_result = cudaSuccess;
+  cudaError_t error = cudaErrorUnknown;
+  EXPECT_EQ(query_event_state(nullptr, &error, api), EventState::Complete);
+  EXPECT_EQ(error, cudaSuccess);
+  fake_query_result = cudaErrorIllegalAddress;  // sticky: the caller reports it, nothing is hidden
+  EXPECT_EQ(query_event_state(nullptr, &error, api), EventState::Failed);
+  EXPECT_EQ(error, cudaErrorIllegalAddress);
+  fake_last_error = cudaSuccess;
+}
+
+TEST(Partition, ObservedFillSmsAllowTwoExtraOnHopperOnly) {
+  EXPECT_EQ(max_observed_fill_sms(112, 9), 114);
+  EXPECT_EQ(max_observed_fill_sms(112, 8), 112);
+  EXPECT_EQ(max_observed_fill_sms(112, 10), 112);
 }
 
 // ---- Argument validation that needs no GPU -------------------------------------------------------

@@ -99,17 +99,22 @@ class CudaGpu : public ::testing::Test {
 
   // Main stream: begin event, a `bubble_ns` wait (stamped into *bubble_end_ns if given), gate
   // closed with `bubble_id`, end event. Fill stream: waits for begin, zeroes the budget, runs
-  // the slice.
+  // the slice. The fill side is enqueued before the main side's wait and gate close: with
+  // CUDA_DEVICE_MAX_CONNECTIONS=1 both streams of one context share one hardware queue, which
+  // runs operations in enqueue order, so a slice enqueued after the gate write would only start
+  // once the gate is closed and run nothing (docs/cuda-backend.md, "One device connection").
   void run_bubble(uint64_t bubble_id, uint64_t bubble_ns, const pfSliceDesc_t& s, const SpinItemsParams& params,
                   uint64_t* bubble_end_ns = nullptr, int* grid = nullptr) {
     PF_ASSERT_OK(device_->record_event(begin_, main_));
-    PF_ASSERT_OK(launch_spin_and_stamp(main_, bubble_ns, bubble_end_ns));
-    PF_ASSERT_OK(device_->write_word(main_, gate(), bubble_id));
-    PF_ASSERT_OK(device_->record_event(end_, main_));
     PF_ASSERT_OK(device_->stream_wait_event(fill_, begin_));
     PF_ASSERT_OK(device_->write_word(fill_, budget(), 0));
     PF_ASSERT_OK(launch_spin_items(s, fill_, params, grid));
+    PF_ASSERT_OK(launch_spin_and_stamp(main_, bubble_ns, bubble_end_ns));
+    PF_ASSERT_OK(device_->write_word(main_, gate(), bubble_id));
+    PF_ASSERT_OK(device_->record_event(end_, main_));
   }
+
+  CudaDeviceExtras& extras() const { return dynamic_cast<CudaDeviceExtras&>(*device_); }
 
   uint64_t read_word(const uint64_t* word) {
     uint64_t value = ~uint64_t{0};

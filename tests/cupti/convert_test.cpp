@@ -63,14 +63,36 @@ TEST(Convert, NcclKernelIsCommunication) {
 
 TEST(Convert, KernelOnFillStreamIsFill) {
   ActivityConverter converter(kClock);
-  converter.add_fill_stream(12);
-  const auto fill = kernel_record("spin_items_kernel", 12, 1'000'000'000ull, 1'000'000'100ull);
-  const auto main = kernel_record("spin_items_kernel", 13, 1'000'000'000ull, 1'000'000'100ull);
+  converter.add_fill_stream(/*context*/ 2, /*stream*/ 12);
+  auto fill = kernel_record("spin_items_kernel", 12, 1'000'000'000ull, 1'000'000'100ull);
+  fill.contextId = 2;
+  auto main = kernel_record("spin_items_kernel", 13, 1'000'000'000ull, 1'000'000'100ull);
+  main.contextId = 2;
   ActivityRecord out;
   ASSERT_TRUE(converter.convert(as_activity(&fill), &out));
   EXPECT_EQ(out.kind, ActivityKind::Fill);
   ASSERT_TRUE(converter.convert(as_activity(&main), &out));
   EXPECT_EQ(out.kind, ActivityKind::Kernel);
+}
+
+// CUPTI stream ids are unique per context only: the green context's fill stream and a primary-
+// context main stream can both be stream 12. Matching on the stream id alone called the main
+// job's kernel fill work.
+TEST(Convert, SameStreamIdInAnotherContextIsNotFill) {
+  ActivityConverter converter(kClock);
+  converter.add_fill_stream(/*context*/ 5, /*stream*/ 12);
+  auto green = kernel_record("spin_items_kernel", 12, 1'000'000'000ull, 1'000'000'100ull);
+  green.contextId = 5;
+  auto primary = kernel_record("_Z4gemmPfS_", 12, 1'000'000'000ull, 1'000'000'100ull);
+  primary.contextId = 1;
+  ActivityRecord out;
+  ASSERT_TRUE(converter.convert(as_activity(&primary), &out));
+  EXPECT_EQ(out.kind, ActivityKind::Kernel);
+  ASSERT_TRUE(converter.convert(as_activity(&green), &out));
+  EXPECT_EQ(out.kind, ActivityKind::Fill);
+  EXPECT_TRUE(converter.is_fill_stream(5, 12));
+  EXPECT_FALSE(converter.is_fill_stream(1, 12));
+  EXPECT_FALSE(converter.is_fill_stream(5, 13));
 }
 
 TEST(Convert, LegacyKernelKindUsesSameLayout) {
