@@ -7,7 +7,11 @@
 //  - Training: one block runs SGD steps in order (parallelism 1), gated or not.
 // Inputs are generated on the device with the same counter-based splitmix64 as reference.cpp,
 // so every item's input is bit-identical to the CPU's; outputs differ only by summation order.
-// Nothing here allocates, synchronises or loads modules in launch(): setup() does all of that.
+// Nothing here allocates, synchronises or loads modules in launch(): setup() does all of that,
+// and the runtime's warm-up launch (a slice with max_items == 0, on the fill stream, outside any
+// bubble, right after setup) loads every kernel and the cuBLAS kernels into the fill stream's
+// context - a green context has its own module state, so setup's loads in the primary context
+// do not cover it. A warm-up launch writes scratch buffers only, never an output or a parameter.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -403,6 +407,8 @@ class GpuJobImpl final : public GpuJob {
   pfResult_t launch(const pfSliceDesc_t* slice, void* stream_handle) override {
     const auto stream = static_cast<cudaStream_t>(stream_handle);
     const bool ticket = p_.execution == fjExecTicket;
+    if (slice->max_items == 0 && !ticket) return warm_up_opaque(stream);
+    // Ticket kernels launched with an empty slice exit at once touching nothing (device.cuh).
     const uint64_t first = slice->first_item_hint;
     const uint64_t count = std::min(slice->max_items, p_.items - std::min(p_.items, first));
     switch (p_.kind) {
@@ -432,6 +438,22 @@ class GpuJobImpl final : public GpuJob {
     }
     FJ_CUDA(cudaGetLastError());
     return pfSuccess;
+  }
+
+  // The opaque paths' warm-up on `stream`: one full chunk through every kernel and cuBLAS call
+  // with the shapes real slices use, writing only the chunk scratch buffers (the scatter into
+  // the output ring runs with zero items); training runs zero steps.
+  pfResult_t warm_up_opaque(cudaStream_t stream) {
+    switch (p_.kind) {
+      case fjMlpInference:
+        return launch_mlp_gemms(0, std::min<uint64_t>(kChunkItems, p_.items), stream, /*scatter=*/false);
+      case fjEncoderInference:
+        return launch_encoder_gemms(0, std::min<uint64_t>(kEncoderChunk, p_.items), stream, /*scatter=*/false);
+      default:
+        train_range_kernel<<<1, kThreads, 0, stream>>>(0, 0, train_);
+        FJ_CUDA(cudaGetLastError());
+        return pfSuccess;
+    }
   }
 
   pfResult_t read_output(uint64_t item, float* out, size_t count) override {
@@ -491,12 +513,12 @@ class GpuJobImpl final : public GpuJob {
     FJ_CUBLAS(cublasCreate(&cublas_));
     FJ_CUBLAS(cublasSetWorkspace(cublas_, workspace, kCublasWorkspaceBytes));
     FJ_CUBLAS(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));  // fp32, comparable to the CPU
-    FJ_TRY(launch_mlp_gemms(0, std::min<uint64_t>(kChunkItems, p_.items), nullptr));
+    FJ_TRY(launch_mlp_gemms(0, std::min<uint64_t>(kChunkItems, p_.items), nullptr, /*scatter=*/false));
     FJ_CUDA(cudaDeviceSynchronize());
     return pfSuccess;
   }
 
-  pfResult_t launch_mlp_gemms(uint64_t first, uint64_t count, cudaStream_t stream) {
+  pfResult_t launch_mlp_gemms(uint64_t first, uint64_t count, cudaStream_t stream, bool scatter = true) {
     FJ_CUBLAS(cublasSetStream(cublas_, stream));
     const float one = 1.0f, zero = 0.0f;
     for (uint64_t done = 0; done < count; done += kChunkItems) {
@@ -511,7 +533,7 @@ class GpuJobImpl final : public GpuJob {
                                                       static_cast<uint64_t>(rows) * p_.hidden);
       FJ_CUBLAS(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, p_.output, rows, p_.hidden, &one,
                             mlp_.w2, p_.hidden, chunk_h_, p_.hidden, &zero, chunk_y_, p_.output));
-      scatter_outputs_kernel<<<grid, kThreads, 0, stream>>>(mlp_, first + done, items, chunk_y_);
+      scatter_outputs_kernel<<<grid, kThreads, 0, stream>>>(mlp_, first + done, scatter ? items : 0, chunk_y_);
       FJ_CUDA(cudaGetLastError());
     }
     return pfSuccess;
@@ -554,7 +576,7 @@ class GpuJobImpl final : public GpuJob {
     FJ_CUBLAS(cublasCreate(&cublas_));
     FJ_CUBLAS(cublasSetWorkspace(cublas_, workspace, kCublasWorkspaceBytes));
     FJ_CUBLAS(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));
-    FJ_TRY(launch_encoder_gemms(0, std::min<uint64_t>(kEncoderChunk, p_.items), nullptr));
+    FJ_TRY(launch_encoder_gemms(0, std::min<uint64_t>(kEncoderChunk, p_.items), nullptr, /*scatter=*/false));
     FJ_CUDA(cudaDeviceSynchronize());
     return pfSuccess;
   }
@@ -576,7 +598,7 @@ class GpuJobImpl final : public GpuJob {
                                                                      (n + kThreads - 1) / kThreads)));
   }
 
-  pfResult_t launch_encoder_gemms(uint64_t first, uint64_t count, cudaStream_t stream) {
+  pfResult_t launch_encoder_gemms(uint64_t first, uint64_t count, cudaStream_t stream, bool scatter = true) {
     FJ_CUBLAS(cublasSetStream(cublas_, stream));
     const EncoderArgs& a = encoder_;
     const int h = p_.hidden, n = p_.seq, dh = p_.hidden / p_.heads;
@@ -616,7 +638,7 @@ class GpuJobImpl final : public GpuJob {
       FJ_TRY(linear(stream, enormed_, rows, h, a.w1, a.b1, p_.ffn, effn_, true, nullptr));
       FJ_TRY(linear(stream, effn_, rows, p_.ffn, a.w2, a.b2, h, ey_, false, ehs_));  // + hs
       scatter_ring_kernel<<<elementwise_grid(items * per_item), kThreads, 0, stream>>>(
-          ey_, first + done, items, per_item, a.outputs, ring_items_);
+          ey_, first + done, scatter ? items : 0, per_item, a.outputs, ring_items_);
       FJ_CUDA(cudaGetLastError());
     }
     return pfSuccess;

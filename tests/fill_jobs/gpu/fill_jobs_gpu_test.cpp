@@ -7,9 +7,13 @@
 
 #include <chrono>
 #include <cmath>
+#include <memory>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "cupti_collector.hpp"
 #include "fill_jobs.h"
 #include "reference.hpp"
 
@@ -179,6 +183,97 @@ TEST_F(GpuFill, TrainingMatchesCpuAndResumes) {
   double loss = 0;
   ASSERT_FJ(fjJobEvaluationLoss(fill_, &loss));
   EXPECT_LT(loss, 0.5 * initial);
+}
+
+// The runtime's warm-up launch (an empty slice on the fill stream, right after setup) must load
+// every kernel a real slice uses into the stream's context, so that none loads inside a bubble:
+// the kernels (CUPTI names) of a real slice must all have run during the warm-up, and the
+// warm-up must leave the job's outputs untouched. Before, an opaque job's empty slice launched
+// nothing and its cuBLAS kernels first met the fill stream inside a bubble.
+class GpuFillWarmUp : public GpuFill {
+ protected:
+  void expect_warm_up_covers_a_slice(const fjParams_t& params, uint64_t slice_items) {
+    std::unique_ptr<pipefill::cuda::ActivityCollector> collector;
+    if (pipefill::cuda::start_cupti_collector([] { return 0.0; }, &collector) != pfSuccess)
+      GTEST_SKIP() << "CUPTI unavailable: " << pfGetLastErrorMessage();
+    attach(params);
+    pfJobDesc_t desc;
+    ASSERT_FJ(fjJobGetDesc(fill_, &desc));
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    uint64_t* words = nullptr;  // gate, cursor, budget for the ticket slice
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&words), 3 * sizeof(uint64_t)), cudaSuccess);
+    ASSERT_EQ(cudaMemset(words, 0, 3 * sizeof(uint64_t)), cudaSuccess);
+    const size_t out_count = params.kind == fjEncoderInference ? params.seq * params.hidden : params.rows * params.output;
+    std::vector<float> before(out_count), after(out_count);
+    if (params.kind != fjTraining) ASSERT_FJ(fjJobGetOutput(fill_, 0, before.data(), before.size()));
+    auto kernels_of = [&](const pfSliceDesc_t& slice, std::set<std::string>* names) {
+      std::vector<pipefill::ActivityRecord> records;
+      ASSERT_EQ(collector->flush(&records), pfSuccess);  // drop what ran before
+      ASSERT_EQ(desc.launch(desc.user, &slice, stream), pfSuccess) << fjGetLastErrorMessage();
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      records.clear();
+      ASSERT_EQ(collector->flush(&records), pfSuccess);
+      for (const auto& r : records)
+        if (r.kind == pipefill::ActivityKind::Kernel || r.kind == pipefill::ActivityKind::Fill) names->insert(r.name);
+    };
+    pfSliceDesc_t warm{};
+    warm.job = job_;
+    warm.max_items = 0;
+    warm.total_items = params.items;
+    std::set<std::string> warm_kernels, slice_kernels;
+    kernels_of(warm, &warm_kernels);
+    if (HasFatalFailure()) return;
+    if (params.kind != fjTraining) {
+      ASSERT_FJ(fjJobGetOutput(fill_, 0, after.data(), after.size()));
+      EXPECT_EQ(before, after) << "the warm-up launch wrote an output";
+    }
+    pfSliceDesc_t real = warm;
+    real.bubble_id = 1;  // the gate (0) never reads as closed
+    real.max_items = slice_items;
+    real.max_blocks = 132;
+    real.gate = &words[0];
+    real.cursor = &words[1];
+    real.budget_counter = &words[2];
+    kernels_of(real, &slice_kernels);
+    if (HasFatalFailure()) return;
+    if (slice_kernels.empty()) GTEST_SKIP() << "CUPTI delivered no kernel record";
+    for (const std::string& name : slice_kernels)
+      EXPECT_TRUE(warm_kernels.count(name)) << name << " first ran in a real slice, not in the warm-up";
+    cudaFree(words);
+    cudaStreamDestroy(stream);
+  }
+};
+
+TEST_F(GpuFillWarmUp, MlpCublas) {
+  fjParams_t p;
+  ASSERT_FJ(fjParamsInit(&p, fjMlpInference, pfBackendCuda));
+  p.execution = fjExecOpaque;
+  p.items = 20000;
+  expect_warm_up_covers_a_slice(p, 256);  // one full chunk: the warm-up's shapes
+}
+
+TEST_F(GpuFillWarmUp, EncoderCublas) {
+  fjParams_t p;
+  ASSERT_FJ(fjParamsInit(&p, fjEncoderInference, pfBackendCuda));
+  p.execution = fjExecOpaque;
+  p.items = 2000;
+  expect_warm_up_covers_a_slice(p, 64);
+}
+
+TEST_F(GpuFillWarmUp, MlpTicket) {
+  fjParams_t p;
+  ASSERT_FJ(fjParamsInit(&p, fjMlpInference, pfBackendCuda));
+  p.items = 20000;
+  expect_warm_up_covers_a_slice(p, 64);
+}
+
+TEST_F(GpuFillWarmUp, TrainingOpaque) {
+  fjParams_t p;
+  ASSERT_FJ(fjParamsInit(&p, fjTraining, pfBackendCuda));
+  p.execution = fjExecOpaque;
+  p.items = 300;
+  expect_warm_up_covers_a_slice(p, 4);
 }
 
 }  // namespace

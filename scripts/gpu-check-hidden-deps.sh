@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Proves, on a machine without a GPU, that the GPU check needs nothing the GPU image lacks: runs
+# scripts/gpu-check.sh in a private mount namespace (unshare -m; needs root) in which the system
+# copies of fmt, spdlog, nlohmann-json, CLI11, GoogleTest/GoogleMock and Google Benchmark are
+# hidden - their headers, CMake package folders and /usr/src sources under empty tmpfs mounts,
+# their libraries and pkg-config files under /dev/null - so the build can only use .gpu-deps/
+# (staged first, by scripts/stage-gpu-deps.sh, exactly as before a GPU call). Then it checks:
+#   - configure took every dependency from the staged copy (none from the system);
+#   - configure and every build step are ok;
+#   - every GPU step skipped ("ok 0p/..s" or "skipped (no GPU)") or refused cleanly
+#     ("refused (no GPU)") - no FAIL, no TIMEOUT, nothing "not run";
+#   - the summary is the last thing gpu-check.sh printed, and $OUT held exactly summary.txt and
+#     logs.tar.gz.
+# Step limits are scaled up (GPU_CHECK_TIME_SCALE, default 8 here) since this machine builds far
+# slower than the GPU machine's 16 cores. Usage: scripts/gpu-check-hidden-deps.sh [build-dir]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build-hidden-deps}
+[ "$(id -u)" -eq 0 ] || { echo "gpu-check-hidden-deps: needs root (unshare -m, mounts)" >&2; exit 2; }
+# As before a GPU call: the staged dependencies, and the probes copied into the checkout.
+bash "$root/scripts/stage-gpu-deps.sh"
+probes_src=${GPU_PROBES_DIR:-$root/../shared/gpu-probes}
+if [ ! -f "$root/gpu-probes/run.sh" ] && [ -f "$probes_src/run.sh" ]; then
+  cp -r "$probes_src" "$root/gpu-probes"
+fi
+out=$(mktemp -d)
+stdout_log=$build.stdout.log
+mkdir -p "$(dirname "$build")"
+
+hidden_dirs=(
+  /usr/include/fmt /usr/include/spdlog /usr/include/nlohmann /usr/include/CLI
+  /usr/include/gtest /usr/include/gmock /usr/include/benchmark
+  /usr/lib/x86_64-linux-gnu/cmake/fmt /usr/lib/x86_64-linux-gnu/cmake/spdlog
+  /usr/lib/x86_64-linux-gnu/cmake/GTest /usr/lib/x86_64-linux-gnu/cmake/benchmark
+  /usr/share/cmake/CLI11 /usr/share/cmake/nlohmann_json
+  /usr/src/googletest /usr/src/gtest
+)
+hidden_files=()
+for pattern in 'libfmt.*' 'libspdlog.*' 'libgtest*' 'libgmock*' 'libbenchmark*' \
+               'pkgconfig/fmt.pc' 'pkgconfig/spdlog.pc' 'pkgconfig/gtest*.pc' 'pkgconfig/gmock*.pc' \
+               'pkgconfig/benchmark.pc'; do
+  for f in /usr/lib/x86_64-linux-gnu/$pattern; do [ -e "$f" ] && hidden_files+=("$f"); done
+done
+for f in /usr/share/pkgconfig/CLI11.pc /usr/share/pkgconfig/nlohmann_json.pc; do
+  [ -e "$f" ] && hidden_files+=("$f")
+done
+
+echo "gpu-check-hidden-deps: hiding ${#hidden_dirs[@]} folders and ${#hidden_files[@]} files; build in $build"
+rm -rf "$build"
+set +e
+unshare -m bash -s -- "$root" "$build" "$out" "${#hidden_dirs[@]}" "${hidden_dirs[@]}" "${hidden_files[@]}" \
+  > "$stdout_log" 2>&1 <<'INNER'
+set -eu
+root=$1 build=$2 out=$3 ndirs=$4
+shift 4
+mount --make-rprivate /
+for ((i = 0; i < ndirs; ++i)); do
+  [ -d "$1" ] && mount -t tmpfs -o size=1m,ro tmpfs "$1"
+  shift
+done
+for f in "$@"; do mount --bind /dev/null "$f"; done
+# Nothing of them is left where a compiler or CMake would look.
+for probe in /usr/include/fmt/format.h /usr/include/spdlog/spdlog.h /usr/include/nlohmann/json.hpp \
+             /usr/include/CLI/CLI.hpp /usr/include/gtest/gtest.h /usr/include/benchmark/benchmark.h \
+             /usr/src/googletest/CMakeLists.txt; do
+  [ ! -e "$probe" ] || { echo "still visible: $probe"; exit 3; }
+done
+[ ! -s /usr/lib/x86_64-linux-gnu/libfmt.so ] || { echo "still visible: libfmt.so"; exit 3; }
+echo "hidden: system fmt, spdlog, nlohmann-json, CLI11, GoogleTest, Google Benchmark"
+set +e
+OUT=$out GPU_CHECK_TIME_SCALE=${GPU_CHECK_TIME_SCALE:-8} GPU_CHECK_BUDGET_S=${GPU_CHECK_BUDGET_S:-7200} \
+  bash "$root/scripts/gpu-check.sh" "$build"
+INNER
+rc=$?
+set -e
+cat "$stdout_log"
+echo
+echo "==================== HIDDEN-DEPENDENCIES CHECK ===================="
+problems=0
+fail() { echo "FAIL: $*"; problems=$((problems + 1)); }
+[ $rc -eq 0 ] || fail "the namespace run exited with $rc"
+summary=$out/summary.txt
+[ -f "$summary" ] || { fail "no $summary"; exit 1; }
+deps=$(grep -h 'PipeFill dependencies:' "$build/logs/configure.log" || true)
+echo "configure: ${deps#-- }"
+for d in fmt spdlog nlohmann_json CLI11 GTest benchmark; do
+  grep -q "$d=staged" <<<"$deps" || fail "$d did not come from .gpu-deps (${deps#-- })"
+done
+# The step table: the lines between the header and the first '-- ' line.
+steps=$(sed -n '/^step  *status/,/^-- /p' "$summary" | sed '1d;$d')
+echo "$steps"
+while read -r name status _; do
+  [ -n "$name" ] || continue
+  case "$name:$status" in
+    configure:ok | build_*:ok) ;;
+    configure:* | build_*:*) fail "$name: $status" ;;
+    *:ok | *:skipped | *:refused) ;;
+    *) fail "$name: $status" ;;
+  esac
+done <<<"$steps"
+grep -qE '^(cuda_tests|cupti_conversion_tests|fill_jobs_gpu_tests) +ok .*0f' <<<"$steps" || fail "a test step did not report its counts"
+grep -E '^[a-z_]+ +(FAIL|TIMEOUT|not run)' <<<"$steps" && fail "steps failed or did not run"
+returned=$(cd "$out" && ls | sort | tr '\n' ' ')
+[ "$returned" = "logs.tar.gz summary.txt " ] || fail "\$OUT held '$returned', not exactly logs.tar.gz and summary.txt"
+# The summary printed last: the run's output ends with the summary file's text.
+if [ "$(tail -n "$(wc -l < "$summary")" "$stdout_log")" != "$(cat "$summary")" ]; then
+  fail "the summary is not the last thing gpu-check.sh printed"
+fi
+rm -rf "$out"
+if [ $problems -eq 0 ]; then
+  echo "PASS: configure and build used only .gpu-deps/; every GPU step skipped or refused cleanly; summary last"
+else
+  echo "$problems problem(s)"
+  exit 1
+fi
