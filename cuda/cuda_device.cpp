@@ -46,8 +46,6 @@ constexpr size_t kGateSlotCount = 4096;
 // Re-base event timings once the reference is older than this: cudaEventElapsedTime returns
 // float milliseconds, whose resolution at 8 s is ~0.5 µs.
 constexpr double kReferenceMaxAgeUs = 4e6;
-// Memory left free when sizing the arena from free memory (CUDA context growth, NCCL buffers).
-constexpr size_t kArenaFreeMargin = size_t{2} << 30;
 
 bool env_flag(const char* name) {
   const char* value = std::getenv(name);
@@ -348,14 +346,12 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
 
   pfResult_t allocate_arena(size_t bytes, void** base) override {
     if (base == nullptr) return fail(pfErrorInvalidArgument, "allocate_arena: base is null");
+    // The size is the runtime's decision (by default min(2 GiB, free memory / 8), see
+    // docs/cuda-backend.md "Memory"); the device has no default of its own to disagree with.
+    if (bytes == 0)
+      return fail(pfErrorInvalidArgument, "allocate_arena: bytes=0 (the caller sizes the arena)");
     size_t free_bytes = 0, total_bytes = 0;
     PF_TRY(memory_info(&free_bytes, &total_bytes));
-    if (bytes == 0) {  // free memory minus a margin
-      if (free_bytes <= kArenaFreeMargin)
-        return fail(pfErrorOutOfMemory, "allocate_arena: only {} bytes free, below the {}-byte margin",
-                    free_bytes, kArenaFreeMargin);
-      bytes = free_bytes - kArenaFreeMargin;
-    }
     if (bytes > free_bytes)
       return fail(pfErrorOutOfMemory, "allocate_arena: {} bytes requested but only {} of {} bytes are free",
                   bytes, free_bytes, total_bytes);

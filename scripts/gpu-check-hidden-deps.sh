@@ -24,7 +24,7 @@ if [ ! -f "$root/gpu-probes/run.sh" ] && [ -f "$probes_src/run.sh" ]; then
   cp -r "$probes_src" "$root/gpu-probes"
 fi
 out=$(mktemp -d)
-stdout_log=$build.stdout.log
+stdout_log=$(mktemp)  # moved to <build>/hidden-deps-stdout.log at the end (kept out of the tree)
 mkdir -p "$(dirname "$build")"
 
 hidden_dirs=(
@@ -45,6 +45,10 @@ for f in /usr/share/pkgconfig/CLI11.pc /usr/share/pkgconfig/nlohmann_json.pc; do
   [ -e "$f" ] && hidden_files+=("$f")
 done
 
+# ccache here (the GPU machine has none): a rerun of this proof costs minutes, not the whole build.
+if command -v ccache >/dev/null 2>&1; then
+  export GPU_CHECK_CMAKE_ARGS="${GPU_CHECK_CMAKE_ARGS:-} -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"
+fi
 echo "gpu-check-hidden-deps: hiding ${#hidden_dirs[@]} folders and ${#hidden_files[@]} files; build in $build"
 rm -rf "$build"
 set +e
@@ -68,8 +72,9 @@ done
 [ ! -s /usr/lib/x86_64-linux-gnu/libfmt.so ] || { echo "still visible: libfmt.so"; exit 3; }
 echo "hidden: system fmt, spdlog, nlohmann-json, CLI11, GoogleTest, Google Benchmark"
 set +e
+# AUTO: the build looks for the system packages first and must fall back to .gpu-deps/ itself.
 OUT=$out GPU_CHECK_TIME_SCALE=${GPU_CHECK_TIME_SCALE:-8} GPU_CHECK_BUDGET_S=${GPU_CHECK_BUDGET_S:-7200} \
-  bash "$root/scripts/gpu-check.sh" "$build"
+  GPU_CHECK_STAGED_DEPS=AUTO bash "$root/scripts/gpu-check.sh" "$build"
 INNER
 rc=$?
 set -e
@@ -107,6 +112,7 @@ if [ "$(tail -n "$(wc -l < "$summary")" "$stdout_log")" != "$(cat "$summary")" ]
   fail "the summary is not the last thing gpu-check.sh printed"
 fi
 rm -rf "$out"
+mv "$stdout_log" "$build/hidden-deps-stdout.log"
 if [ $problems -eq 0 ]; then
   echo "PASS: configure and build used only .gpu-deps/; every GPU step skipped or refused cleanly; summary last"
 else

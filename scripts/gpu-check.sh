@@ -105,7 +105,8 @@ build_and_run() {
   else
     echo "checkout: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo 'unknown (no .git, no .gpu-deps/CHECKOUT)')"
   fi
-  echo "GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
+  gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+  echo "GPU: ${gpu:-none (nvidia-smi absent or failing)}"
   echo "CUDA (driver): $(nvidia-smi 2>/dev/null | grep -oE 'CUDA Version: [0-9.]+' | head -1 || true)"
   echo "nvcc: $(nvcc --version 2>/dev/null | grep -oE 'release [0-9.]+, V[0-9.]+' || echo absent)"
   echo "cmake: $(cmake --version 2>/dev/null | head -1); $(ninja --version 2>/dev/null | sed 's/^/ninja /')"
@@ -116,12 +117,17 @@ cat "$logs/environment.txt"
 
 # ---- Configure and the shared core ------------------------------------------------------------
 # Tools (zlib/simdjson users) and the Python package stay off: the GPU image has neither their
-# dependencies nor the time budget for them.
+# dependencies nor the time budget for them. With .gpu-deps/ present every dependency comes from
+# it (PIPEFILL_STAGED_DEPS=ON; GPU_CHECK_STAGED_DEPS=AUTO lets found system packages win).
+staged=()
+if [ -f "$root/.gpu-deps/VERSIONS" ]; then
+  staged=(-DPIPEFILL_STAGED_DEPS="${GPU_CHECK_STAGED_DEPS:-ON}")
+fi
 # shellcheck disable=SC2086
 run configure 150 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON \
   -DPIPEFILL_ENABLE_CUDA=ON -DPIPEFILL_CUDA_ARCHITECTURES=90 -DPIPEFILL_BUILD_EXAMPLES=ON \
   -DPIPEFILL_BUILD_BENCHMARKS=ON -DPIPEFILL_BUILD_TOOLS=OFF -DPIPEFILL_BUILD_PYTHON=OFF \
-  ${GPU_CHECK_CMAKE_ARGS:-}
+  "${staged[@]}" ${GPU_CHECK_CMAKE_ARGS:-}
 configured=$?
 if [ $configured -eq 0 ]; then
   run build_core 300 cmake --build "$build" -j "$jobs" --target pipefill_core

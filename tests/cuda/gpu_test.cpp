@@ -147,6 +147,7 @@ TEST_F(CudaGpu, ArenaBounds) {
   PF_ASSERT_OK(device_->memory_info(&free_bytes, &total_bytes));
   ASSERT_GT(total_bytes, free_bytes);
   void* base = nullptr;
+  EXPECT_EQ(device_->allocate_arena(0, &base), pfErrorInvalidArgument);  // sizing is the runtime's
   EXPECT_EQ(device_->allocate_arena(free_bytes + (size_t{1} << 30), &base), pfErrorOutOfMemory);
   EXPECT_EQ(base, nullptr);
   PF_ASSERT_OK(device_->allocate_arena(size_t{64} << 20, &base));
@@ -157,6 +158,30 @@ TEST_F(CudaGpu, ArenaBounds) {
   EXPECT_LE(free_after + (size_t{64} << 20), free_bytes + (size_t{2} << 20));  // the arena is really taken
   PF_EXPECT_OK(device_->free_arena(base));
   EXPECT_EQ(device_->free_arena(base), pfErrorInvalidArgument);
+}
+
+// The default arena (arena_bytes unset) must leave a trainer that allocates after the runtime
+// exists its memory: min(2 GiB, free memory at creation / 8), not "free minus a margin"
+// (~125 GiB of an H200). Expected value computed here from cudaMemGetInfo before creation.
+TEST(CudaRuntime, DefaultArenaIsMinOf2GiBAndAnEighthOfFreeMemory) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  const double expected = std::min(double(size_t{2} << 30), double(free_bytes) / 8.0);
+  pfConfig_t config = PF_CONFIG_INITIALIZER;
+  config.backend = pfBackendCuda;
+  ::unsetenv("PIPEFILL_ARENA_BYTES");  // the default, not an override from the environment
+  pfRuntime_t runtime = nullptr;
+  ASSERT_EQ(pfRuntimeCreate(&config, &runtime), pfSuccess) << pfGetLastErrorMessage();
+  pfConfig_t used = PF_CONFIG_INITIALIZER;
+  EXPECT_EQ(pfRuntimeGetConfig(runtime, &used), pfSuccess);
+  std::printf("[ info ] default arena: %zu bytes (%.2f GiB) with %.2f GiB free before creation\n", used.arena_bytes,
+              used.arena_bytes / double(size_t{1} << 30), free_bytes / double(size_t{1} << 30));
+  // The runtime measures free memory itself, after its own words and streams: allow 2%.
+  EXPECT_LE(double(used.arena_bytes), expected * 1.02);
+  EXPECT_GE(double(used.arena_bytes), expected * 0.98);
+  EXPECT_EQ(pfRuntimeDestroy(runtime), pfSuccess);
 }
 
 // Protocol: the budget stops a slice after exactly max_items claims; each block makes one more
