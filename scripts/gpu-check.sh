@@ -4,10 +4,10 @@
 #      image lacks come from .gpu-deps/ (scripts/stage-gpu-deps.sh, run beforehand elsewhere).
 #   2. build the core once, then build and run each GPU target on its own, in order of what it
 #      answers: a target that fails to build costs only its own steps, and a step runs when its
-#      binary exists. CUPTI conversion tests, the CUDA device tests, the design probes
-#      (gpu-probes/ when present in the checkout), the GPU microbenchmarks, the fill jobs'
-#      GPU-vs-CPU tests, and the example engine on one GPU (emulated peers) with its no-fill,
-#      PipeFill and naive runs side by side.
+#      binary exists. CUPTI conversion tests, the CUDA device tests, the GPU microbenchmarks,
+#      the fill jobs' GPU-vs-CPU tests, the example engine on one GPU (emulated peers) with its
+#      no-fill, PipeFill and naive runs side by side, and last the design probes (gpu-probes/
+#      when present in the checkout).
 #   3. a summary, printed LAST.
 # Every step has its own time limit (and the whole script a budget, GPU_CHECK_BUDGET_S), so a
 # hang shows as TIMEOUT, not a stuck run. Full logs go to <build>/logs; what comes back from the
@@ -36,7 +36,7 @@ classify() {  # <rc> <log>
   local passed skipped failed
   passed=$(grep -E '^\[  PASSED  \] [0-9]+ test' "$log" | tail -1 | grep -oE '[0-9]+' | head -1)
   skipped=$(grep -E '^\[  SKIPPED \] [0-9]+ test' "$log" | tail -1 | grep -oE '[0-9]+' | head -1)
-  failed=$(grep -E '^\[  FAILED  \] [A-Za-z]' "$log" | sort -u | wc -l)
+  failed=$(grep -E '^\[  FAILED  \] [A-Za-z][^ ]*$' "$log" | sort -u | wc -l)
   if [ -n "$passed" ] || [ -n "$skipped" ]; then
     local verdict=ok
     [ "$rc" -ne 0 ] && verdict="FAIL(rc=$rc)"
@@ -64,7 +64,7 @@ run() {
   limit=$(( limit * scale ))
   local left=$(( budget - ($(date +%s) - started) ))
   if [ $left -lt 10 ]; then
-    rows+=("$(printf '%-30s %-22s' "$name" 'not run: no time left')")
+    rows+=("$(printf '%-36s %-22s' "$name" 'not run: no time left')")
     return 1
   fi
   [ "$limit" -gt $left ] && limit=$left
@@ -74,13 +74,19 @@ run() {
   local rc=$?
   local dt=$(( $(date +%s) - t0 ))
   tail -n 15 "$logs/$name.log"
-  rows+=("$(printf '%-30s %-22s %5ss' "$name" "$(classify $rc "$logs/$name.log")" "$dt")")
+  rows+=("$(printf '%-36s %-22s %5ss' "$name" "$(classify $rc "$logs/$name.log")" "$dt")")
   return $rc
+}
+
+# "N passed, M skipped, K failed" from a gtest log.
+counts() {
+  grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\] [0-9]+ test' "$1" | sed -E 's/^\[ *([A-Z]+) *\] ([0-9]+) tests?.*/\2 \L\1/' |
+    tr '\n' ',' | sed 's/,$//; s/,/, /g'
 }
 
 # A step whose binary is missing (its build failed or was not reached).
 absent() {  # <name> <why>
-  rows+=("$(printf '%-30s %-22s' "$1" "not run: $2")")
+  rows+=("$(printf '%-36s %-22s' "$1" "not run: $2")")
 }
 
 # build_and_run <target> <binary> <run-name> <run-limit> [args...]: builds one target, then runs
@@ -129,8 +135,14 @@ run configure 150 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Relea
   -DPIPEFILL_BUILD_BENCHMARKS=ON -DPIPEFILL_BUILD_TOOLS=OFF -DPIPEFILL_BUILD_PYTHON=OFF \
   "${staged[@]}" ${GPU_CHECK_CMAKE_ARGS:-}
 configured=$?
+gpu_targets=(pipefill_cupti_tests pipefill_cuda_tests bench_gate_drain bench_bubble_instructions
+             pipefill_fill_jobs_gpu_tests pipeline_engine)
 if [ $configured -eq 0 ]; then
   run build_core 300 cmake --build "$build" -j "$jobs" --target pipefill_core
+  # Every GPU target at once, keeping going past failures (ninja -k 0): all cores stay busy
+  # through the long nvcc compiles. Each target's own build step below is then a no-op, or
+  # shows that target's error alone in its log.
+  run build_gpu_targets 300 cmake --build "$build" -j "$jobs" --target "${gpu_targets[@]}" -- -k 0
 fi
 
 # ---- Each target: build, then run ----------------------------------------------------------------
@@ -138,23 +150,28 @@ build_and_run pipefill_cupti_tests "$build/tests/pipefill_cupti_tests" cupti_con
 # The CUDA device tests, with the device's own log lines (partition, events, gate write).
 PIPEFILL_DEBUG=info build_and_run pipefill_cuda_tests "$build/tests/pipefill_cuda_tests" cuda_tests 180
 
-probes=""
-for candidate in "$root/gpu-probes" "$root/shared/gpu-probes" "$root/../shared/gpu-probes"; do
-  [ -f "$candidate/run.sh" ] && { probes=$candidate; break; }
-done
-if [ -n "$probes" ]; then
-  mkdir -p "$logs/probes"
-  OUT=$logs/probes run probes 200 bash "$probes/run.sh"
-else
-  absent probes "gpu-probes/ absent"
-fi
-
 build_and_run bench_gate_drain "$build/benchmarks/bench_gate_drain" bench_gate_drain 90
 build_and_run bench_bubble_instructions "$build/benchmarks/bench_bubble_instructions" bench_bubble_instructions 60
 build_and_run pipefill_fill_jobs_gpu_tests "$build/examples/fill_jobs/pipefill_fill_jobs_gpu_tests" \
   fill_jobs_gpu_tests 90
 PIPEFILL_DEBUG=info build_and_run pipeline_engine "$build/examples/pipeline_engine/pipeline_engine" engine_emulated 120 \
   --transport emulated --stages 4 --microbatches 8 --fill mlp --iterations 6 --naive
+
+# The design probes run last: their drain experiments launch SM-owning fill blocks on every SM
+# before the 1-block bubble kernel (gpu-probes/probes.cu, drainExperiment), the order that
+# deadlocked bench_gate_drain (issue 8, item 6), and they print their table only at the end.
+# Should a run hang, its 120 s timeout then costs only the end of the budget, after every other
+# answer is in. 130 s: the first run in full, the second if the first was quick.
+probes=""
+for candidate in "$root/gpu-probes" "$root/shared/gpu-probes" "$root/../shared/gpu-probes"; do
+  [ -f "$candidate/run.sh" ] && { probes=$candidate; break; }
+done
+if [ -n "$probes" ]; then
+  mkdir -p "$logs/probes"
+  OUT=$logs/probes run probes 130 bash "$probes/run.sh"
+else
+  absent probes "gpu-probes/ absent"
+fi
 
 # ---- What comes back: the logs in one archive, the summary (printed last) ---------------------
 cp "$build/CMakeCache.txt" "$logs/" 2>/dev/null || true
@@ -165,13 +182,13 @@ done
   echo
   echo "==================== GPU CHECK SUMMARY ($(( $(date +%s) - started ))s) ===================="
   sed 's/^/  /' "$logs/environment.txt"
-  printf '%-30s %-22s %6s\n' step status time
+  printf '%-36s %-22s %6s\n' step status time
   for r in "${rows[@]}"; do echo "$r"; done
   grep -h 'PipeFill dependencies:' "$logs/configure.log" 2>/dev/null | sed 's/^-- /-- /' | head -1
   if [ -f "$logs/cuda_tests.log" ]; then
-    echo "-- cuda tests: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) \] [0-9]+' "$logs/cuda_tests.log" | tr '\n' ' ')"
-    grep -E '^\[  FAILED  \] [A-Za-z]' "$logs/cuda_tests.log" | sort -u | head -20
-    grep -E '^\[  SKIPPED \] [A-Za-z]' "$logs/cuda_tests.log" | sort -u | head -10
+    echo "-- cuda tests: $(counts "$logs/cuda_tests.log")"
+    grep -E '^\[  FAILED  \] [A-Za-z][^ ]*$' "$logs/cuda_tests.log" | sort -u | head -20
+    grep -E '^\[  SKIPPED \] [A-Za-z][^ ]*$' "$logs/cuda_tests.log" | sort -u | head -12
     grep -E '^\[ info \]|^\[ child, 1 connection \] \[ info \]|^\[ child, 1 connection \] \[  FAILED' \
       "$logs/cuda_tests.log" | head -24
     grep -hoE '(fill partition|cuStreamWriteValue64|CUPTI collector|grid-cap mode on driver)[^"]*' \
@@ -186,8 +203,9 @@ done
     [ -f "$logs/$b.log" ] && grep -E '^(RATIO|partition|SKIPPED|\(baseline)|.*ERROR OCCURRED' "$logs/$b.log"
   done
   if [ -f "$logs/fill_jobs_gpu_tests.log" ]; then
-    echo "-- fill jobs GPU tests: $(grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\] [0-9]' "$logs/fill_jobs_gpu_tests.log" | tr '\n' ' ')"
-    grep -E '^\[  FAILED  \] [A-Za-z]' "$logs/fill_jobs_gpu_tests.log" | sort -u | head -10
+    echo "-- fill jobs GPU tests: $(counts "$logs/fill_jobs_gpu_tests.log")"
+    grep -E '^\[  FAILED  \] [A-Za-z][^ ]*$' "$logs/fill_jobs_gpu_tests.log" | sort -u | head -10
+    grep -E '^\[  SKIPPED \] [A-Za-z][^ ]*$' "$logs/fill_jobs_gpu_tests.log" | sort -u | head -6
   fi
   [ -f "$logs/engine_emulated.log" ] &&
     grep -E '^(run [0-9]/[0-9]|mean from|max overrun|bubble end|fill check|pipeline_engine: error)' \
