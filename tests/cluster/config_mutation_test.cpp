@@ -1,6 +1,6 @@
 // pipefill-sim's inputs under mutation, in process: every field of every shipped config
 // (configs/*.json) and of the fill-job types file (data/fill_jobs.json) is set to extreme
-// values (0, -1, 0.5, 2^16, 2^31, 2^53, 1e308, "NaN", true, [], {}) or removed,
+// values (0, -1, 0.5, 2^16, 2^30, 2^31-1, 2^31, 2^53, 1e308, "NaN", true, [], {}) or removed,
 // and each mutated input goes through the CLI's own path (parse_sim_config, load_config_files,
 // plan_runs, run_cluster_sim) under small work bounds. Every input must either run within the
 // bounds or fail with a message naming the mutated field; no exception may escape.
@@ -86,9 +86,10 @@ json mutate(json doc, const Path& path, const json* value) {
 }
 
 const std::vector<json>& extreme_values() {
-  static const std::vector<json> values = {json(0),     json(-1),          json(0.5),  json(65536),
-                                           json(2147483648LL), json(9007199254740992LL), json(1e308),
-                                           json("NaN"), json(true),        json::array(), json::object()};
+  static const std::vector<json> values = {
+      json(0),           json(-1),           json(0.5),  json(65536),   json(1073741824),  json(2147483647),
+      json(2147483648LL), json(9007199254740992LL), json(1e308), json("NaN"), json(true), json::array(),
+      json::object()};
   return values;
 }
 
