@@ -289,8 +289,8 @@ pfResult_t parse_sim_config(const json& doc, const std::string& base_dir, SimCon
 
 pfResult_t load_config_files(SimConfig* cfg) {
   if (!cfg->jobs_file.empty()) {
-    if (load_fill_job_types(cfg->jobs_file, &cfg->sim.job_types) != pfSuccess)
-      return fail(pfErrorInvalidArgument, "fill.jobs_file: {}", last_error_message());
+    const pfResult_t rc = load_fill_job_types(cfg->jobs_file, &cfg->sim.job_types);
+    if (rc != pfSuccess) return fail(rc, "fill.jobs_file: {}", last_error_message());
   }
   if (!cfg->schedule_csv.empty()) PF_TRY(load_schedule_csv(cfg->schedule_csv, "schedule_csv", &cfg->sim.training));
   return pfSuccess;
