@@ -260,8 +260,14 @@ pfResult_t run_cluster_sim_impl(const ClusterSimSpec& spec, ClusterResult* out, 
     BubblePredictor predictor(runtime_defaults.min_samples, kPredictorWindow);
     for (const auto& b : st.bubbles) {
       const std::string key = bubble_class_key(static_cast<uint64_t>(b.index_in_iteration), nullptr);
-      for (size_t i = 0; i < kPredictorWindow; ++i)
-        predictor.add_sample(key, b.duration_us * (1.0 + fill.jitter * (2.0 * sample_rng.uniform() - 1.0)));
+      // Without jitter every sample is the nominal duration: the runtime's min_samples of them
+      // give the same quantile as a full window (and the draws would not change them).
+      const size_t samples = fill.jitter > 0 ? kPredictorWindow
+                                             : static_cast<size_t>(std::max(1, runtime_defaults.min_samples));
+      for (size_t i = 0; i < samples; ++i)
+        predictor.add_sample(key, fill.jitter > 0
+                                      ? b.duration_us * (1.0 + fill.jitter * (2.0 * sample_rng.uniform() - 1.0))
+                                      : b.duration_us);
       BubbleClass bc;
       bc.index = b.index_in_iteration;
       bc.start_us = b.start_us;
