@@ -47,6 +47,10 @@ Status choose_transport(const EngineOptions& options, std::unique_ptr<Transport>
     return {};
   }
   if (t == "auto") {
+    if (needs_sim_transport(options.pipeline)) {  // see Engine::setup
+      *out = make_sim_transport();
+      return {};
+    }
     const int gpus = cuda_gpu_count();
     if (gpus >= options.pipeline.stages && options.pipeline.stages > 1) {
       *out = make_nccl_transport(options.pipeline.stages, &why);
@@ -86,6 +90,12 @@ class Engine {
     if (!build_programs(options_.pipeline, &programs_, &error))
       return Status{pfErrorInvalidArgument, error};
     costs_ = derive_costs(options_.pipeline);
+    if (needs_sim_transport(options_.pipeline) && transport_.backend() != pfBackendSim)
+      return Status{pfErrorNotSupported,
+                    fmt::format("the {} transport runs gpipe, 1f1b, interleaved and looped-bfs; {} needs "
+                                "--transport sim (its BackwardInput/BackwardWeight instructions or its "
+                                "non-looped chunk placement are not executed by the CUDA transports yet)",
+                                transport_.name(), pipefill::schedule::schedule_kind_name(options_.pipeline.kind))};
     TransportOptions topts;
     topts.seed = options_.seed;
     topts.jitter = options_.jitter;

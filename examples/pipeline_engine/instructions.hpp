@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,9 @@ enum class InstrType {
   ReduceGradients,  // collective over all stages (posted on the communication stream)
   OptimizerStep,
   BubbleBegin,
-  BubbleEnd
+  BubbleEnd,
+  BackwardInput,    // zero-bubble kinds: input-gradient part of a backward (sends the gradient)
+  BackwardWeight    // zero-bubble kinds: weight-gradient part (no communication)
 };
 
 const char* instr_name(InstrType type);
@@ -45,6 +48,7 @@ struct Instruction {
   int chunk = 0;
   int virtual_stage = -1;  // compute: this op's virtual stage; send/recv: the RECEIVER's
   int peer = -1;           // send/recv: the other physical stage
+  int peer_chunk = -1;     // send/recv: the other side's chunk (the producer's, for a receive)
   // Bubble instructions: what the schedule predicts for this wait.
   pfBubbleKind_t bubble_kind = pfBubbleOther;
   double expected_us = 0.0;
@@ -70,7 +74,11 @@ struct PipelineSpec {
   pipefill::schedule::ScheduleKind kind = pipefill::schedule::ScheduleKind::OneFOneB;
   int stages = 4;
   int microbatches = 8;
-  int chunks = 1;  // model chunks per stage (interleaved)
+  int chunks = 1;  // model chunks per stage (looped multi-chunk kinds; ZB-V / DualPipeV run 2)
+  int microbatch_group_size = 0;  // interleaved kinds (schedule::ScheduleSpec::microbatch_group_size)
+  // kind == Custom: the op order (a PyTorch CSV, schedule/pytorch_csv.hpp); stages, chunks and
+  // micro-batches must match it.
+  std::shared_ptr<const pipefill::schedule::CustomSchedule> custom;
   ModelSpec model;
   int sm_count = 132;
   int comm_sms = 8;            // SMs a communication kernel holds (NCCL CTAs)
@@ -82,11 +90,20 @@ struct StageCosts {
   int layers_per_chunk = 0;
   double forward_layer_us = 0.0;   // 24 b s h^2 (1 + s / 6h) FLOPs / achieved FLOP/s
   double backward_layer_us = 0.0;  // 2x forward
+  double backward_input_layer_us = 0.0;   // zero-bubble split: input gradients, 1x forward
+  double backward_weight_layer_us = 0.0;  // zero-bubble split: weight gradients, 1x forward
   double load_us = 0.0;            // host-to-device copy of the micro-batch's token ids
   double optimizer_us = 0.0;       // Adam over the stage's parameters (memory bound)
   size_t message_bytes = 0;        // bf16 activations b x s x h
   double p2p_us = 0.0;             // latency + bytes / bandwidth
 };
+
+// Model chunks per stage the spec runs (the CSV's, 2 for ZB-V / DualPipeV, 1 for the
+// single-chunk kinds, else spec.chunks).
+int effective_chunks(const PipelineSpec& spec);
+// True when the schedule needs what only the simulated transport executes today: the
+// BackwardInput / BackwardWeight split or a non-looped (V, CSV table) placement.
+bool needs_sim_transport(const PipelineSpec& spec);
 
 // Validates the spec; false with a message naming the bad value.
 bool validate(const PipelineSpec& spec, std::string* error);

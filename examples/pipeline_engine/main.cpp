@@ -9,9 +9,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "engine.hpp"
+#include "schedule/pytorch_csv.hpp"
 
 using namespace engine;
 
@@ -83,7 +85,10 @@ int main(int argc, char** argv) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--stages", p.stages, "Pipeline stages")->capture_default_str();
   app.add_option("--microbatches", p.microbatches, "Micro-batches per iteration")->capture_default_str();
-  app.add_option("--schedule", schedule, "1f1b | interleaved | gpipe")->capture_default_str();
+  app.add_option("--schedule", schedule, pipefill::schedule::schedule_kind_choices())->capture_default_str();
+  std::string schedule_csv;
+  app.add_option("--schedule-csv", schedule_csv, "PyTorch CSV schedule (one row of actions per rank); sets --stages and --microbatches");
+  app.add_option("--microbatch-group-size", p.microbatch_group_size, "Interleaved kinds: Megatron's micro-batch group (0: PyTorch's rounds)");
   auto* chunks = app.add_option("--chunks", p.chunks, "Model chunks per stage (interleaved; default 2)");
   app.add_option("--iterations", o.iterations, "Training iterations")->capture_default_str();
   app.add_option("--transport", o.transport, "sim | emulated | nccl | auto")->capture_default_str();
@@ -111,12 +116,23 @@ int main(int argc, char** argv) {
   app.add_option("--print-program", print_program, "Print this stage's instruction list and exit");
   CLI11_PARSE(app, argc, argv);
 
-  if (!pipefill::schedule::parse_schedule_kind(schedule, &p.kind) ||
-      p.kind == pipefill::schedule::ScheduleKind::ZBH1)
-    return fail(Status{pfErrorInvalidArgument,
-                       fmt::format("--schedule must be 1f1b, interleaved or gpipe, got '{}'", schedule)});
-  if (p.kind == pipefill::schedule::ScheduleKind::Interleaved1F1B && chunks->count() == 0)
-    p.chunks = 2;
+  if (!schedule_csv.empty()) {  // issue 12 (sched): a PyTorch CSV op order
+    auto custom = std::make_shared<pipefill::schedule::CustomSchedule>();
+    std::string csv_error;
+    if (!pipefill::schedule::load_pytorch_csv(schedule_csv, custom.get(), &csv_error))
+      return fail(Status{pfErrorInvalidArgument, "--schedule-csv: " + csv_error});
+    p.kind = pipefill::schedule::ScheduleKind::Custom;
+    p.stages = custom->stages;
+    p.microbatches = custom->microbatches;
+    p.chunks = custom->chunks;
+    p.custom = std::move(custom);
+  } else if (!pipefill::schedule::parse_schedule_kind(schedule, &p.kind)) {
+    return fail(Status{pfErrorInvalidArgument, fmt::format("--schedule must be {}, got '{}'",
+                                                           pipefill::schedule::schedule_kind_choices(), schedule)});
+  }
+  if (p.kind != pipefill::schedule::ScheduleKind::Custom && chunks->count() == 0 &&
+      pipefill::schedule::chunks_for(p.kind, 2) == 2)
+    p.chunks = 2;  // the multi-chunk kinds default to 2 chunks per stage
   if (fill_exec == "ticket") o.fill_execution = fjExecTicket;
   else if (fill_exec == "opaque") o.fill_execution = fjExecOpaque;
   else if (fill_exec != "default")

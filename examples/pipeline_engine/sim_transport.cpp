@@ -105,9 +105,13 @@ class SimTransport final : public Transport {
         ENGINE_PF(pfSimStreamDelay(st.main, costs_.load_us));
         return {};
       case InstrType::Forward:
-      case InstrType::Backward: {
-        const double us = in.type == InstrType::Forward ? costs_.forward_layer_us
-                                                        : costs_.backward_layer_us;
+      case InstrType::Backward:
+      case InstrType::BackwardInput:
+      case InstrType::BackwardWeight: {
+        const double us = in.type == InstrType::Forward          ? costs_.forward_layer_us
+                          : in.type == InstrType::Backward       ? costs_.backward_layer_us
+                          : in.type == InstrType::BackwardInput  ? costs_.backward_input_layer_us
+                                                                 : costs_.backward_weight_layer_us;
         for (int layer = 0; layer < costs_.layers_per_chunk; ++layer) {
           ENGINE_PF(pfSimLaunchKernel(st.main, us, compute_sms));
           if (layer == 0) ENGINE_TRY(probe_first_kernel(st, us));

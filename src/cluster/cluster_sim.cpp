@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <new>
+#include <stdexcept>
 
+#include "cluster/checks.hpp"
 #include "common/error.hpp"
 #include "core/config.hpp"
 #include "core/planner.hpp"
@@ -45,6 +48,14 @@ struct GpuState {
   int job = -1;                 // index into jobs, -1: idle
 };
 
+// An iteration longer than this (11.6 days) means a nonsensical config; it would also make the
+// simulated horizon lose precision.
+constexpr double kMaxIterationUs = 1e12;
+
+// Predictions come from the runtime's own predictor, fed with a window of jittered samples of
+// each class (what it would have seen after that many iterations).
+constexpr size_t kPredictorWindow = 64;
+
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
@@ -52,56 +63,151 @@ double percentile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
 }
 
-pfResult_t validate_fill(const FillOptions& f, int iterations) {
-  if (iterations < 1) return fail(pfErrorInvalidArgument, "iterations must be >= 1, got {}", iterations);
-  if (!std::isfinite(f.efficiency) || f.efficiency <= 0 || f.efficiency > 1)
-    return fail(pfErrorInvalidArgument, "fill.efficiency must be in (0, 1], got {}", f.efficiency);
-  if (!std::isfinite(f.jitter) || f.jitter < 0 || f.jitter >= 1)
-    return fail(pfErrorInvalidArgument, "fill.jitter must be in [0, 1), got {}", f.jitter);
-  if (!std::isfinite(f.launch_overhead_us) || f.launch_overhead_us < 0)
-    return fail(pfErrorInvalidArgument, "fill.launch_overhead_us must be >= 0, got {}", f.launch_overhead_us);
-  if (!std::isfinite(f.min_bubble_us) || f.min_bubble_us < 0)
-    return fail(pfErrorInvalidArgument, "fill.min_bubble_us must be >= 0, got {}", f.min_bubble_us);
-  if (!std::isfinite(f.margin_us)) return fail(pfErrorInvalidArgument, "fill.margin_us must be finite, got {}", f.margin_us);
-  if (!std::isfinite(f.margin_fraction) || f.margin_fraction >= 1)
-    return fail(pfErrorInvalidArgument, "fill.margin_fraction must be < 1, got {}", f.margin_fraction);
-  if (!std::isfinite(f.prediction_quantile) || f.prediction_quantile > 1 || f.prediction_quantile == 0)
-    return fail(pfErrorInvalidArgument, "fill.prediction_quantile must be in (0, 1], got {}", f.prediction_quantile);
+// The fill loop's bubble visits and the memory of a run, from the timeline; refused when
+// above the bounds, naming the fields that make them large.
+pfResult_t check_run_work(const ClusterSimSpec& spec, const schedule::Timeline& tl, const schedule::ScheduleSpec& sched,
+                          int gpus, int gpus_per_stage) {
+  const SimBounds& bounds = spec.bounds;
+  const RunFieldNames& names = spec.names;
+  double bubbles = 0.0;  // bubble classes per iteration, all GPUs
+  double classes = 0.0;  // bubble classes, all stages (each gets kPredictorWindow predictor samples)
+  for (const auto& st : tl.stages) {
+    bubbles += static_cast<double>(st.bubbles.size()) * gpus_per_stage;
+    classes += static_cast<double>(st.bubbles.size());
+  }
+  const double events = bubbles * spec.iterations + classes * kPredictorWindow;
+  if (events > static_cast<double>(bounds.max_fill_events)) {
+    const auto& par = spec.training.parallel;
+    return fail(pfErrorInvalidArgument,
+                "simulated work of {} bubble visits = {} iterations ({}) x {} bubbles per iteration on {} GPUs ({}), "
+                "plus {} predictor samples, is more than the bound of {} (--max-sim-events); the {} schedule has {} "
+                "bubbles per stage-iteration from parallelism.pipeline {} x {} micro-batches (parallelism.global_batch "
+                "{} / (parallelism.data {} x parallelism.micro_batch {})) x {} chunks (parallelism.chunks)",
+                format_count(events), spec.iterations, names.iterations, format_count(bubbles), gpus, names.gpus,
+                format_count(classes * kPredictorWindow), format_count(static_cast<double>(bounds.max_fill_events)),
+                schedule::schedule_kind_name(sched.kind), format_count(classes), sched.stages, sched.microbatches,
+                par.global_batch, par.data, par.micro_batch, sched.chunks);
+  }
+  const double horizon_h = static_cast<double>(spec.iterations) * tl.iteration_us / 3.6e9;
+  double jobs = 0.0;
+  if (spec.fill.enabled) {
+    jobs = spec.workload.initial_jobs_per_gpu * gpus + spec.workload.arrivals_per_gpu_hour * gpus * horizon_h;
+    if (!(jobs <= static_cast<double>(bounds.max_jobs)))
+      return fail(pfErrorInvalidArgument,
+                  "the workload would generate about {} fill jobs = workload.initial_jobs_per_gpu ({}) x {} GPUs ({}) + "
+                  "workload.arrivals_per_gpu_hour ({}) x {} GPUs x {:.4g} simulated hours ({} iterations ({}) of {:.4g} "
+                  "us), more than the bound of {} (--max-sim-jobs)",
+                  format_count(jobs), spec.workload.initial_jobs_per_gpu, gpus, names.gpus,
+                  spec.workload.arrivals_per_gpu_hour, gpus, horizon_h, spec.iterations, names.iterations,
+                  tl.iteration_us, format_count(static_cast<double>(bounds.max_jobs)));
+  }
+  // Per job: the job, its state, its queue entry and scheduler view; per GPU its state; the
+  // plan cache and bubble classes per (type, stage, class); the schedule's own tables.
+  const double bytes = jobs * (sizeof(FillJob) + sizeof(JobState) + 4.0 + sizeof(JobSchedView) + 16.0) +
+                       static_cast<double>(gpus) * sizeof(GpuState) +
+                       bubbles / std::max(1, gpus_per_stage) *
+                           (sizeof(BubbleClass) + sizeof(CachedPlan) * (spec.job_types.size() + 1) + 64.0 * 8.0) +
+                       static_cast<double>(schedule_memory_bytes(sched));
+  if (bytes > static_cast<double>(bounds.max_memory_bytes))
+    return fail(pfErrorInvalidArgument,
+                "the simulation would need about {:.3g} GiB ({} fill jobs from workload.*, {} GPUs ({}), {} bubbles per "
+                "iteration, a {}-op schedule), more than the bound of {:.3g} GiB (--max-sim-memory-gib)",
+                bytes / 1073741824.0, format_count(jobs), gpus, names.gpus, format_count(bubbles),
+                format_count(static_cast<double>(schedule::compute_op_count(sched))),
+                static_cast<double>(bounds.max_memory_bytes) / 1073741824.0);
   return pfSuccess;
 }
 
 }  // namespace
 
-pfResult_t set_gpu_count(TrainingSpec* spec, int gpus) {
-  const int per_replica = spec->parallel.tensor * spec->parallel.pipeline;
-  if (gpus < 1 || per_replica < 1 || gpus % per_replica != 0)
-    return fail(pfErrorInvalidArgument, "GPU count {} is not a multiple of tensor ({}) x pipeline ({})", gpus,
-                spec->parallel.tensor, spec->parallel.pipeline);
-  spec->parallel.data = gpus / per_replica;
+pfResult_t validate_fill_options(const FillOptions& f, int iterations, const std::string& iterations_field) {
+  using checks::real_in;
+  if (iterations < 1) return fail(pfErrorInvalidArgument, "{} must be >= 1, got {}", iterations_field, iterations);
+  PF_TRY(real_in("fill.efficiency", f.efficiency, 0, 1, true));
+  if (!std::isfinite(f.jitter) || f.jitter < 0 || f.jitter >= 1)
+    return fail(pfErrorInvalidArgument, "fill.jitter must be in [0, 1), got {}", f.jitter);
+  PF_TRY(real_in("fill.launch_overhead_us", f.launch_overhead_us, 0, 1e9));
+  PF_TRY(real_in("fill.min_bubble_us", f.min_bubble_us, 0, 1e15));
+  PF_TRY(real_in("fill.margin_us", f.margin_us, 0, 1e12));
+  if (!std::isfinite(f.margin_fraction) || f.margin_fraction < 0 || f.margin_fraction >= 1)
+    return fail(pfErrorInvalidArgument, "fill.margin_fraction must be in [0, 1), got {}", f.margin_fraction);
+  if (!std::isfinite(f.prediction_quantile) || f.prediction_quantile > 1 || f.prediction_quantile <= 0)
+    return fail(pfErrorInvalidArgument, "fill.prediction_quantile must be in (0, 1], got {}", f.prediction_quantile);
+  if (f.warmup_iterations < 0)
+    return fail(pfErrorInvalidArgument, "fill.warmup_iterations must be >= 0, got {}", f.warmup_iterations);
   return pfSuccess;
 }
 
+pfResult_t validate_workload(const WorkloadSpec& w) {
+  PF_TRY(checks::real_in("workload.initial_jobs_per_gpu", w.initial_jobs_per_gpu, 0, 1e6));
+  PF_TRY(checks::real_in("workload.arrivals_per_gpu_hour", w.arrivals_per_gpu_hour, 0, 1e9));
+  for (const auto& [name, weight] : w.mix) PF_TRY(checks::real_in("workload.mix." + name, weight, 0, 1e12));
+  return pfSuccess;
+}
+
+pfResult_t set_gpu_count(TrainingSpec* spec, int gpus, const std::string& field) {
+  const auto& par = spec->parallel;
+  const long long per_replica = static_cast<long long>(par.tensor) * par.pipeline;
+  if (gpus < 1 || per_replica < 1 || gpus % per_replica != 0)
+    return fail(pfErrorInvalidArgument,
+                "{} ({}) must be a positive multiple of parallelism.tensor ({}) x parallelism.pipeline ({})", field, gpus,
+                par.tensor, par.pipeline);
+  const long long data = gpus / per_replica;
+  // The data-parallel size it implies must split the global batch into whole micro-batches.
+  const long long per_step = data * static_cast<long long>(par.micro_batch);
+  if (par.micro_batch >= 1 && par.global_batch >= 1 && par.global_batch % per_step != 0)
+    return fail(pfErrorInvalidArgument,
+                "{} ({}) gives parallelism.data = {}, but parallelism.global_batch ({}) is not a multiple of "
+                "parallelism.data x parallelism.micro_batch ({})", field, gpus, data, par.global_batch, par.micro_batch);
+  spec->parallel.data = static_cast<int>(data);
+  return pfSuccess;
+}
+
+namespace {
+pfResult_t run_cluster_sim_impl(const ClusterSimSpec& spec, ClusterResult* out, const ProgressFn& progress);
+}  // namespace
+
 pfResult_t run_cluster_sim(const ClusterSimSpec& spec, ClusterResult* out, const ProgressFn& progress) {
   if (out == nullptr) return fail(pfErrorInvalidArgument, "run_cluster_sim: out must not be null");
+  try {
+    return run_cluster_sim_impl(spec, out, progress);
+  } catch (const std::bad_alloc&) {
+    return fail(pfErrorOutOfMemory, "the cluster simulation ran out of memory (lower --max-sim-memory-gib)");
+  } catch (const std::exception& e) {
+    return fail(pfErrorInternal, "the cluster simulation failed: {}", e.what());
+  }
+}
+
+namespace {
+
+pfResult_t run_cluster_sim_impl(const ClusterSimSpec& spec, ClusterResult* out, const ProgressFn& progress) {
   const RuntimeOptions runtime_defaults;
   FillOptions fill = spec.fill;
   if (fill.margin_us < 0) fill.margin_us = runtime_defaults.safety_margin_us;
   if (fill.margin_fraction < 0) fill.margin_fraction = runtime_defaults.safety_margin_fraction;
   if (fill.prediction_quantile < 0) fill.prediction_quantile = runtime_defaults.prediction_quantile;
   if (fill.warmup_iterations < 0) fill.warmup_iterations = runtime_defaults.min_samples;
-  PF_TRY(validate_fill(fill, spec.iterations));
+  PF_TRY(validate_fill_options(fill, spec.iterations, spec.names.iterations));
+  PF_TRY(validate_workload(spec.workload));
   if (fill.enabled && spec.job_types.empty())
-    return fail(pfErrorInvalidArgument, "filling is enabled but no fill job types were given");
+    return fail(pfErrorInvalidArgument, "fill.enabled is true but no fill job types were given (fill.jobs_file)");
 
   schedule::ScheduleSpec sched;
   DerivedCosts costs;
   PF_TRY(build_schedule_spec(spec.training, &sched, &costs));
+  PF_TRY(check_schedule_work(sched, spec.training, spec.bounds));
   ClusterResult r;
   {
     std::string error;
     if (!schedule::simulate(sched, &r.timeline, &error))
       return fail(pfErrorInvalidArgument, "schedule: {}", error);
   }
+  if (!(r.timeline.iteration_us > 0.0) || r.timeline.iteration_us > kMaxIterationUs)
+    return fail(pfErrorInvalidArgument,
+                "the {} schedule's iteration takes {:.4g} us, outside (0, {:.0e}] us: check the model sizes (model.*), "
+                "parallelism.micro_batch, gpu.peak_tflops x gpu.achieved_fraction and the network bandwidths",
+                schedule::schedule_kind_name(sched.kind), r.timeline.iteration_us, kMaxIterationUs);
+  PF_TRY(check_run_work(spec, r.timeline, sched, costs.gpus, spec.training.parallel.tensor * spec.training.parallel.data));
   const schedule::Timeline& tl = r.timeline;
   const int p = sched.stages;
   const auto& par = spec.training.parallel;
@@ -136,7 +242,6 @@ pfResult_t run_cluster_sim(const ClusterSimSpec& spec, ClusterResult* out, const
   const double q = fill.prediction_quantile;
   // Predictions come from the runtime's own predictor, fed with a window of jittered samples of
   // each class (what it would have seen after that many iterations).
-  constexpr size_t kPredictorWindow = 64;
   Rng sample_rng(spec.workload.seed ^ 0x5EEDF00Dull);
   std::vector<std::vector<BubbleClass>> classes(p);
   r.stages.resize(p);
@@ -155,8 +260,14 @@ pfResult_t run_cluster_sim(const ClusterSimSpec& spec, ClusterResult* out, const
     BubblePredictor predictor(runtime_defaults.min_samples, kPredictorWindow);
     for (const auto& b : st.bubbles) {
       const std::string key = bubble_class_key(static_cast<uint64_t>(b.index_in_iteration), nullptr);
-      for (size_t i = 0; i < kPredictorWindow; ++i)
-        predictor.add_sample(key, b.duration_us * (1.0 + fill.jitter * (2.0 * sample_rng.uniform() - 1.0)));
+      // Without jitter every sample is the nominal duration: the runtime's min_samples of them
+      // give the same quantile as a full window (and the draws would not change them).
+      const size_t samples = fill.jitter > 0 ? kPredictorWindow
+                                             : static_cast<size_t>(std::max(1, runtime_defaults.min_samples));
+      for (size_t i = 0; i < samples; ++i)
+        predictor.add_sample(key, fill.jitter > 0
+                                      ? b.duration_us * (1.0 + fill.jitter * (2.0 * sample_rng.uniform() - 1.0))
+                                      : b.duration_us);
       BubbleClass bc;
       bc.index = b.index_in_iteration;
       bc.start_us = b.start_us;
@@ -171,7 +282,7 @@ pfResult_t run_cluster_sim(const ClusterSimSpec& spec, ClusterResult* out, const
   // Jobs.
   const double horizon_us = spec.iterations * tl.iteration_us;
   std::vector<FillJob> jobs;
-  if (fill.enabled) PF_TRY(generate_jobs(spec.workload, spec.job_types, r.gpus, horizon_us, &jobs));
+  if (fill.enabled) PF_TRY(generate_jobs(spec.workload, spec.job_types, r.gpus, horizon_us, &jobs, spec.bounds.max_jobs));
   r.jobs_generated = jobs.size();
   const size_t type_count = spec.job_types.size();
   r.completed_per_type.assign(type_count, 0);
@@ -326,14 +437,15 @@ pfResult_t run_cluster_sim(const ClusterSimSpec& spec, ClusterResult* out, const
           }
           if (!plan.fill) break;
           // Items capped at the job's remaining work (what plan_slice does with remaining_items).
-          const uint64_t needed = static_cast<uint64_t>(std::ceil(js.remaining / plan.work_per_item - 1e-9));
-          uint64_t items = std::min(plan.items, std::max<uint64_t>(needed, 1));
+          // Items capped at the job's remaining work, compared in double: sizes can exceed 2^64 items.
+          const double needed = std::max(1.0, std::ceil(js.remaining / plan.work_per_item - 1e-9));
+          uint64_t items = needed < static_cast<double>(plan.items) ? static_cast<uint64_t>(needed) : plan.items;
           // Execution against the actual bubble: the gate is checked before every item, so the
           // item running at the bubble end finishes (the overrun); opaque work runs entirely.
           const double avail = actual - consumed - fill.launch_overhead_us;
           if (fill.gated && avail < items * plan.item_us) {
             const double fits = avail > 0 ? std::ceil(avail / plan.item_us - 1e-12) : 0.0;
-            items = std::min<uint64_t>(items, static_cast<uint64_t>(std::max(0.0, fits)));
+            if (fits < static_cast<double>(items)) items = static_cast<uint64_t>(std::max(0.0, fits));
           }
           const double busy = fill.launch_overhead_us + items * plan.item_us;
           const double end = consumed + busy;
@@ -405,5 +517,7 @@ pfResult_t run_cluster_sim(const ClusterSimSpec& spec, ClusterResult* out, const
   *out = std::move(r);
   return pfSuccess;
 }
+
+}  // namespace
 
 }  // namespace pipefill::cluster

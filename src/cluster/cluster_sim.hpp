@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cluster/model.hpp"
+#include "cluster/work_bounds.hpp"
 #include "cluster/workload.hpp"
 #include "pipefill/pipefill.h"
 #include "schedule/schedule.hpp"
@@ -40,6 +41,8 @@ struct ClusterSimSpec {
   std::vector<FillJobType> job_types;
   int iterations = 100;
   int record_iteration = -1;          // iteration whose fill slices are recorded; -1: the last
+  SimBounds bounds;                   // refuse runs whose work would exceed these (work_bounds.hpp)
+  RunFieldNames names;                // where gpus / iterations came from, for messages
 };
 
 // A fill slice of the recorded iteration on the first GPU of a stage (for plots and traces).
@@ -104,7 +107,12 @@ using ProgressFn = std::function<void(int iterations_done, int iterations_total)
 
 pfResult_t run_cluster_sim(const ClusterSimSpec& spec, ClusterResult* out, const ProgressFn& progress = {});
 
-// Sets parallel.data = gpus / (tensor x pipeline); fails naming the value when it does not divide.
-pfResult_t set_gpu_count(TrainingSpec* spec, int gpus);
+// Sets parallel.data = gpus / (tensor x pipeline); fails naming `field` and the value when it
+// does not divide.
+pfResult_t set_gpu_count(TrainingSpec* spec, int gpus, const std::string& field = "the GPU count");
+
+// Value ranges of the fill options and the workload (docs/simulator.md section 5).
+pfResult_t validate_fill_options(const FillOptions& fill, int iterations, const std::string& iterations_field = "iterations");
+pfResult_t validate_workload(const WorkloadSpec& workload);
 
 }  // namespace pipefill::cluster

@@ -12,6 +12,7 @@
 
 #include "common/error.hpp"
 #include "core/scheduler.hpp"
+#include "schedule/pytorch_csv.hpp"
 
 namespace pipefill::cluster {
 namespace {
@@ -54,9 +55,11 @@ class Section {
     if (v == nullptr) return pfSuccess;
     if (!v->is_number_integer())
       return fail(pfErrorInvalidArgument, "{} must be an integer, got {}", name(key), v->dump());
-    const long long x = v->get<long long>();
-    if (x < min || x > max) return fail(pfErrorInvalidArgument, "{} must be in [{}, {}], got {}", name(key), min, max, x);
-    *out = static_cast<int>(x);
+    // Unsigned values above LLONG_MAX do not fit a long long: compare them before converting.
+    if ((v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(max)) ||
+        (!v->is_number_unsigned() && (v->get<long long>() < min || v->get<long long>() > max)))
+      return fail(pfErrorInvalidArgument, "{} must be in [{}, {}], got {}", name(key), min, max, v->dump());
+    *out = static_cast<int>(v->get<long long>());
     return pfSuccess;
   }
 
@@ -111,12 +114,19 @@ class Section {
 pfResult_t parse_schedule_value(const json& v, const std::string& where, schedule::ScheduleKind* out) {
   if (!v.is_string()) return fail(pfErrorInvalidArgument, "{} must be a string, got {}", where, v.dump());
   if (!schedule::parse_schedule_kind(v.get<std::string>(), out))
-    return fail(pfErrorInvalidArgument, "{} must be gpipe, 1f1b, interleaved or zbh1, got '{}'", where,
+    return fail(pfErrorInvalidArgument, "{} must be {}, got '{}'", where, schedule::schedule_kind_choices(),
                 v.get<std::string>());
   return pfSuccess;
 }
 
 constexpr double kMax = std::numeric_limits<double>::infinity();
+constexpr double kMaxMixWeight = 1e12;
+
+std::string resolve(const std::string& file, const std::string& base_dir) {
+  std::filesystem::path path(file);
+  if (path.is_relative() && !base_dir.empty()) path = std::filesystem::path(base_dir) / path;
+  return path.lexically_normal().string();
+}
 
 }  // namespace
 
@@ -168,6 +178,7 @@ pfResult_t parse_sim_config(const json& doc, const std::string& base_dir, SimCon
   PF_TRY(par.integer("micro_batch", &tr.parallel.micro_batch, 1));
   PF_TRY(par.integer("global_batch", &tr.parallel.global_batch, 1));
   PF_TRY(par.integer("chunks", &tr.parallel.chunks, 1));
+  PF_TRY(par.integer("microbatch_group_size", &tr.parallel.microbatch_group_size, 0));
   PF_TRY(par.boolean("sequence_parallel", &tr.parallel.sequence_parallel));
   PF_TRY(par.boolean("distributed_optimizer", &tr.parallel.distributed_optimizer));
   std::string recompute;
@@ -178,9 +189,12 @@ pfResult_t parse_sim_config(const json& doc, const std::string& base_dir, SimCon
   PF_TRY(par.integer("gpus", &gpus, 1));
   PF_TRY(par.finish());
   root.raw("parallelism");
-  if (gpus > 0) PF_TRY(set_gpu_count(&tr, gpus));
+  if (gpus > 0) PF_TRY(set_gpu_count(&tr, gpus, "parallelism.gpus"));
 
   if (const json* v = root.raw("schedule")) PF_TRY(parse_schedule_value(*v, "schedule", &tr.schedule));
+  std::string schedule_csv;
+  PF_TRY(root.string("schedule_csv", &schedule_csv));
+  if (!schedule_csv.empty()) cfg.schedule_csv = resolve(schedule_csv, base_dir);
   PF_TRY(root.integer("weight_grad_bytes", &tr.weight_grad_bytes, 1, 8));
   PF_TRY(root.integer("iterations", &sim.iterations, 1));
   PF_TRY(root.integer("record_iteration", &sim.record_iteration, -1));
@@ -229,11 +243,7 @@ pfResult_t parse_sim_config(const json& doc, const std::string& base_dir, SimCon
   PF_TRY(fill.string("jobs_file", &jobs_file));
   PF_TRY(fill.finish());
   root.raw("fill");
-  if (!jobs_file.empty()) {
-    std::filesystem::path path(jobs_file);
-    if (path.is_relative() && !base_dir.empty()) path = std::filesystem::path(base_dir) / path;
-    cfg.jobs_file = path.lexically_normal().string();
-  }
+  if (!jobs_file.empty()) cfg.jobs_file = resolve(jobs_file, base_dir);
 
   Section wl(nullptr, "workload");
   PF_TRY(Section::open(doc, "", "workload", &wl, &present));
@@ -243,8 +253,10 @@ pfResult_t parse_sim_config(const json& doc, const std::string& base_dir, SimCon
   if (const json* mix = wl.raw("mix")) {
     if (!mix->is_object()) return fail(pfErrorInvalidArgument, "workload.mix must be an object, got {}", mix->dump());
     for (auto it = mix->begin(); it != mix->end(); ++it) {
-      if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < 0)
-        return fail(pfErrorInvalidArgument, "workload.mix.{} must be a number >= 0, got {}", it.key(), it->dump());
+      if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < 0 ||
+          it->get<double>() > kMaxMixWeight)
+        return fail(pfErrorInvalidArgument, "workload.mix.{} must be a number in [0, {}], got {}", it.key(),
+                    kMaxMixWeight, it->dump());
       sim.workload.mix[it.key()] = it->get<double>();
     }
   }
@@ -268,9 +280,29 @@ pfResult_t parse_sim_config(const json& doc, const std::string& base_dir, SimCon
       cfg.sweep_schedules.push_back(k);
     }
   }
-  root.raw("description");  // free text, ignored
+  std::string description;  // free text, ignored
+  PF_TRY(root.string("description", &description));
   PF_TRY(root.finish());
   *out = std::move(cfg);
+  return pfSuccess;
+}
+
+pfResult_t load_config_files(SimConfig* cfg) {
+  if (!cfg->jobs_file.empty()) {
+    const pfResult_t rc = load_fill_job_types(cfg->jobs_file, &cfg->sim.job_types);
+    if (rc != pfSuccess) return fail(rc, "fill.jobs_file: {}", last_error_message());
+  }
+  if (!cfg->schedule_csv.empty()) PF_TRY(load_schedule_csv(cfg->schedule_csv, "schedule_csv", &cfg->sim.training));
+  return pfSuccess;
+}
+
+pfResult_t load_schedule_csv(const std::string& path, const std::string& field, TrainingSpec* training) {
+  auto custom = std::make_shared<schedule::CustomSchedule>();
+  std::string error;
+  if (!schedule::load_pytorch_csv(path, custom.get(), &error))
+    return fail(pfErrorInvalidArgument, "{}: {}", field, error);
+  training->custom_schedule = std::move(custom);
+  training->custom_schedule_source = path;
   return pfSuccess;
 }
 
@@ -287,7 +319,7 @@ pfResult_t load_sim_config(const std::string& path, SimConfig* out) {
   SimConfig cfg;
   const std::string base = std::filesystem::path(path).parent_path().string();
   PF_TRY(parse_sim_config(doc, base, &cfg));
-  if (!cfg.jobs_file.empty()) PF_TRY(load_fill_job_types(cfg.jobs_file, &cfg.sim.job_types));
+  PF_TRY(load_config_files(&cfg));
   *out = std::move(cfg);
   return pfSuccess;
 }

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cluster/checks.hpp"
 #include "common/error.hpp"
 
 namespace pipefill::cluster {
@@ -24,58 +25,75 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kBytesPerParamWeightsGrads = 4.0;  // bf16 weight + bf16 gradient
 constexpr double kBytesPerParamOptimizer = 12.0;    // fp32 master weight + Adam m + v
 
-bool positive(double v) { return std::isfinite(v) && v > 0.0; }
+using Lim = TrainingLimits;
+
+// Model chunks per stage the spec's schedule runs.
+int chunks_of(const TrainingSpec& spec) {
+  if (spec.custom_schedule) return spec.custom_schedule->chunks;
+  return schedule::chunks_for(spec.schedule, spec.parallel.chunks);
+}
 
 pfResult_t validate(const TrainingSpec& spec) {
+  using checks::int_in;
+  using checks::real_in;
   const auto& m = spec.model;
   const auto& p = spec.parallel;
   const auto& g = spec.gpu;
   const auto& n = spec.network;
-  if (m.layers < 1) return fail(pfErrorInvalidArgument, "model.layers must be >= 1, got {}", m.layers);
-  if (m.hidden < 1) return fail(pfErrorInvalidArgument, "model.hidden must be >= 1, got {}", m.hidden);
-  if (m.heads < 1 || m.hidden % m.heads != 0)
-    return fail(pfErrorInvalidArgument, "model.heads must be >= 1 and divide hidden ({}), got {}", m.hidden, m.heads);
-  if (m.sequence < 1) return fail(pfErrorInvalidArgument, "model.sequence must be >= 1, got {}", m.sequence);
-  if (m.vocabulary < 1) return fail(pfErrorInvalidArgument, "model.vocabulary must be >= 1, got {}", m.vocabulary);
-  if (m.ffn_hidden < 0) return fail(pfErrorInvalidArgument, "model.ffn_hidden must be >= 0, got {}", m.ffn_hidden);
-  if (p.tensor < 1) return fail(pfErrorInvalidArgument, "parallelism.tensor must be >= 1, got {}", p.tensor);
+  PF_TRY(int_in("model.layers", m.layers, 1, Lim::kMaxLayers));
+  PF_TRY(int_in("model.hidden", m.hidden, 1, Lim::kMaxHidden));
+  if (m.heads < 1 || m.heads > m.hidden || m.hidden % m.heads != 0)
+    return fail(pfErrorInvalidArgument, "model.heads must be >= 1 and divide model.hidden ({}), got {}", m.hidden, m.heads);
+  PF_TRY(int_in("model.sequence", m.sequence, 1, Lim::kMaxSequence));
+  PF_TRY(int_in("model.vocabulary", m.vocabulary, 1, Lim::kMaxVocabulary));
+  PF_TRY(int_in("model.ffn_hidden", m.ffn_hidden, 0, Lim::kMaxFfnHidden));
+  PF_TRY(int_in("parallelism.tensor", p.tensor, 1, Lim::kMaxTensor));
   if (m.heads % p.tensor != 0)
     return fail(pfErrorInvalidArgument, "parallelism.tensor ({}) must divide model.heads ({})", p.tensor, m.heads);
   if (p.pipeline < 1) return fail(pfErrorInvalidArgument, "parallelism.pipeline must be >= 1, got {}", p.pipeline);
   if (p.pipeline > m.layers)
     return fail(pfErrorInvalidArgument, "parallelism.pipeline ({}) exceeds model.layers ({})", p.pipeline, m.layers);
-  if (p.data < 1) return fail(pfErrorInvalidArgument, "parallelism.data must be >= 1, got {}", p.data);
-  if (p.micro_batch < 1) return fail(pfErrorInvalidArgument, "parallelism.micro_batch must be >= 1, got {}", p.micro_batch);
-  if (p.global_batch < 1) return fail(pfErrorInvalidArgument, "parallelism.global_batch must be >= 1, got {}", p.global_batch);
-  if (p.global_batch % (p.data * p.micro_batch) != 0)
+  PF_TRY(int_in("parallelism.data", p.data, 1, Lim::kMaxData));
+  PF_TRY(int_in("parallelism.micro_batch", p.micro_batch, 1, Lim::kMaxMicroBatch));
+  if (p.global_batch < 1)
+    return fail(pfErrorInvalidArgument, "parallelism.global_batch must be >= 1, got {}", p.global_batch);
+  long long replica = 0, gpus = 0, per_step = 0;
+  if (!checks::mul(p.tensor, p.pipeline, &replica) || !checks::mul(replica, p.data, &gpus) || gpus > Lim::kMaxGpus)
     return fail(pfErrorInvalidArgument,
-                "parallelism.global_batch ({}) must be a multiple of data ({}) x micro_batch ({})",
+                "parallelism.tensor ({}) x parallelism.pipeline ({}) x parallelism.data ({}) GPUs exceed {}", p.tensor,
+                p.pipeline, p.data, Lim::kMaxGpus);
+  checks::mul(p.data, p.micro_batch, &per_step);  // both <= 2^30: fits
+  if (p.global_batch % per_step != 0)
+    return fail(pfErrorInvalidArgument,
+                "parallelism.global_batch ({}) must be a multiple of parallelism.data ({}) x parallelism.micro_batch ({})",
                 p.global_batch, p.data, p.micro_batch);
-  if (spec.schedule == schedule::ScheduleKind::Interleaved1F1B) {
-    if (p.chunks < 2) return fail(pfErrorInvalidArgument, "parallelism.chunks must be >= 2 for interleaved, got {}", p.chunks);
-    if (m.layers % (p.pipeline * p.chunks) != 0)
+  const int chunks = chunks_of(spec);
+  if (!spec.custom_schedule && chunks != 1) PF_TRY(int_in("parallelism.chunks", chunks, 1, Lim::kMaxChunks));
+  if (!spec.custom_schedule && spec.schedule == schedule::ScheduleKind::Interleaved1F1B && chunks < 2)
+    return fail(pfErrorInvalidArgument, "parallelism.chunks must be >= 2 for interleaved, got {}", chunks);
+  if (chunks > 1) {
+    long long virtual_stages = 0;
+    if (!checks::mul(p.pipeline, chunks, &virtual_stages) || m.layers % virtual_stages != 0)
       return fail(pfErrorInvalidArgument,
-                  "interleaved needs model.layers ({}) to be a multiple of pipeline ({}) x chunks ({})",
-                  m.layers, p.pipeline, p.chunks);
+                  "{} needs model.layers ({}) to be a multiple of parallelism.pipeline ({}) x parallelism.chunks ({})",
+                  spec.custom_schedule ? "the schedule CSV" : schedule::schedule_kind_name(spec.schedule), m.layers,
+                  p.pipeline, chunks);
   }
-  if (!positive(g.peak_tflops)) return fail(pfErrorInvalidArgument, "gpu.peak_tflops must be > 0, got {}", g.peak_tflops);
-  if (!positive(g.achieved_fraction) || g.achieved_fraction > 1.0)
-    return fail(pfErrorInvalidArgument, "gpu.achieved_fraction must be in (0, 1], got {}", g.achieved_fraction);
-  if (!positive(g.memory_gib)) return fail(pfErrorInvalidArgument, "gpu.memory_gib must be > 0, got {}", g.memory_gib);
+  PF_TRY(int_in("parallelism.microbatch_group_size", p.microbatch_group_size, 0, Lim::kMaxMicroBatch));
+  PF_TRY(real_in("gpu.peak_tflops", g.peak_tflops, Lim::kMinRate, Lim::kMaxTflops));
+  PF_TRY(real_in("gpu.achieved_fraction", g.achieved_fraction, Lim::kMinRate, 1.0));
+  PF_TRY(real_in("gpu.memory_gib", g.memory_gib, 0, Lim::kMaxMemoryGib, true));
   if (!std::isfinite(g.memory_reserve_gib) || g.memory_reserve_gib < 0 || g.memory_reserve_gib >= g.memory_gib)
-    return fail(pfErrorInvalidArgument, "gpu.memory_reserve_gib must be in [0, memory_gib), got {}", g.memory_reserve_gib);
-  if (!positive(g.memory_bandwidth_gbps))
-    return fail(pfErrorInvalidArgument, "gpu.memory_bandwidth_gbps must be > 0, got {}", g.memory_bandwidth_gbps);
-  if (g.sm_count < 1) return fail(pfErrorInvalidArgument, "gpu.sm_count must be >= 1, got {}", g.sm_count);
-  if (n.gpus_per_node < 1) return fail(pfErrorInvalidArgument, "network.gpus_per_node must be >= 1, got {}", n.gpus_per_node);
-  if (!positive(n.intra_node_gbps)) return fail(pfErrorInvalidArgument, "network.intra_node_gbps must be > 0, got {}", n.intra_node_gbps);
-  if (!positive(n.inter_node_gbps)) return fail(pfErrorInvalidArgument, "network.inter_node_gbps must be > 0, got {}", n.inter_node_gbps);
-  if (!std::isfinite(n.intra_node_latency_us) || n.intra_node_latency_us < 0)
-    return fail(pfErrorInvalidArgument, "network.intra_node_latency_us must be >= 0, got {}", n.intra_node_latency_us);
-  if (!std::isfinite(n.inter_node_latency_us) || n.inter_node_latency_us < 0)
-    return fail(pfErrorInvalidArgument, "network.inter_node_latency_us must be >= 0, got {}", n.inter_node_latency_us);
-  if (spec.weight_grad_bytes < 1 || spec.weight_grad_bytes > 8)
-    return fail(pfErrorInvalidArgument, "weight_grad_bytes must be in [1, 8], got {}", spec.weight_grad_bytes);
+    return fail(pfErrorInvalidArgument, "gpu.memory_reserve_gib must be in [0, gpu.memory_gib), got {}",
+                g.memory_reserve_gib);
+  PF_TRY(real_in("gpu.memory_bandwidth_gbps", g.memory_bandwidth_gbps, Lim::kMinRate, Lim::kMaxGbps));
+  PF_TRY(int_in("gpu.sm_count", g.sm_count, 1, Lim::kMaxSmCount));
+  PF_TRY(int_in("network.gpus_per_node", n.gpus_per_node, 1, Lim::kMaxGpusPerNode));
+  PF_TRY(real_in("network.intra_node_gbps", n.intra_node_gbps, Lim::kMinRate, Lim::kMaxGbps));
+  PF_TRY(real_in("network.inter_node_gbps", n.inter_node_gbps, Lim::kMinRate, Lim::kMaxGbps));
+  PF_TRY(real_in("network.intra_node_latency_us", n.intra_node_latency_us, 0, Lim::kMaxLatencyUs));
+  PF_TRY(real_in("network.inter_node_latency_us", n.inter_node_latency_us, 0, Lim::kMaxLatencyUs));
+  PF_TRY(int_in("weight_grad_bytes", spec.weight_grad_bytes, 1, 8));
   return pfSuccess;
 }
 
@@ -118,8 +136,8 @@ pfResult_t derive_costs(const TrainingSpec& spec, DerivedCosts* out) {
   const int p = par.pipeline;
 
   DerivedCosts c;
-  c.gpus = par.tensor * par.pipeline * par.data;
-  c.microbatches = par.global_batch / (par.data * par.micro_batch);
+  c.gpus = static_cast<int>(static_cast<long long>(par.tensor) * par.pipeline * par.data);  // <= INT_MAX (validate)
+  c.microbatches = static_cast<int>(par.global_batch / (static_cast<long long>(par.data) * par.micro_batch));
   // GEMMs: QKV 6bsh^2, projection 2bsh^2, MLP 4bsh*f; attention scores+values 4bs^2h.
   // With f = 4h: 24 b s h^2 (1 + s / (6h)).
   c.layer_forward_flops = b * s * h * (8.0 * h + 4.0 * f) + 4.0 * b * s * s * h;
@@ -149,6 +167,19 @@ pfResult_t derive_costs(const TrainingSpec& spec, DerivedCosts* out) {
   // Layers: evenly, the remainder to the first stages (the last stage also holds the logits).
   c.layers_per_stage.assign(p, m.layers / p);
   for (int i = 0; i < m.layers % p; ++i) ++c.layers_per_stage[i];
+  // The embedding lives with virtual stage 0, the output layer with the last virtual stage:
+  // stage 0 and p-1 in the looped placement, both on stage 0 in the V (ZB-V, DualPipeV).
+  const int virtual_stages = p * chunks_of(spec);
+  int embed_stage = 0, logits_stage = p - 1;
+  if (spec.custom_schedule) {
+    embed_stage = spec.custom_schedule->stage_of_virtual.front();
+    logits_stage = spec.custom_schedule->stage_of_virtual.back();
+  } else {
+    const schedule::PlacementStyle style = schedule::placement_style(spec.schedule);
+    embed_stage = schedule::stage_of_virtual(style, p, 0);
+    logits_stage = schedule::stage_of_virtual(style, p, virtual_stages - 1);
+  }
+  c.logits_stage = logits_stage;
 
   // Network placement (Megatron rank order: TP fastest, then DP, then PP): pipeline neighbours
   // are TP*DP ranks apart, DP peers TP ranks apart.
@@ -175,10 +206,10 @@ pfResult_t derive_costs(const TrainingSpec& spec, DerivedCosts* out) {
     const int L = c.layers_per_stage[st];
     double params = L * params_per_layer;
     double flops = L * c.layer_forward_flops;
-    if (st == 0) params += embedding_params;  // embedding lookup: negligible FLOPs
-    if (st == p - 1) {
+    if (st == embed_stage) params += embedding_params;  // embedding lookup: negligible FLOPs
+    if (st == logits_stage) {
       flops += c.logits_forward_flops;
-      if (p > 1) params += V * h;  // untied output layer copy on the last stage
+      if (logits_stage != embed_stage) params += V * h;  // untied output layer copy on another stage
     }
     c.params_per_gpu[st] = params / t;
     c.forward_flops_per_gpu[st] = flops / t;
@@ -210,17 +241,34 @@ pfResult_t build_schedule_spec(const TrainingSpec& spec, schedule::ScheduleSpec*
   const double rate = c.achieved_flops_per_us;
 
   schedule::ScheduleSpec sp;
-  sp.kind = spec.schedule;
+  if (spec.custom_schedule) {
+    const schedule::CustomSchedule& cs = *spec.custom_schedule;
+    const std::string& src = spec.custom_schedule_source.empty() ? cs.source : spec.custom_schedule_source;
+    if (cs.stages != p)
+      return fail(pfErrorInvalidArgument, "schedule_csv '{}' has {} ranks but parallelism.pipeline is {}", src, cs.stages, p);
+    if (cs.microbatches != c.microbatches)
+      return fail(pfErrorInvalidArgument,
+                  "schedule_csv '{}' runs {} micro-batches but parallelism.global_batch ({}) / (parallelism.data ({}) x "
+                  "parallelism.micro_batch ({})) = {}", src, cs.microbatches, par.global_batch, par.data,
+                  par.micro_batch, c.microbatches);
+    sp.kind = schedule::ScheduleKind::Custom;
+    sp.custom = spec.custom_schedule;
+    sp.chunks = cs.chunks;
+  } else {
+    sp.kind = spec.schedule;
+    sp.chunks = chunks_of(spec);
+    if (spec.schedule == schedule::ScheduleKind::Interleaved1F1B || spec.schedule == schedule::ScheduleKind::InterleavedZB)
+      sp.microbatch_group_size = par.microbatch_group_size;
+  }
   sp.stages = p;
   sp.microbatches = c.microbatches;
-  sp.chunks = spec.schedule == schedule::ScheduleKind::Interleaved1F1B ? par.chunks : 1;
   sp.p2p_latency_us = p > 1 ? c.p2p_latency_us : 0.0;
   sp.p2p_bytes_per_us = c.p2p_bytes_per_us;
-  sp.p2p_message_bytes = static_cast<size_t>(c.p2p_message_bytes);
+  PF_TRY(checks::to_bytes(c.p2p_message_bytes, "the p2p message (parallelism.micro_batch x model.sequence x model.hidden x 2 / parallelism.tensor)", &sp.p2p_message_bytes));
   sp.allreduce_us = c.dp_allreduce_us;
   sp.optimizer_us = c.optimizer_us;
   const double usable = (spec.gpu.memory_gib - spec.gpu.memory_reserve_gib) * kGiB;
-  sp.device_memory_bytes = static_cast<size_t>(usable);
+  PF_TRY(checks::to_bytes(usable, "gpu.memory_gib - gpu.memory_reserve_gib", &sp.device_memory_bytes));
   sp.costs.resize(p);
   for (int st = 0; st < p; ++st) {
     schedule::StageCosts& sc = sp.costs[st];
@@ -231,14 +279,23 @@ pfResult_t build_schedule_spec(const TrainingSpec& spec, schedule::ScheduleSpec*
     sc.backward_us = 2.0 * fwd_compute + tp + recompute;
     // Weight gradients: one more pass over the GEMMs (same FLOPs as their forward).
     double wflops = c.layers_per_stage[st] * b * s * h * (8.0 * h + 4.0 * f);
-    if (st == p - 1) wflops += c.logits_forward_flops;
+    if (st == c.logits_stage) wflops += c.logits_forward_flops;
     sc.weight_us = wflops / par.tensor / rate;
-    sc.weight_bytes = static_cast<size_t>(c.params_per_gpu[st] * kBytesPerParamWeightsGrads);
+    const std::string where = fmt::format("stage {}'s ", st);
+    PF_TRY(checks::to_bytes(c.params_per_gpu[st] * kBytesPerParamWeightsGrads,
+                            where + "weights (model.layers, model.hidden, model.vocabulary / parallelism.pipeline, parallelism.tensor)",
+                            &sc.weight_bytes));
     const double opt_share = par.distributed_optimizer ? 1.0 / par.data : 1.0;
-    sc.optimizer_bytes = static_cast<size_t>(c.params_per_gpu[st] * kBytesPerParamOptimizer * opt_share);
+    PF_TRY(checks::to_bytes(c.params_per_gpu[st] * kBytesPerParamOptimizer * opt_share,
+                            where + "optimizer state (model.layers, model.hidden, model.vocabulary / parallelism.pipeline, parallelism.tensor)",
+                            &sc.optimizer_bytes));
     double act = c.layers_per_stage[st] * c.layer_activation_bytes;
-    if (st == p - 1) act += 4.0 * b * s * m.vocabulary / par.tensor;  // fp32 logits for the loss
-    sc.activation_bytes = static_cast<size_t>(act / sp.chunks);  // per chunk when interleaved
+    if (st == c.logits_stage) act += 4.0 * b * s * m.vocabulary / par.tensor;  // fp32 logits for the loss
+    PF_TRY(checks::to_bytes(act / sp.chunks,
+                            where + "activations per micro-batch (parallelism.micro_batch, model.sequence, model.hidden, model.heads, model.vocabulary / parallelism.tensor)",
+                            &sc.activation_bytes));
+    if (!std::isfinite(sc.forward_us) || !std::isfinite(sc.backward_us) || !std::isfinite(sc.weight_us))
+      return fail(pfErrorInvalidArgument, "stage {}'s op times are not finite (model sizes / gpu.peak_tflops x gpu.achieved_fraction)", st);
   }
   *out = std::move(sp);
   if (costs_out != nullptr) *costs_out = std::move(c);

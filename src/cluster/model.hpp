@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,10 @@ struct ParallelSpec {
   int data = 1;       // DP
   int micro_batch = 1;     // b (sequences per micro-batch)
   int global_batch = 8;    // sequences per iteration; m = global / (DP * b)
-  int chunks = 2;          // v for interleaved 1F1B (ignored by the other schedules)
+  int chunks = 2;          // v for the looped multi-chunk schedules (interleaved, interleaved-zb,
+                           // looped-bfs); ZB-V and DualPipeV run 2; the others 1
+  int microbatch_group_size = 0;  // interleaved kinds: Megatron's microbatch_group_size_per_vp_stage;
+                                  // 0: PyTorch's rounds rule (docs/simulator.md 1.1); ignored by the others
   bool sequence_parallel = true;
   Recompute recompute = Recompute::Selective;
   bool distributed_optimizer = false;  // ZeRO-1: optimizer state sharded over DP
@@ -62,6 +66,32 @@ struct TrainingSpec {
   NetworkSpec network;
   schedule::ScheduleKind schedule = schedule::ScheduleKind::OneFOneB;
   int weight_grad_bytes = 2;   // bytes per gradient element in the DP all-reduce (bf16)
+  // A user-supplied op order (PyTorch CSV, "schedule_csv" / --schedule-csv): replaces
+  // `schedule`; its ranks must equal parallelism.pipeline and its micro-batches m.
+  std::shared_ptr<const schedule::CustomSchedule> custom_schedule;
+  std::string custom_schedule_source;  // file name, for messages
+};
+
+// Value ranges every TrainingSpec field is checked against (docs/simulator.md section 5): wide
+// enough for any real job, narrow enough that no derived quantity overflows.
+struct TrainingLimits {
+  static constexpr long long kMaxLayers = 1 << 20;
+  static constexpr long long kMaxHidden = 1 << 20;
+  static constexpr long long kMaxSequence = 1 << 24;
+  static constexpr long long kMaxVocabulary = 1 << 26;
+  static constexpr long long kMaxFfnHidden = 1 << 22;
+  static constexpr long long kMaxTensor = 1 << 20;
+  static constexpr long long kMaxData = 1 << 30;
+  static constexpr long long kMaxMicroBatch = 1 << 30;
+  static constexpr long long kMaxChunks = 1 << 20;
+  static constexpr long long kMaxGpus = 2147483647;  // the GPU count is an int
+  static constexpr double kMaxTflops = 1e6;
+  static constexpr double kMinRate = 1e-3;           // TFLOP/s, fraction, GB/s lower ends
+  static constexpr double kMaxMemoryGib = 1 << 20;
+  static constexpr double kMaxGbps = 1e7;
+  static constexpr double kMaxLatencyUs = 1e7;
+  static constexpr long long kMaxSmCount = 1 << 20;
+  static constexpr long long kMaxGpusPerNode = 1 << 20;
 };
 
 // Everything derived from a TrainingSpec; per GPU (one TP rank of a stage) unless stated.
@@ -84,6 +114,7 @@ struct DerivedCosts {
   double optimizer_us = 0.0;                // max over stages
   double achieved_flops_per_us = 0.0;       // peak * fraction, in FLOP/µs
   double model_flops_per_iteration = 0.0;   // 3 x forward FLOPs of all micro-batches (no recompute), whole job
+  int logits_stage = 0;                     // the stage holding the output layer (last virtual stage)
 };
 
 // Validates the spec (every bad value named in the message) and derives the costs.

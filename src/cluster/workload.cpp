@@ -16,16 +16,20 @@ using nlohmann::json;
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-pfResult_t get_number(const json& obj, const std::string& where, const char* key, bool required,
-                      double* out) {
+// A number field in [lo, hi] (lo excluded when lo_open); `where` is the JSON path of the object.
+pfResult_t get_number(const json& obj, const std::string& where, const char* key, bool required, double* out,
+                      double lo, double hi, bool lo_open = false) {
   auto it = obj.find(key);
   if (it == obj.end()) {
-    if (required) return fail(pfErrorInvalidArgument, "{}: missing field '{}'", where, key);
+    if (required) return fail(pfErrorInvalidArgument, "{}.{}: missing field", where, key);
     return pfSuccess;
   }
   if (!it->is_number()) return fail(pfErrorInvalidArgument, "{}.{} must be a number, got {}", where, key, it->dump());
-  *out = it->get<double>();
-  if (!std::isfinite(*out)) return fail(pfErrorInvalidArgument, "{}.{} must be finite, got {}", where, key, it->dump());
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || v < lo || v > hi || (lo_open && v == lo))
+    return fail(pfErrorInvalidArgument, "{}.{} must be in {}{}, {}], got {}", where, key, lo_open ? "(" : "[", lo, hi,
+                it->dump());
+  *out = v;
   return pfSuccess;
 }
 
@@ -33,7 +37,7 @@ pfResult_t get_string(const json& obj, const std::string& where, const char* key
                       std::string* out) {
   auto it = obj.find(key);
   if (it == obj.end()) {
-    if (required) return fail(pfErrorInvalidArgument, "{}: missing field '{}'", where, key);
+    if (required) return fail(pfErrorInvalidArgument, "{}.{}: missing field", where, key);
     return pfSuccess;
   }
   if (!it->is_string()) return fail(pfErrorInvalidArgument, "{}.{} must be a string, got {}", where, key, it->dump());
@@ -62,43 +66,37 @@ pfResult_t parse_fill_job_types(const json& doc, std::vector<FillJobType>* out) 
   std::vector<FillJobType> types;
   for (size_t i = 0; i < doc["job_types"].size(); ++i) {
     const json& j = doc["job_types"][i];
-    std::string where = fmt::format("job_types[{}]", i);
-    if (!j.is_object()) return fail(pfErrorInvalidArgument, "{} must be an object", where);
+    const std::string where = fmt::format("job_types[{}]", i);
+    if (!j.is_object()) return fail(pfErrorInvalidArgument, "{} must be an object, got {}", where, j.dump());
     FillJobType t;
     PF_TRY(get_string(j, where, "name", true, &t.name));
-    where = fmt::format("job_types[{}] ('{}')", i, t.name);
     PF_TRY(get_string(j, where, "kind", true, &t.kind));
     if (t.kind != "inference" && t.kind != "training")
       return fail(pfErrorInvalidArgument, "{}.kind must be 'inference' or 'training', got '{}'", where, t.kind);
     PF_TRY(get_string(j, where, "work_unit", false, &t.work_unit));
     PF_TRY(get_string(j, where, "provenance", false, &t.provenance));
-    PF_TRY(get_number(j, where, "size_median", true, &t.size_median));
-    if (t.size_median <= 0) return fail(pfErrorInvalidArgument, "{}.size_median must be > 0, got {}", where, t.size_median);
-    PF_TRY(get_number(j, where, "size_sigma", false, &t.size_sigma));
-    if (t.size_sigma < 0) return fail(pfErrorInvalidArgument, "{}.size_sigma must be >= 0, got {}", where, t.size_sigma);
+    PF_TRY(get_number(j, where, "size_median", true, &t.size_median, 0, kMaxJobSize, true));
+    PF_TRY(get_number(j, where, "size_sigma", false, &t.size_sigma, 0, 10));
     double priority = 0;
-    PF_TRY(get_number(j, where, "priority", false, &priority));
+    PF_TRY(get_number(j, where, "priority", false, &priority, -1e9, 1e9));
     t.priority = static_cast<int>(priority);
     for (const auto& other : types)
-      if (other.name == t.name) return fail(pfErrorInvalidArgument, "{}: duplicate job type name '{}'", where, t.name);
+      if (other.name == t.name)
+        return fail(pfErrorInvalidArgument, "{}.name: duplicate job type name '{}'", where, t.name);
     if (!j.contains("configs") || !j["configs"].is_array() || j["configs"].empty())
-      return fail(pfErrorInvalidArgument, "{}: 'configs' must be a non-empty array", where);
+      return fail(pfErrorInvalidArgument, "{}.configs must be a non-empty array", where);
     for (size_t k = 0; k < j["configs"].size(); ++k) {
       const json& c = j["configs"][k];
       const std::string cw = fmt::format("{}.configs[{}]", where, k);
-      if (!c.is_object()) return fail(pfErrorInvalidArgument, "{} must be an object", cw);
+      if (!c.is_object()) return fail(pfErrorInvalidArgument, "{} must be an object, got {}", cw, c.dump());
       FillConfigSpec cs;
       PF_TRY(get_string(c, cw, "name", false, &cs.name));
-      PF_TRY(get_number(c, cw, "item_us", true, &cs.item_us));
-      if (cs.item_us <= 0) return fail(pfErrorInvalidArgument, "{}.item_us must be > 0, got {}", cw, cs.item_us);
-      PF_TRY(get_number(c, cw, "work_per_item", true, &cs.work_per_item));
-      if (cs.work_per_item <= 0)
-        return fail(pfErrorInvalidArgument, "{}.work_per_item must be > 0, got {}", cw, cs.work_per_item);
+      // Item costs from 1 ns: a bubble never holds more than 1e15 items per worker (the planner's cap).
+      PF_TRY(get_number(c, cw, "item_us", true, &cs.item_us, 1e-3, 1e12));
+      PF_TRY(get_number(c, cw, "work_per_item", true, &cs.work_per_item, 1e-6, 1e12));
       double resident_mib = 0, workspace_mib = 0;
-      PF_TRY(get_number(c, cw, "resident_mib", true, &resident_mib));
-      PF_TRY(get_number(c, cw, "workspace_mib", true, &workspace_mib));
-      if (resident_mib < 0) return fail(pfErrorInvalidArgument, "{}.resident_mib must be >= 0, got {}", cw, resident_mib);
-      if (workspace_mib < 0) return fail(pfErrorInvalidArgument, "{}.workspace_mib must be >= 0, got {}", cw, workspace_mib);
+      PF_TRY(get_number(c, cw, "resident_mib", true, &resident_mib, 0, 1e9));
+      PF_TRY(get_number(c, cw, "workspace_mib", true, &workspace_mib, 0, 1e9));
       cs.resident_bytes = static_cast<size_t>(resident_mib * kMiB);
       cs.workspace_bytes = static_cast<size_t>(workspace_mib * kMiB);
       t.configs.push_back(std::move(cs));
@@ -138,7 +136,7 @@ std::vector<JobConfigModel> planner_configs(const FillJobType& type, double fill
 }
 
 pfResult_t generate_jobs(const WorkloadSpec& spec, const std::vector<FillJobType>& types, int gpus,
-                         double horizon_us, std::vector<FillJob>* out) {
+                         double horizon_us, std::vector<FillJob>* out, uint64_t max_jobs) {
   if (out == nullptr) return fail(pfErrorInvalidArgument, "generate_jobs: out must not be null");
   if (types.empty()) return fail(pfErrorInvalidArgument, "generate_jobs: no job types");
   if (gpus < 1) return fail(pfErrorInvalidArgument, "generate_jobs: gpus must be >= 1, got {}", gpus);
@@ -179,17 +177,25 @@ pfResult_t generate_jobs(const WorkloadSpec& spec, const std::vector<FillJobType
     const FillJobType& t = types[j.type];
     double min_work = t.configs[0].work_per_item;
     for (const auto& c : t.configs) min_work = std::min(min_work, c.work_per_item);
-    j.size = std::max(min_work, std::round(t.size_median * std::exp(t.size_sigma * rng.normal())));
+    j.size = std::min(kMaxJobSize, std::max(min_work, std::round(t.size_median * std::exp(t.size_sigma * rng.normal()))));
     j.arrival_us = arrival;
     j.priority = t.priority;
     jobs.push_back(j);
   };
-  const auto initial = static_cast<long long>(std::llround(spec.initial_jobs_per_gpu * gpus));
-  for (long long i = 0; i < initial; ++i) make_job(0.0);
+  const double initial = std::round(spec.initial_jobs_per_gpu * gpus);
+  auto too_many = [&]() {
+    return fail(pfErrorInvalidArgument,
+                "the workload generates more than {} fill jobs (workload.initial_jobs_per_gpu {} and "
+                "workload.arrivals_per_gpu_hour {} on {} GPUs over {:.4g} us); raise --max-sim-jobs or lower them",
+                max_jobs, spec.initial_jobs_per_gpu, spec.arrivals_per_gpu_hour, gpus, horizon_us);
+  };
+  if (initial > static_cast<double>(max_jobs)) return too_many();
+  for (long long i = 0; i < static_cast<long long>(initial); ++i) make_job(0.0);
   const double rate_per_us = spec.arrivals_per_gpu_hour * gpus / 3.6e9;
   if (rate_per_us > 0) {
     double t = rng.exponential(rate_per_us);
     while (t < horizon_us) {
+      if (jobs.size() >= max_jobs) return too_many();
       make_job(t);
       t += rng.exponential(rate_per_us);
     }

@@ -60,9 +60,12 @@ struct FillJob {
 };
 
 // Deterministic in (spec, types, gpus, horizon_us): jobs sorted by arrival time (initial jobs at
-// 0 first). Sizes: log-normal with the type's median and sigma, at least one item of work.
+// 0 first). Sizes: log-normal with the type's median and sigma, at least one item of work and
+// at most kMaxJobSize work units. Fails (naming the workload fields) rather than generate more
+// than max_jobs jobs.
+constexpr double kMaxJobSize = 1e15;
 pfResult_t generate_jobs(const WorkloadSpec& spec, const std::vector<FillJobType>& types, int gpus,
-                         double horizon_us, std::vector<FillJob>* out);
+                         double horizon_us, std::vector<FillJob>* out, uint64_t max_jobs = UINT64_MAX);
 
 // Small deterministic generator (splitmix64) so results do not depend on the standard
 // library's distribution implementations.

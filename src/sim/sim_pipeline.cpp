@@ -172,13 +172,14 @@ pfResult_t Pipeline::enqueue_iteration() {
     const int s = step.stage;
     void* stream = streams_[static_cast<size_t>(s)];
     const schedule::Op& op = timeline_.stages[static_cast<size_t>(s)].ops[step.op];
-    const int vs = op.chunk * p + s;
+    const int vs = op.virtual_stage;  // placement-aware (looped c*p+s, or the V of ZB-V / DualPipeV)
+    const auto& stage_of = timeline_.stage_of_virtual;
     pfSimEvent_t dependency = nullptr;
     double latency = 0.0;
     int hold = 0;
     if (op.type == schedule::OpType::Forward && vs > 0) {
       dependency = forward_done_[static_cast<size_t>(vs - 1)][static_cast<size_t>(op.microbatch)];
-      if ((vs - 1) % p != s) {
+      if (stage_of[static_cast<size_t>(vs - 1)] != s) {
         latency = link_us_;
         hold = options_.comm_sms;
       }
@@ -186,7 +187,7 @@ pfResult_t Pipeline::enqueue_iteration() {
                 op.type == schedule::OpType::BackwardInput) &&
                vs < virtual_stages_ - 1) {
       dependency = backward_done_[static_cast<size_t>(vs + 1)][static_cast<size_t>(op.microbatch)];
-      if ((vs + 1) % p != s) {
+      if (stage_of[static_cast<size_t>(vs + 1)] != s) {
         latency = link_us_;
         hold = options_.comm_sms;
       }

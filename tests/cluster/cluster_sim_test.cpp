@@ -237,13 +237,18 @@ TEST(ClusterSim, InvalidInputsNameTheValue) {
   EXPECT_NE(last_error_message().find("fill.efficiency must be in (0, 1], got 0"), std::string::npos);
   spec = exact_spec(10.0);
   spec.training.schedule = schedule::ScheduleKind::Interleaved1F1B;
-  spec.training.parallel.global_batch = 12;  // m = 6, not a multiple of 4 stages
+  spec.training.parallel.global_batch = 12;  // m = 6, p = 4: PyTorch's rounds rule runs it
+  EXPECT_EQ(run_cluster_sim(spec, &r), pfSuccess) << last_error_message();
+  spec.training.parallel.global_batch = 18;  // m = 9: rounds = 2 does not divide 9
   EXPECT_EQ(run_cluster_sim(spec, &r), pfErrorInvalidArgument);
-  EXPECT_NE(last_error_message().find("microbatches (6) to be a multiple of stages (4)"), std::string::npos)
+  EXPECT_NE(last_error_message().find("microbatches (9) to be a multiple of the rounds"), std::string::npos)
       << last_error_message();
   TrainingSpec t = small_training();
-  EXPECT_EQ(set_gpu_count(&t, 100), pfErrorInvalidArgument);
-  EXPECT_NE(last_error_message().find("GPU count 100 is not a multiple of tensor (2) x pipeline (4)"), std::string::npos);
+  EXPECT_EQ(set_gpu_count(&t, 100, "--gpus"), pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("--gpus (100) must be a positive multiple of parallelism.tensor (2) x "
+                                      "parallelism.pipeline (4)"),
+            std::string::npos)
+      << last_error_message();
   ASSERT_EQ(set_gpu_count(&t, 64), pfSuccess);
   EXPECT_EQ(t.parallel.data, 8);
 }

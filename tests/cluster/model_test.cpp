@@ -127,18 +127,18 @@ TEST(Model, InvalidSpecsNameTheValue) {
     const char* needle;
   };
   const Case cases[] = {
-      {[](TrainingSpec& t) { t.parallel.global_batch = 10; }, "global_batch (10) must be a multiple of data (2) x micro_batch (2)"},
+      {[](TrainingSpec& t) { t.parallel.global_batch = 10; }, "parallelism.global_batch (10) must be a multiple of parallelism.data (2) x parallelism.micro_batch (2)"},
       {[](TrainingSpec& t) { t.parallel.tensor = 3; }, "parallelism.tensor (3) must divide model.heads (4)"},
-      {[](TrainingSpec& t) { t.model.layers = 0; }, "model.layers must be >= 1, got 0"},
+      {[](TrainingSpec& t) { t.model.layers = 0; }, "model.layers must be in [1, 1048576], got 0"},
       {[](TrainingSpec& t) { t.parallel.pipeline = 5; }, "parallelism.pipeline (5) exceeds model.layers (4)"},
-      {[](TrainingSpec& t) { t.gpu.achieved_fraction = 1.5; }, "gpu.achieved_fraction must be in (0, 1], got 1.5"},
-      {[](TrainingSpec& t) { t.gpu.memory_reserve_gib = 2; }, "gpu.memory_reserve_gib must be in [0, memory_gib), got 2"},
-      {[](TrainingSpec& t) { t.network.inter_node_gbps = -1; }, "network.inter_node_gbps must be > 0, got -1"},
+      {[](TrainingSpec& t) { t.gpu.achieved_fraction = 1.5; }, "gpu.achieved_fraction must be in [0.001, 1], got 1.5"},
+      {[](TrainingSpec& t) { t.gpu.memory_reserve_gib = 2; }, "gpu.memory_reserve_gib must be in [0, gpu.memory_gib), got 2"},
+      {[](TrainingSpec& t) { t.network.inter_node_gbps = -1; }, "network.inter_node_gbps must be in [0.001, 10000000], got -1"},
       {[](TrainingSpec& t) {
          t.schedule = schedule::ScheduleKind::Interleaved1F1B;
          t.parallel.chunks = 3;
        },
-       "model.layers (4) to be a multiple of pipeline (2) x chunks (3)"},
+       "interleaved needs model.layers (4) to be a multiple of parallelism.pipeline (2) x parallelism.chunks (3)"},
   };
   for (const auto& c : cases) {
     TrainingSpec t = tiny();

@@ -6,8 +6,11 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 
+#include "../../examples/pipeline_engine/engine.hpp"
 #include "../../examples/pipeline_engine/instructions.hpp"
+#include "schedule/pytorch_csv.hpp"
 
 using namespace engine;
 namespace sched = pipefill::schedule;
@@ -35,13 +38,16 @@ void check_programs(const PipelineSpec& spec) {
   std::string error;
   ASSERT_TRUE(build_programs(spec, &programs, &error)) << error;
   ASSERT_EQ(programs.stages.size(), static_cast<size_t>(spec.stages));
-  const int p = spec.stages, v = spec.chunks, m = spec.microbatches;
+  const int p = spec.stages, v = effective_chunks(spec), m = spec.microbatches;
+  const std::vector<int>& stage_of = programs.timeline.stage_of_virtual;
+  ASSERT_EQ(stage_of.size(), static_cast<size_t>(p * v));
   // message key -> (sender stage, receiver stage) seen
   std::map<uint64_t, int> sends, recvs;
   for (int s = 0; s < p; ++s) {
     const auto& prog = programs.stages[s];
     EXPECT_EQ(count(prog, InstrType::Forward), m * v) << "stage " << s;
-    EXPECT_EQ(count(prog, InstrType::Backward), m * v) << "stage " << s;
+    EXPECT_EQ(count(prog, InstrType::Backward) + count(prog, InstrType::BackwardInput), m * v) << "stage " << s;
+    EXPECT_EQ(count(prog, InstrType::BackwardWeight), count(prog, InstrType::BackwardInput)) << "stage " << s;
     EXPECT_EQ(count(prog, InstrType::LoadMicrobatch), s == 0 ? m : 0) << "stage " << s;
     EXPECT_EQ(count(prog, InstrType::ReduceGradients), 1);
     EXPECT_EQ(prog.back().type, InstrType::OptimizerStep);
@@ -56,7 +62,8 @@ void check_programs(const PipelineSpec& spec) {
                                            in.virtual_stage);
           EXPECT_EQ(sends.count(key), 0u) << "duplicate send " << to_string(in);
           sends[key] = in.peer;
-          EXPECT_EQ(in.virtual_stage % p, in.peer);
+          EXPECT_EQ(stage_of[in.virtual_stage], in.peer);
+          EXPECT_NE(in.peer, s);
           break;
         }
         case InstrType::RecvActivation:
@@ -65,7 +72,10 @@ void check_programs(const PipelineSpec& spec) {
                                            in.virtual_stage);
           EXPECT_EQ(recvs.count(key), 0u) << "duplicate recv " << to_string(in);
           recvs[key] = s;
-          EXPECT_EQ(in.virtual_stage % p, s);  // the receiver's virtual stage is on this stage
+          EXPECT_EQ(stage_of[in.virtual_stage], s);  // the receiver's virtual stage is on this stage
+          // The producer: virtual stage - 1 for an activation, + 1 for a gradient.
+          const int producer = in.virtual_stage + (in.type == InstrType::RecvGradient ? 1 : -1);
+          EXPECT_EQ(stage_of[producer], in.peer);
           ASSERT_LT(i + 1, prog.size());
           // A receive is always followed by its wait (possibly wrapped as a bubble).
           EXPECT_TRUE(prog[i + 1].type == InstrType::WaitComm ||
@@ -103,8 +113,33 @@ void check_programs(const PipelineSpec& spec) {
     ASSERT_TRUE(recvs.count(key)) << "send without receive, key " << key;
     EXPECT_EQ(recvs[key], receiver);
   }
-  // Each micro-batch crosses every stage boundary once per direction.
-  EXPECT_EQ(sends.size(), static_cast<size_t>(2 * m * (p * v - 1)));
+  // Each micro-batch crosses every boundary between virtual stages on different physical stages
+  // once per direction (in the V, the turn p-1 -> p stays on stage p-1).
+  int crossing = 0;
+  for (int vs = 0; vs + 1 < p * v; ++vs) crossing += stage_of[vs] != stage_of[vs + 1];
+  EXPECT_EQ(sends.size(), static_cast<size_t>(2 * m * crossing));
+  // Every message is sent before it is received in some global order: the instruction lists
+  // do not deadlock (the engine's single-thread driver, replayed here).
+  std::vector<size_t> pc(static_cast<size_t>(p), 0);
+  std::set<uint64_t> sent;
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int s = 0; s < p; ++s) {
+      const auto& prog = programs.stages[s];
+      while (pc[s] < prog.size()) {
+        const Instruction& in = prog[pc[s]];
+        if ((in.type == InstrType::RecvActivation || in.type == InstrType::RecvGradient) &&
+            !sent.count(message_key(in.type == InstrType::RecvGradient, in.microbatch, in.virtual_stage)))
+          break;
+        if (in.type == InstrType::SendActivation || in.type == InstrType::SendGradient)
+          sent.insert(message_key(in.type == InstrType::SendGradient, in.microbatch, in.virtual_stage));
+        ++pc[s];
+        progress = true;
+      }
+    }
+  }
+  for (int s = 0; s < p; ++s) EXPECT_EQ(pc[s], programs.stages[s].size()) << "stage " << s << " deadlocks";
 }
 
 }  // namespace
@@ -116,6 +151,92 @@ TEST(EngineInstructions, InterleavedThreeChunksWithAllReduce) {
   PipelineSpec s = spec_for(sched::ScheduleKind::Interleaved1F1B, 2, 4, 3);
   s.model.allreduce_us = 500.0;
   check_programs(s);
+}
+
+TEST(EngineInstructions, EveryScheduleKind) {
+  check_programs(spec_for(sched::ScheduleKind::ZBH1, 4, 8, 1));
+  check_programs(spec_for(sched::ScheduleKind::Interleaved1F1B, 4, 10, 2));  // m % p != 0 (rounds)
+  check_programs(spec_for(sched::ScheduleKind::Interleaved1F1B, 4, 4, 2));   // m == p
+  PipelineSpec grouped = spec_for(sched::ScheduleKind::Interleaved1F1B, 2, 5, 2);
+  grouped.microbatch_group_size = 3;  // Megatron's documented PP2 N3 M5 example
+  check_programs(grouped);
+  check_programs(spec_for(sched::ScheduleKind::InterleavedZB, 4, 8, 2));
+  check_programs(spec_for(sched::ScheduleKind::LoopedBFS, 3, 6, 2));
+  check_programs(spec_for(sched::ScheduleKind::ZBV, 4, 8, 2));
+  check_programs(spec_for(sched::ScheduleKind::ZBV, 3, 2, 2));  // m < 2p - 1: PyTorch drops the extra
+  check_programs(spec_for(sched::ScheduleKind::DualPipeV, 4, 10, 2));
+  PipelineSpec s = spec_for(sched::ScheduleKind::ZBV, 4, 8, 1);  // --chunks ignored: the V has 2
+  s.model.layers_per_stage = 2;
+  check_programs(s);
+}
+
+TEST(EngineInstructions, PyTorchCsvScheduleBuildsTheSameProgramsAsTheGenerator) {
+  auto custom = std::make_shared<sched::CustomSchedule>();
+  std::string error;
+  ASSERT_TRUE(sched::load_pytorch_csv(std::string(PIPEFILL_SOURCE_DIR) + "/tests/schedule/data/dualpipev_4rank_10mb.csv",
+                                      custom.get(), &error))
+      << error;
+  PipelineSpec from_csv = spec_for(sched::ScheduleKind::Custom, 4, 10, 2);
+  from_csv.custom = custom;
+  check_programs(from_csv);
+  Programs a, b;
+  ASSERT_TRUE(build_programs(from_csv, &a, &error)) << error;
+  ASSERT_TRUE(build_programs(spec_for(sched::ScheduleKind::DualPipeV, 4, 10, 2), &b, &error)) << error;
+  ASSERT_EQ(a.stages.size(), b.stages.size());
+  for (size_t s = 0; s < a.stages.size(); ++s) {
+    ASSERT_EQ(a.stages[s].size(), b.stages[s].size()) << s;
+    for (size_t i = 0; i < a.stages[s].size(); ++i) EXPECT_EQ(to_string(a.stages[s][i]), to_string(b.stages[s][i]));
+  }
+}
+
+TEST(EngineInstructions, ZeroBubbleKindsSplitTheBackwardAndSendAfterTheInputPart) {
+  // The gradient goes to the previous stage right after the B-input part; W sends nothing.
+  Programs programs;
+  std::string error;
+  ASSERT_TRUE(build_programs(spec_for(sched::ScheduleKind::ZBH1, 3, 6, 1), &programs, &error)) << error;
+  const auto& mid = programs.stages[1];
+  int inputs = 0;
+  for (size_t i = 0; i < mid.size(); ++i) {
+    if (mid[i].type == InstrType::BackwardInput) {
+      ++inputs;
+      ASSERT_LT(i + 1, mid.size());
+      EXPECT_EQ(mid[i + 1].type, InstrType::SendGradient);
+      EXPECT_EQ(mid[i + 1].peer, 0);
+    }
+    if (mid[i].type == InstrType::BackwardWeight && i + 1 < mid.size())
+      EXPECT_NE(mid[i + 1].type, InstrType::SendGradient);
+  }
+  EXPECT_EQ(inputs, 6);
+  const StageCosts c = derive_costs(spec_for(sched::ScheduleKind::ZBH1, 3, 6, 1));
+  EXPECT_DOUBLE_EQ(c.backward_input_layer_us + c.backward_weight_layer_us, c.backward_layer_us);
+  EXPECT_DOUBLE_EQ(c.backward_input_layer_us, c.forward_layer_us);
+}
+
+TEST(EngineRun, EveryNewScheduleFillsItsBubblesOnTheSimTransport) {
+  for (auto [kind, p, m, v] : std::vector<std::tuple<sched::ScheduleKind, int, int, int>>{
+           {sched::ScheduleKind::ZBH1, 4, 8, 1}, {sched::ScheduleKind::Interleaved1F1B, 4, 6, 2},
+           {sched::ScheduleKind::InterleavedZB, 4, 8, 2}, {sched::ScheduleKind::LoopedBFS, 4, 8, 2},
+           {sched::ScheduleKind::ZBV, 4, 8, 2}, {sched::ScheduleKind::DualPipeV, 4, 8, 2}}) {
+    SCOPED_TRACE(sched::schedule_kind_name(kind));
+    EngineOptions o;
+    o.transport = "auto";  // the zero-bubble and V kinds resolve to sim; no GPU here anyway
+    o.iterations = 4;
+    o.pipeline = spec_for(kind, p, m, v);
+    o.keep_every = 0;
+    o.fill = "mlp";
+    RunResult none, filled;
+    Status st = run_engine(o, FillMode::None, &none);
+    ASSERT_TRUE(st.ok()) << st.message;
+    EXPECT_EQ(none.transport, "sim");
+    st = run_engine(o, FillMode::PipeFill, &filled);
+    ASSERT_TRUE(st.ok()) << st.message;
+    ASSERT_EQ(filled.iterations.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_GT(none.iterations[i].bubble_us, 0.0);
+      EXPECT_LE(filled.iterations[i].time_us, none.iterations[i].time_us * 1.005) << i;
+      if (i >= 2) EXPECT_GT(filled.iterations[i].items, 0u) << i;
+    }
+  }
 }
 
 TEST(EngineInstructions, LastStageWaitsForEveryForwardAndStageZeroForEveryGradient) {
@@ -173,9 +294,9 @@ TEST(EngineInstructions, CostsFollowFlopCounting) {
 TEST(EngineInstructions, RejectsBadSpecsNamingTheValue) {
   Programs programs;
   std::string error;
-  PipelineSpec s = spec_for(sched::ScheduleKind::Interleaved1F1B, 4, 6, 2);
+  PipelineSpec s = spec_for(sched::ScheduleKind::Interleaved1F1B, 4, 9, 2);
   EXPECT_FALSE(build_programs(s, &programs, &error));
-  EXPECT_NE(error.find("multiple"), std::string::npos) << error;
+  EXPECT_NE(error.find("multiple of the rounds"), std::string::npos) << error;
   s = spec_for(sched::ScheduleKind::Interleaved1F1B, 4, 8, 2);
   s.model.layers_per_stage = 3;
   EXPECT_FALSE(build_programs(s, &programs, &error));
@@ -187,7 +308,12 @@ TEST(EngineInstructions, RejectsBadSpecsNamingTheValue) {
   s = spec_for(sched::ScheduleKind::OneFOneB, 0, 8, 1);
   EXPECT_FALSE(build_programs(s, &programs, &error));
   EXPECT_NE(error.find("--stages must be >= 1, got 0"), std::string::npos) << error;
-  s = spec_for(sched::ScheduleKind::ZBH1, 4, 8, 1);
+  s = spec_for(sched::ScheduleKind::ZBV, 4, 8, 2);
+  s.model.layers_per_stage = 3;
   EXPECT_FALSE(build_programs(s, &programs, &error));
-  EXPECT_NE(error.find("zbh1"), std::string::npos) << error;
+  EXPECT_NE(error.find("--layers-per-stage 3 must be a multiple of the 2 chunks per stage zbv runs"), std::string::npos)
+      << error;
+  s = spec_for(sched::ScheduleKind::Custom, 4, 8, 2);
+  EXPECT_FALSE(build_programs(s, &programs, &error));
+  EXPECT_NE(error.find("--schedule-csv"), std::string::npos) << error;
 }

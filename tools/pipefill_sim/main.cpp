@@ -2,11 +2,15 @@
 // would filling it with other jobs give? See docs/simulator.md.
 //
 //   pipefill-sim --config configs/llm40b_scale.json [--sweep-gpus 1024,2048] [--schedule 1f1b]
-//                [--csv out.csv] [--json out.json] [--svg-utilisation u.svg] [--svg-timeline t.svg]
-//                [--trace trace.json] [--iterations N] [--seed S] [--quiet]
+//                [--schedule-csv pytorch.csv] [--csv out.csv] [--json out.json]
+//                [--svg-utilisation u.svg] [--svg-timeline t.svg] [--trace trace.json]
+//                [--iterations N] [--seed S] [--max-sim-events N] [--quiet]
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <exception>
+#include <new>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -18,6 +22,7 @@
 #include "cluster/cluster_sim.hpp"
 #include "cluster/config_io.hpp"
 #include "cluster/report.hpp"
+#include "cluster/run_plan.hpp"
 #include "common/error.hpp"
 #include "core/scheduler.hpp"
 
@@ -52,32 +57,42 @@ class ProgressBar {
   int last_ = -1;
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   CLI::App app{"pipefill-sim: pipeline-bubble and fill simulation of a training cluster"};
   std::string config_path, csv_path, json_path, svg_util_path, svg_timeline_path, trace_path;
-  std::string sweep_gpus_text, schedule_text, policy_text;
-  std::optional<int> gpus, iterations, tensor, pipeline, global_batch, micro_batch, chunks, record_iteration;
-  std::optional<uint64_t> seed;
-  std::optional<double> jitter, efficiency;
-  bool quiet = false, no_fill = false;
+  RunOverrides o;
+  std::optional<uint64_t> max_schedule_ops, max_sim_events, max_sim_jobs;
+  std::optional<double> max_sim_memory_gib;
+  bool quiet = false;
   app.add_option("--config", config_path, "JSON config (see configs/)")->required();
-  app.add_option("--gpus", gpus, "GPU count (overrides the config; disables its sweep)");
-  app.add_option("--sweep-gpus", sweep_gpus_text, "comma-separated GPU counts, e.g. 1024,2048,4096,8192");
-  app.add_option("--schedule", schedule_text, "gpipe | 1f1b | interleaved | zbh1 (overrides the config and its sweep)");
-  app.add_option("--iterations", iterations, "training iterations to simulate");
-  app.add_option("--seed", seed, "workload seed");
-  app.add_option("--tp", tensor, "tensor-parallel size");
-  app.add_option("--pp", pipeline, "pipeline-parallel size (stages)");
-  app.add_option("--global-batch", global_batch, "global batch in sequences");
-  app.add_option("--micro-batch", micro_batch, "micro-batch in sequences");
-  app.add_option("--chunks", chunks, "model chunks per stage for interleaved 1F1B");
-  app.add_option("--policy", policy_text, "fill-job policy: fifo | priority | srpt | fair");
-  app.add_option("--jitter", jitter, "bubble duration jitter (fraction, uniform +-)");
-  app.add_option("--efficiency", efficiency, "fill throughput in a bubble vs a dedicated GPU (0, 1]");
-  app.add_option("--record-iteration", record_iteration, "iteration recorded for --svg-timeline/--trace (default: last)");
-  app.add_flag("--no-fill", no_fill, "schedule only: no fill jobs");
+  app.add_option("--gpus", o.gpus, "GPU count (overrides the config; disables its sweep)");
+  app.add_option("--sweep-gpus", o.sweep_gpus, "comma-separated GPU counts, e.g. 1024,2048,4096,8192");
+  app.add_option("--schedule", o.schedule,
+                 std::string(schedule::schedule_kind_choices()) + " (overrides the config and its sweep)");
+  app.add_option("--schedule-csv", o.schedule_csv,
+                 "PyTorch CSV schedule (_dump_csv format: one row of actions per rank) to simulate instead");
+  app.add_option("--iterations", o.iterations, "training iterations to simulate");
+  app.add_option("--seed", o.seed, "workload seed");
+  app.add_option("--tp", o.tensor, "tensor-parallel size");
+  app.add_option("--pp", o.pipeline, "pipeline-parallel size (stages)");
+  app.add_option("--global-batch", o.global_batch, "global batch in sequences");
+  app.add_option("--micro-batch", o.micro_batch, "micro-batch in sequences");
+  app.add_option("--chunks", o.chunks, "model chunks per stage for the looped multi-chunk schedules");
+  app.add_option("--microbatch-group-size", o.microbatch_group_size,
+                 "interleaved schedules: Megatron's microbatch_group_size_per_vp_stage (0: PyTorch's rounds)");
+  app.add_option("--policy", o.policy, "fill-job policy: fifo | priority | srpt | fair");
+  app.add_option("--jitter", o.jitter, "bubble duration jitter (fraction, uniform +-)");
+  app.add_option("--efficiency", o.efficiency, "fill throughput in a bubble vs a dedicated GPU (0, 1]");
+  app.add_option("--record-iteration", o.record_iteration, "iteration recorded for --svg-timeline/--trace (default: last)");
+  app.add_flag("--no-fill", o.no_fill, "schedule only: no fill jobs");
+  app.add_option("--max-schedule-ops", max_schedule_ops,
+                 fmt::format("refuse schedules with more compute ops per iteration (default {})", o.bounds.max_schedule_ops));
+  app.add_option("--max-sim-events", max_sim_events,
+                 fmt::format("refuse runs with more GPU x iteration x bubble visits (default {})", o.bounds.max_fill_events));
+  app.add_option("--max-sim-jobs", max_sim_jobs,
+                 fmt::format("refuse workloads generating more fill jobs (default {})", o.bounds.max_jobs));
+  app.add_option("--max-sim-memory-gib", max_sim_memory_gib,
+                 fmt::format("refuse runs estimated to need more memory (default {} GiB)", o.bounds.max_memory_bytes >> 30));
   app.add_option("--csv", csv_path, "write one CSV row per run");
   app.add_option("--json", json_path, "write the full results as JSON");
   app.add_option("--svg-utilisation", svg_util_path, "write an SVG plot of bubble share and utilisation gain vs GPUs");
@@ -85,75 +100,42 @@ int main(int argc, char** argv) {
   app.add_option("--trace", trace_path, "write a Chrome trace of one iteration (last run)");
   app.add_flag("--quiet", quiet, "no summary table, no progress bar");
   CLI11_PARSE(app, argc, argv);
+  if (max_schedule_ops) o.bounds.max_schedule_ops = *max_schedule_ops;
+  if (max_sim_events) o.bounds.max_fill_events = *max_sim_events;
+  if (max_sim_jobs) o.bounds.max_jobs = *max_sim_jobs;
+  if (max_sim_memory_gib) {
+    if (!std::isfinite(*max_sim_memory_gib) || *max_sim_memory_gib <= 0 || *max_sim_memory_gib > 1e9)
+      return error_exit(fmt::format("--max-sim-memory-gib must be in (0, 1e9], got {}", *max_sim_memory_gib));
+    o.bounds.max_memory_bytes = static_cast<uint64_t>(*max_sim_memory_gib * 1073741824.0);
+  }
 
   SimConfig cfg;
   if (load_sim_config(config_path, &cfg) != pfSuccess) return error_exit(last_error_message());
-  ClusterSimSpec& sim = cfg.sim;
-  auto& par = sim.training.parallel;
-  if (tensor) par.tensor = *tensor;
-  if (pipeline) par.pipeline = *pipeline;
-  if (global_batch) par.global_batch = *global_batch;
-  if (micro_batch) par.micro_batch = *micro_batch;
-  if (chunks) par.chunks = *chunks;
-  if (iterations) {
-    if (*iterations < 1) return error_exit(fmt::format("--iterations must be >= 1, got {}", *iterations));
-    sim.iterations = *iterations;
-  }
-  if (record_iteration) sim.record_iteration = *record_iteration;
-  if (seed) sim.workload.seed = *seed;
-  if (jitter) sim.fill.jitter = *jitter;
-  if (efficiency) sim.fill.efficiency = *efficiency;
-  if (no_fill) sim.fill.enabled = false;
-  if (!policy_text.empty() && !parse_policy(policy_text.c_str(), &sim.fill.policy))
-    return error_exit(fmt::format("--policy must be fifo, priority, srpt or fair, got '{}'", policy_text));
-
-  std::vector<schedule::ScheduleKind> schedules;
-  if (!schedule_text.empty()) {
-    schedule::ScheduleKind k;
-    if (!schedule::parse_schedule_kind(schedule_text, &k))
-      return error_exit(fmt::format("--schedule must be gpipe, 1f1b, interleaved or zbh1, got '{}'", schedule_text));
-    schedules.push_back(k);
-  } else if (!cfg.sweep_schedules.empty()) {
-    schedules = cfg.sweep_schedules;
-  } else {
-    schedules.push_back(sim.training.schedule);
-  }
-  std::vector<int> gpu_counts;
-  if (gpus) {
-    gpu_counts.push_back(*gpus);
-  } else if (!sweep_gpus_text.empty()) {
-    if (parse_int_list(sweep_gpus_text, "--sweep-gpus", &gpu_counts) != pfSuccess) return error_exit(last_error_message());
-  } else if (!cfg.sweep_gpus.empty()) {
-    gpu_counts = cfg.sweep_gpus;
-  } else {
-    gpu_counts.push_back(par.tensor * par.pipeline * par.data);
-  }
-  const bool single = gpu_counts.size() == 1 && schedules.size() == 1;
+  std::vector<PlannedRun> plan;
+  if (plan_runs(cfg, o, &plan) != pfSuccess) return error_exit(last_error_message());
+  const bool single = plan.size() == 1;
+  const int iterations = plan.empty() ? 0 : plan.front().spec.iterations;
 
   const bool show_progress = !quiet && isatty(STDERR_FILENO);
-  ProgressBar bar(show_progress, static_cast<long long>(gpu_counts.size() * schedules.size()) * sim.iterations);
+  ProgressBar bar(show_progress, static_cast<long long>(plan.size()) * iterations);
   long long done_before = 0;
   std::vector<RunRecord> runs;
   const auto started = std::chrono::steady_clock::now();
-  for (int g : gpu_counts) {
-    for (schedule::ScheduleKind kind : schedules) {
-      RunRecord rec;
-      rec.gpus = g;
-      rec.schedule = schedule::schedule_kind_name(kind);
-      ClusterSimSpec run = sim;
-      run.training.schedule = kind;
-      pfResult_t rc = set_gpu_count(&run.training, g);
-      if (rc == pfSuccess)
-        rc = run_cluster_sim(run, &rec.result, [&](int it, int) { bar.update(done_before + it); });
-      rec.ok = rc == pfSuccess;
-      if (!rec.ok) {
-        rec.error = last_error_message();
-        if (single) return error_exit(rec.error);
-      }
-      done_before += sim.iterations;
-      bar.update(done_before);
-      runs.push_back(std::move(rec));
+  for (PlannedRun& planned : plan) {
+    RunRecord rec;
+    rec.gpus = planned.gpus;
+    rec.schedule = planned.schedule;
+    pfResult_t rc = planned.error.empty() ? pfSuccess : pfErrorInvalidArgument;
+    if (rc == pfSuccess)
+      rc = run_cluster_sim(planned.spec, &rec.result, [&](int it, int) { bar.update(done_before + it); });
+    rec.ok = rc == pfSuccess;
+    if (!rec.ok) {
+      rec.error = planned.error.empty() ? last_error_message() : planned.error;
+      if (single) return error_exit(rec.error);
     }
+    done_before += iterations;
+    bar.update(done_before);
+    runs.push_back(std::move(rec));
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 
@@ -171,7 +153,7 @@ int main(int argc, char** argv) {
                   r.iterations, r.note.c_str(), seconds);
     }
   }
-  const auto& types = sim.job_types;
+  const auto& types = cfg.sim.job_types;
   if (!csv_path.empty() && write_text_file(csv_path, csv_report(runs)) != pfSuccess) return error_exit(last_error_message());
   if (!json_path.empty() && write_text_file(json_path, json_report(runs, types).dump(2) + "\n") != pfSuccess)
     return error_exit(last_error_message());
@@ -186,4 +168,21 @@ int main(int argc, char** argv) {
     return error_exit(last_error_message());
   if (last_ok == nullptr) return error_exit("no run succeeded");
   return 0;
+}
+
+}  // namespace
+
+// Nothing the simulator does may end the process with an uncaught exception: every one is
+// reported with a message and exit status 2 (1: a refused input).
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "pipefill-sim: error: out of memory (lower the --max-sim-* bounds or the config's sizes)\n");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pipefill-sim: internal error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "pipefill-sim: internal error: unknown exception\n");
+  }
+  return 2;
 }
