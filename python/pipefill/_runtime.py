@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import weakref
 from typing import Any, Iterator, List, Optional, Union
 
 from . import _pipefill
@@ -283,10 +284,12 @@ class Runtime:
             raise TypeError("Config.sim_world must be a pipefill.SimWorld")
         self._world = world  # kept alive while the runtime lives
         self._native = _pipefill.Runtime(config._to_raw(), world._native if world else None)
+        self._job_refs: "List[weakref.ref[Job]]" = []
 
     # ---- life ----
     def close(self) -> None:
-        """Destroys the jobs still attached (cancelling them), then the runtime. Idempotent."""
+        """Destroys the jobs still attached (cancelling them), then the runtime. Idempotent.
+        Result.INVALID_STATE (and nothing changes) while a bubble is open."""
         self._native.close()
 
     @property
@@ -354,6 +357,11 @@ class Runtime:
         """pfBubbleEnd: closes the gate in stream order; ``stream`` must be the begin's."""
         self._native.bubble_end(stream_handle(stream))
 
+    @property
+    def in_bubble(self) -> bool:
+        """True between a bubble begin and its end (through this object)."""
+        return self._native.in_bubble()
+
     def iteration_end(self) -> None:
         """pfIterationEnd: the k-th bubble of an iteration is bubble class k."""
         self._native.iteration_end()
@@ -366,7 +374,16 @@ class Runtime:
         if create is None:
             raise TypeError(f"{type(spec).__name__} is not a fill job description "
                             "(see pipefill.jobs)")
-        return Job(self, spec, create(self._native))
+        job = Job(self, spec, create(self._native))
+        self._job_refs = [r for r in self._job_refs if r() is not None and not r().closed]
+        self._job_refs.append(weakref.ref(job))
+        return job
+
+    @property
+    def jobs(self) -> List[Job]:
+        """The jobs created through this object that are still open, in creation order."""
+        jobs = [r() for r in self._job_refs]
+        return [j for j in jobs if j is not None and not j.closed]
 
     # ---- device ----
     def synchronize(self) -> None:

@@ -74,8 +74,7 @@ class SimTicketJob:
         return native_runtime.create_sim_ticket_job(
             self.name, int(self.priority), int(self.items), float(self.item_cost_us),
             int(self.parallelism), int(self.resident_bytes), int(self.workspace_bytes_per_item),
-            [c._tuple() for c in configs], JobKind(self.kind) == JobKind.OPAQUE,
-            int(self.fail_at_slice))
+            [c._tuple() for c in configs], int(self.kind), int(self.fail_at_slice))
 
 
 _EXECUTIONS = {"ticket": 0, "opaque": 1}

@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -106,6 +107,12 @@ class Use {
  private:
   std::shared_lock<std::shared_mutex> lock_;
 };
+
+std::string to_hex(uintptr_t value) {
+  char buffer[24];
+  std::snprintf(buffer, sizeof buffer, "%llx", static_cast<unsigned long long>(value));
+  return buffer;
+}
 
 void* as_pointer(uintptr_t handle) { return reinterpret_cast<void*>(handle); }
 uintptr_t as_handle(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer); }
@@ -337,6 +344,10 @@ struct RuntimeCore {
   std::shared_ptr<WorldCore> world;  // the world given in the config (kept alive)
   std::mutex jobs_mutex;
   std::vector<std::shared_ptr<JobCore>> jobs;
+  // The bubble this wrapper began and has not ended (pfRuntimeDestroy refuses while one is
+  // open; close() checks first so that a refused close changes nothing).
+  std::atomic<bool> in_bubble{false};
+  std::atomic<uintptr_t> bubble_stream{0};
 };
 
 SimWorld::Guard::Guard(SimWorld& w) {
@@ -570,10 +581,17 @@ class Runtime {
     hint.lent_bytes = lent_bytes;
     hint.lent_memory = as_pointer(lent_memory);
     check(pfBubbleBegin(core_->runtime, as_pointer(stream), &hint));
+    core_->bubble_stream = stream;
+    core_->in_bubble = true;
   }
   void bubble_end(uintptr_t stream) {
     Use use(core_->life, "Runtime");
     check(pfBubbleEnd(core_->runtime, as_pointer(stream)));
+    core_->in_bubble = false;
+  }
+  bool in_bubble() {
+    Use use(core_->life, "Runtime");
+    return core_->in_bubble;
   }
   void iteration_end() {
     Use use(core_->life, "Runtime");
@@ -614,7 +632,8 @@ class Runtime {
   Job create_sim_ticket_job(const std::string& name, int priority, uint64_t items,
                             double item_cost_us, int parallelism, size_t resident_bytes,
                             size_t workspace_bytes_per_item, const std::vector<nb::tuple>& configs,
-                            bool opaque, uint64_t fail_at_slice) {
+                            int kind, uint64_t fail_at_slice) {
+    const bool opaque = kind == pfJobOpaque;
     Use use(core_->life, "Runtime");
     if (core_->backend != pfBackendSim) {
       throw CallError{static_cast<int>(pfErrorNotSupported),
@@ -659,7 +678,7 @@ class Runtime {
     }
     pfJobDesc_t desc = PF_JOB_DESC_INITIALIZER;
     desc.name = ticket->name.c_str();
-    desc.kind = opaque ? pfJobOpaque : pfJobTicket;
+    desc.kind = kind;  // pfJobCreate rejects a value that is not a pfJobKind_t
     desc.priority = priority;
     desc.item_count = items;
     desc.item_cost_hint_us = item_cost_us;
@@ -727,6 +746,16 @@ class Runtime {
   void close_core(bool raise_errors) {
     std::unique_lock<std::shared_mutex> lock(core_->life.mutex);
     if (!core_->life.alive) return;
+    if (core_->in_bubble) {
+      if (raise_errors) {
+        raise_state("Runtime.close: a bubble is still open on stream 0x" +
+                    to_hex(core_->bubble_stream) + " (end it first)");
+      }
+      // Garbage-collected inside a bubble: close the gate so the runtime can go.
+      if (pfBubbleEnd(core_->runtime, as_pointer(core_->bubble_stream)) == pfSuccess) {
+        core_->in_bubble = false;
+      }
+    }
     std::vector<std::shared_ptr<JobCore>> jobs;
     {
       std::lock_guard<std::mutex> jl(core_->jobs_mutex);
@@ -886,12 +915,13 @@ NB_MODULE(_pipefill, m) {
       .def("bubble_begin", &Runtime::bubble_begin, "stream"_a, "kind"_a, "label"_a.none(),
            "expected_us"_a, "lent_bytes"_a, "lent_memory"_a, "pfBubbleBegin.")
       .def("bubble_end", &Runtime::bubble_end, "stream"_a, "pfBubbleEnd.")
+      .def("in_bubble", &Runtime::in_bubble, "True between a bubble_begin and its bubble_end.")
       .def("iteration_end", &Runtime::iteration_end, "pfIterationEnd.")
       .def("stats", &Runtime::stats, "pfRuntimeGetStats as a dict.")
       .def("write_trace", &Runtime::write_trace, "path"_a, "pfTraceWrite (GIL released).")
       .def("create_sim_ticket_job", &Runtime::create_sim_ticket_job, "name"_a, "priority"_a,
            "items"_a, "item_cost_us"_a, "parallelism"_a, "resident_bytes"_a,
-           "workspace_bytes_per_item"_a, "configs"_a, "opaque"_a, "fail_at_slice"_a,
+           "workspace_bytes_per_item"_a, "configs"_a, "kind"_a, "fail_at_slice"_a,
            "pfJobCreate of a simulated ticket job (native launch callback).")
       .def("create_fill_job", &Runtime::create_fill_job, "params"_a,
            "fjJobCreate + pfJobCreate of an example fill job.")
