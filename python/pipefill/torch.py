@@ -8,6 +8,8 @@
   receive wait of the schedule becomes a bubble (begin right before the wait, end right after
   it, on the stream the wait is ordered on) and every ``step()`` ends an iteration. Nothing the
   schedule computes changes: the hook only observes which communication is waited on.
+- :func:`bubble_on_wait`: the same for engines that post and wait on requests themselves
+  (Megatron-Core's ``p2p_communication``): one bubble around waiting on a group of requests.
 - :func:`graph_job`: a seam for the graph fill jobs of the next round (raises
   NotImplementedError until the C API has them).
 
@@ -402,6 +404,83 @@ def instrument(schedule: Any, runtime: Runtime, **options: Any) -> ScheduleBubbl
     (raise PipeFillError instead of recording it).
     """
     return ScheduleBubbles(schedule, runtime, **options)
+
+
+class _RequestGroup:
+    """One bubble over a group of requests: begins before the first wait, ends after the last
+    (or as soon as a wait raises)."""
+
+    def __init__(self, runtime: Runtime, stream: StreamChoice, count: int, kind: Any,
+                 label: Optional[str], strict: bool) -> None:
+        self.runtime, self.stream, self.remaining = runtime, stream, count
+        self.kind, self.label, self.strict = kind, label, strict
+        self.open_on: Any = None
+        self.done = False
+        self.errors: List[PipeFillError] = []
+
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
+        try:
+            fn(*args, **kwargs)
+            return True
+        except PipeFillError as error:
+            if self.strict:
+                raise
+            self.errors.append(error)
+            return False
+
+    def before(self) -> None:
+        if self.done or self.open_on is not None:
+            return
+        stream = self.stream() if callable(self.stream) else self.stream
+        if stream is None and self.runtime.backend == Backend.CUDA:
+            stream = torch.cuda.current_stream()
+        if self._call(self.runtime.bubble_begin, stream, kind=self.kind, label=self.label):
+            self.open_on = stream
+
+    def after(self, failed: bool) -> None:
+        self.remaining -= 1
+        if self.open_on is not None and (failed or self.remaining <= 0):
+            stream, self.open_on = self.open_on, None
+            self.done = True
+            self._call(self.runtime.bubble_end, stream)
+
+
+class _BubbleRequest:
+    """A communication request whose wait() is inside the group's bubble."""
+
+    def __init__(self, request: Any, group: _RequestGroup) -> None:
+        self._request = request
+        self._group = group
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        self._group.before()
+        failed = True
+        try:
+            result = self._request.wait(*args, **kwargs)
+            failed = False
+            return result
+        finally:
+            self._group.after(failed)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._request, name)
+
+
+def bubble_on_wait(requests: Any, runtime: Runtime, *, stream: StreamChoice = None,
+                   kind: Union[BubbleKind, str, int] = BubbleKind.OTHER,
+                   label: Optional[str] = None, strict: bool = False) -> Any:
+    """Wraps posted receive requests (a list or dict of ``dist.Work``, or one) so that waiting
+    on them is one bubble: it begins right before the first ``wait()`` and ends right after
+    the last one (or when a wait raises). For engines that post and wait themselves, e.g.
+    Megatron-Core's ``p2p_communication`` (see docs/pytorch.md). ``stream`` defaults to the
+    current CUDA stream at the first wait on the CUDA backend and is required otherwise."""
+    if isinstance(requests, dict):
+        group = _RequestGroup(runtime, stream, len(requests), kind, label, strict)
+        return {key: _BubbleRequest(r, group) for key, r in requests.items()}
+    if isinstance(requests, (list, tuple)):
+        group = _RequestGroup(runtime, stream, len(requests), kind, label, strict)
+        return type(requests)(_BubbleRequest(r, group) for r in requests)
+    return _BubbleRequest(requests, _RequestGroup(runtime, stream, 1, kind, label, strict))
 
 
 def expected_receive_waits(schedule: Any, rank: int, local_stages: List[int],

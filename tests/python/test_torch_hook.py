@@ -103,3 +103,61 @@ def test_stream_handles_from_torch():
     with torch.cuda.stream(stream):
         assert pft.current_stream_handle() == stream.cuda_stream
     assert pft.stream_handle() == torch.cuda.current_stream().cuda_stream
+
+
+class FakeRequest:
+    def __init__(self, log, name, fail=False):
+        self.log, self.name, self.fail = log, name, fail
+
+    def wait(self, timeout=None):
+        self.log.append(("wait", self.name))
+        if self.fail:
+            raise RuntimeError("peer gone")
+        return True
+
+    def is_completed(self):
+        return True
+
+
+def recording_runtime(log):
+    rt = pf.Runtime(backend="sim")
+    stream = rt.sim_world.stream()
+    begin, end = rt.bubble_begin, rt.bubble_end
+    rt.bubble_begin = lambda s, **k: (log.append(("begin", k.get("label"))), begin(s, **k))
+    rt.bubble_end = lambda s: (log.append(("end",)), end(s))
+    return rt, stream
+
+
+def test_bubble_on_wait_spans_a_group_of_requests():
+    log = []
+    rt, stream = recording_runtime(log)
+    reqs = pft.bubble_on_wait({"recv_prev": FakeRequest(log, "a"), "send_next": FakeRequest(log, "b")},
+                              rt, stream=stream, label="fwd")
+    assert reqs["recv_prev"].is_completed()  # other attributes pass through
+    for r in reqs.values():
+        assert r.wait() is True
+    assert log == [("begin", "fwd"), ("wait", "a"), ("wait", "b"), ("end",)]
+    assert not rt.in_bubble
+    log.clear()
+    single = pft.bubble_on_wait(FakeRequest(log, "c"), rt, stream=stream)
+    single.wait()
+    assert log == [("begin", None), ("wait", "c"), ("end",)]
+    rt.iteration_end()
+    rt.sim_world.run_until_idle()
+    rt.synchronize()
+    assert rt.stats().bubbles == 2
+    rt.close()
+
+
+def test_bubble_on_wait_ends_the_bubble_when_a_wait_raises():
+    log = []
+    rt, stream = recording_runtime(log)
+    reqs = pft.bubble_on_wait([FakeRequest(log, "a", fail=True), FakeRequest(log, "b")], rt,
+                              stream=stream)
+    with pytest.raises(RuntimeError, match="peer gone"):
+        reqs[0].wait()
+    assert log == [("begin", None), ("wait", "a"), ("end",)]
+    assert not rt.in_bubble
+    reqs[1].wait()  # later waits of the group no longer open a bubble
+    assert log[-1] == ("wait", "b")
+    rt.close()
