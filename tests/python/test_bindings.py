@@ -321,3 +321,39 @@ def test_garbage_collected_objects_clean_up():
     gc.collect()
     world.close()  # would be BUSY if the runtime were still attached
     assert world.closed
+
+
+def test_closing_the_runtime_releases_a_waiter_on_another_thread():
+    world = pf.SimWorld(1)
+    rt = pf.Runtime(backend="sim", sim_world=world, device=0)
+    job = rt.create_job(pf.SimTicketJob(items=10**6, item_cost_us=10.0))
+    outcome = {}
+
+    def wait_forever():
+        try:
+            job.wait()  # no timeout: only the close below can end it
+        except pf.PipeFillError as error:
+            outcome["code"] = error.code
+
+    waiter = threading.Thread(target=wait_forever)
+    waiter.start()
+    import time
+    time.sleep(0.2)  # let it block in pfJobWait (GIL released)
+    rt.close()  # cancels the job (the wait returns), then destroys it and the runtime
+    waiter.join(timeout=10)
+    assert not waiter.is_alive()
+    assert outcome["code"] in (Result.CANCELLED, Result.INVALID_STATE)
+    assert job.closed and rt.closed
+    world.close()
+
+
+def test_the_package_ships_type_stubs_and_docstrings():
+    import pathlib
+    package = pathlib.Path(pf.__file__).parent
+    assert (package / "py.typed").exists()
+    stub = (package / "_pipefill.pyi").read_text()
+    for name in ("class Runtime", "def bubble_begin", "class SimWorld", "def create_fill_job"):
+        assert name in stub
+    for obj in (pf.Runtime, pf.Runtime.bubble, pf.Config, pf.Job.wait, pf.SimWorld,
+                pf.PipeFillError, pf.jobs.SimTicketJob):
+        assert obj.__doc__ and len(obj.__doc__) > 20, obj
