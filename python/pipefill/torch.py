@@ -234,6 +234,9 @@ class ScheduleBubbles:
         _install()
         if not hasattr(schedule, "step"):
             raise TypeError(f"{type(schedule).__name__} is not a pipelining schedule")
+        if "step" in vars(schedule):
+            raise ValueError("this schedule is already instrumented (or its step was replaced); "
+                             "remove() the other wrapper first")
         self.schedule = schedule
         self.runtime = runtime
         self.strict = strict

@@ -161,3 +161,13 @@ def test_bubble_on_wait_ends_the_bubble_when_a_wait_raises():
     reqs[1].wait()  # later waits of the group no longer open a bubble
     assert log[-1] == ("wait", "b")
     rt.close()
+
+
+def test_a_schedule_is_instrumented_once():
+    with pf.Runtime(backend="sim") as rt:
+        schedule = FakeSchedule()
+        first = pft.instrument(schedule, rt)
+        with pytest.raises(ValueError, match="already instrumented"):
+            pft.instrument(schedule, rt)
+        first.remove()
+        pft.instrument(schedule, rt).remove()  # fine again after remove()
