@@ -34,4 +34,7 @@ step "tests (TSan: executor, runtime and host-device threads)"
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --test-dir build-tsan -j "$jobs" --timeout 600 -L 'executor|runtime|host'
 
+step "python package: pip install . into build-py/venv, then pytest (bindings, gloo pipelines)"
+bash python/test-package.sh
+
 echo; echo "All test stages passed."

@@ -1,0 +1,55 @@
+"""PipeFill: fill the bubbles of pipeline-parallel training with other jobs' work.
+
+The package binds the C API (include/pipefill/pipefill.h) in Python's idiom:
+
+- :class:`Config` (keyword arguments; unset fields follow the PIPEFILL_* environment),
+- :class:`Runtime` (a context manager) with ``runtime.bubble(stream, kind=..., label=...,
+  expected_us=...)`` as a context manager and as ``bubble_begin``/``bubble_end`` calls,
+  ``iteration_end()``, ``stats()`` (a :class:`Stats` dataclass) and ``write_trace(path)``,
+- fill jobs (:mod:`pipefill.jobs`) with ``status`` / ``wait`` / ``cancel``, whose launch
+  callbacks are native,
+- :class:`PipeFillError` carrying the C result code and message,
+- the simulated world (:class:`SimWorld`) for tests and notebooks,
+- :mod:`pipefill.torch`: torch stream handles and bubble instructions for
+  ``torch.distributed.pipelining`` schedules.
+"""
+from __future__ import annotations
+
+from . import _pipefill
+from ._config import Config
+from ._enums import Backend, BubbleKind, JobKind, JobStatus, LogLevel, Policy, Result
+from ._errors import PipeFillError
+
+_pipefill.set_error_type(PipeFillError)
+
+from ._runtime import (Bubble, FillProgress, Job, JobInfo, Runtime, Stats, Stream,  # noqa: E402
+                       StreamLike, TicketCounts, stream_handle)
+from ._sim import SimEvent, SimStream, SimWorld  # noqa: E402
+from . import jobs  # noqa: E402
+from .jobs import (EncoderInference, JobConfig, MlpInference, SimTicketJob,  # noqa: E402
+                   Training)
+
+
+def error_string(code: int) -> str:
+    """pfGetErrorString: the static text naming a result code."""
+    return _pipefill.error_string(int(code))
+
+
+def library_version() -> int:
+    """pfGetVersion of the library compiled into the extension (MAJOR*10000+MINOR*100+PATCH)."""
+    return _pipefill.version()
+
+
+def _version_text(code: int) -> str:
+    return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+
+
+__version__ = _version_text(_pipefill.HEADER_VERSION)
+
+__all__ = [
+    "Backend", "Bubble", "BubbleKind", "Config", "EncoderInference", "FillProgress", "Job",
+    "JobConfig", "JobInfo", "JobKind", "JobStatus", "LogLevel", "MlpInference", "PipeFillError",
+    "Policy", "Result", "Runtime", "SimEvent", "SimStream", "SimTicketJob", "SimWorld", "Stats",
+    "Stream", "StreamLike", "TicketCounts", "Training", "error_string", "jobs",
+    "library_version", "stream_handle",
+]

@@ -1,0 +1,411 @@
+"""Runtime, bubbles, jobs and statistics: the C API's runtime part in Python's idiom."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import weakref
+from typing import Any, Iterator, List, Optional, Union
+
+from . import _pipefill
+from ._config import Config
+from ._enums import Backend, BubbleKind, JobStatus, Result, _KIND_NAMES
+from ._errors import PipeFillError
+from ._sim import SimStream, SimWorld
+
+StreamLike = Union[None, int, SimStream, "Stream", Any]
+"""A stream: None (CUDA's legacy default stream), an int handle (cudaStream_t / simulated
+stream address), a :class:`SimStream` or :class:`Stream`, or any object with a
+``cuda_stream`` attribute (``torch.cuda.Stream``, ``torch.cuda.current_stream()``, CuPy) or the
+``__cuda_stream__`` protocol."""
+
+
+def stream_handle(stream: StreamLike) -> int:
+    """The raw stream handle (an int) for anything accepted as a stream."""
+    if stream is None:
+        return 0
+    if isinstance(stream, bool):
+        raise TypeError("a stream cannot be a bool")
+    if isinstance(stream, int):
+        return stream
+    handle = getattr(stream, "handle", None)
+    if isinstance(stream, (SimStream, Stream)) and isinstance(handle, int):
+        return handle
+    cuda_stream = getattr(stream, "cuda_stream", None)
+    if isinstance(cuda_stream, int):
+        return cuda_stream
+    protocol = getattr(stream, "__cuda_stream__", None)
+    if callable(protocol):
+        value = protocol()
+        if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], int):
+            return value[1]
+    raise TypeError(f"{type(stream).__name__} is not a stream: pass None, an int handle, a "
+                    "SimStream, or an object with a cuda_stream attribute")
+
+
+def _kind_value(kind: Union[BubbleKind, str, int]) -> int:
+    if isinstance(kind, str):
+        key = kind.strip().lower()
+        if key not in _KIND_NAMES:
+            raise PipeFillError(Result.INVALID_ARGUMENT,
+                                f"bubble kind '{kind}' is not one of {'|'.join(_KIND_NAMES)}")
+        return int(_KIND_NAMES[key])
+    if isinstance(kind, bool) or not isinstance(kind, int):
+        raise TypeError(f"bubble kind must be a BubbleKind, str or int, not {type(kind).__name__}")
+    return int(kind)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stats:
+    """pfStats_t: a runtime's counters (bubbles are counted once their timings are harvested:
+    call :meth:`Runtime.synchronize` first for a complete picture)."""
+
+    iterations: int
+    bubbles: int
+    bubbles_filled: int
+    bubbles_skipped: int
+    bubble_time_us: float
+    filled_time_us: float
+    overrun_time_us: float
+    max_overrun_us: float
+    slices_launched: int
+    items_completed: int
+    jobs_completed: int
+    jobs_failed: int
+    host_begin_end_ns: float
+
+    @property
+    def filled_share(self) -> float:
+        """filled_time_us / bubble_time_us (0 when there was no bubble time)."""
+        return self.filled_time_us / self.bubble_time_us if self.bubble_time_us > 0 else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class JobInfo:
+    """pfJobInfo_t."""
+
+    status: JobStatus
+    items_completed: int
+    item_count: int
+    slices_launched: int
+    bubble_time_us: float
+    busy_time_us: float
+    config_index: int
+    error: Result
+
+
+@dataclasses.dataclass(frozen=True)
+class TicketCounts:
+    """What a :class:`pipefill.jobs.SimTicketJob` observed, item by item."""
+
+    items_run: int
+    duplicates: int
+    """Items that ran more than once (must stay 0). Tracked up to 2**28 items."""
+    out_of_range: int
+    tracked: bool
+    slices: int
+
+
+@dataclasses.dataclass(frozen=True)
+class FillProgress:
+    """fjProgress_t of an example fill job."""
+
+    items_done: int
+    duplicate_items: int
+    out_of_order: int
+    outputs_kept: int
+    first_loss: float
+    last_loss: float
+
+
+class Job:
+    """A fill job attached to a runtime (pfJob_t). Create with :meth:`Runtime.create_job`.
+
+    A job keeps its runtime alive. :meth:`close` (or the end of a ``with`` block) detaches and
+    frees it (pfJobDestroy, cancelling first); :meth:`Runtime.close` closes the jobs still open.
+    """
+
+    def __init__(self, runtime: "Runtime", spec: Any, native: "_pipefill.Job") -> None:
+        self.runtime = runtime
+        self.spec = spec
+        self._native = native
+
+    @property
+    def name(self) -> str:
+        return self._native.name
+
+    @property
+    def closed(self) -> bool:
+        return self._native.closed
+
+    def info(self) -> JobInfo:
+        """pfJobGetStatus."""
+        d = self._native.info()
+        d["status"] = JobStatus(d["status"])
+        d["error"] = Result(d["error"])
+        return JobInfo(**d)
+
+    @property
+    def status(self) -> JobStatus:
+        return self.info().status
+
+    def cancel(self) -> None:
+        """Stops scheduling the job; slices in flight finish (ticket slices at the next gate)."""
+        self._native.cancel()
+
+    def wait(self, timeout: Optional[float] = None) -> JobInfo:
+        """Waits until the job completed (returns its info); raises PipeFillError with
+        Result.TIMEOUT when ``timeout`` seconds pass, Result.JOB_FAILED when it failed and
+        Result.CANCELLED when it was cancelled. Never call it inside a bubble. On the simulated
+        backend nothing advances unless the world runs (in another thread)."""
+        if timeout is None:
+            timeout_us = -1.0
+        else:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout):
+                raise PipeFillError(Result.INVALID_ARGUMENT, f"Job.wait: timeout {timeout!r} "
+                                    "is not a number of seconds")
+            timeout_us = max(0.0, float(timeout)) * 1e6
+        self._native.wait(timeout_us)
+        return self.info()
+
+    def close(self) -> None:
+        """pfJobDestroy (cancels first, waits for its slices). Idempotent."""
+        self._native.close()
+
+    def __enter__(self) -> "Job":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # SimTicketJob
+    def counts(self) -> TicketCounts:
+        """SimTicketJob only: items run, duplicates, slices launched."""
+        return TicketCounts(**self._native.ticket_counts())
+
+    # Example fill jobs
+    def progress(self) -> FillProgress:
+        """Example fill jobs only (fjJobGetProgress)."""
+        return FillProgress(**self._native.fill_progress())
+
+    def output(self, item: int) -> List[float]:
+        """Inference jobs: the output of ``item`` (rows*output or seq*hidden floats)."""
+        return self._native.fill_output(item)
+
+    def parameters(self) -> List[float]:
+        """Training job: the current parameters (w1, b1, w2, b2)."""
+        return self._native.fill_parameters()
+
+    def evaluation_loss(self) -> float:
+        """Training job: loss of the current parameters on a fixed held-out batch."""
+        return self._native.fill_evaluation_loss()
+
+    @property
+    def item_cost_us(self) -> float:
+        """Example fill jobs: the modelled cost of one item (fjJobItemCost)."""
+        return self._native.fill_item_cost_us()
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return f"Job({self.name!r}, closed)"
+        return f"Job({self.name!r}, {self.status.name})"
+
+
+class Stream:
+    """A main-job stream made by :meth:`Runtime.high_priority_stream`."""
+
+    def __init__(self, runtime: "Runtime", handle: int) -> None:
+        self.runtime = runtime
+        self.handle = handle
+
+    @property
+    def cuda_stream(self) -> int:
+        """The cudaStream_t (CUDA backend) or simulated stream address, as an int."""
+        return self.handle
+
+    def close(self) -> None:
+        """pfStreamDestroy."""
+        self.runtime._native.destroy_stream(self.handle)
+
+    def __repr__(self) -> str:
+        return f"Stream(0x{self.handle:x})"
+
+
+class Bubble:
+    """A bubble as a context manager: begin on entry, end on exit (also when the body raises,
+    so the gate closes in stream order whatever happened to the wait)."""
+
+    def __init__(self, runtime: "Runtime", stream: int, kind: int, label: Optional[str],
+                 expected_us: float, lent_bytes: int, lent_memory: int) -> None:
+        self._runtime = runtime
+        self._stream = stream
+        self._args = (kind, label, expected_us, lent_bytes, lent_memory)
+
+    def __enter__(self) -> "Bubble":
+        self._runtime._native.bubble_begin(self._stream, *self._args)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            self._runtime._native.bubble_end(self._stream)
+        except PipeFillError as end_error:
+            if exc is None:
+                raise
+            if hasattr(exc, "add_note"):
+                exc.add_note(f"and ending the bubble failed too: {end_error}")
+
+
+class Runtime:
+    """A PipeFill runtime on one device (pfRuntime_t).
+
+    ``Runtime(config)`` or ``Runtime(backend="sim", stage_id=0, ...)`` (keyword arguments are
+    :class:`Config` fields, applied over ``config`` when both are given). Use it as a context
+    manager, or call :meth:`close`. Closing destroys the jobs still attached first.
+
+    Engine pattern, per receive the stage waits on::
+
+        post_receive()
+        with runtime.bubble(main_stream, kind=BubbleKind.WARMUP):
+            wait_for_receive()
+        compute()
+        ...
+        runtime.iteration_end()
+    """
+
+    def __init__(self, config: Optional[Config] = None, /, **fields: Any) -> None:
+        if config is None:
+            config = Config(**fields)
+        elif fields:
+            config = dataclasses.replace(config, **fields)
+        if not isinstance(config, Config):
+            raise TypeError(f"Runtime: config must be a pipefill.Config, not {type(config).__name__}")
+        world = config.sim_world
+        if world is not None and not isinstance(world, SimWorld):
+            raise TypeError("Config.sim_world must be a pipefill.SimWorld")
+        self._world = world  # kept alive while the runtime lives
+        self._native = _pipefill.Runtime(config._to_raw(), world._native if world else None)
+        self._job_refs: "List[weakref.ref[Job]]" = []
+
+    # ---- life ----
+    def close(self) -> None:
+        """Destroys the jobs still attached (cancelling them), then the runtime. Idempotent.
+        Result.INVALID_STATE (and nothing changes) while a bubble is open."""
+        self._native.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._native.closed
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- properties ----
+    @property
+    def backend(self) -> Backend:
+        """The backend in force."""
+        return Backend(self._native.backend())
+
+    @property
+    def config(self) -> Config:
+        """The configuration in force after defaults and environment were applied."""
+        return Config._from_raw(self._native.config(), self._world)
+
+    @property
+    def sim_world(self) -> SimWorld:
+        """The simulated world this runtime runs in (its private one unless given).
+        Result.NOT_SUPPORTED on the CUDA backend."""
+        native = self._native.sim_world()
+        if self._world is not None and native.handle == self._world.handle:
+            return self._world
+        return SimWorld._wrap(native)
+
+    @property
+    def async_error(self) -> Result:
+        """First asynchronous error (executor thread or device), Result.SUCCESS if none."""
+        return Result(self._native.async_error())
+
+    # ---- bubbles ----
+    def bubble(self, stream: StreamLike, *, kind: Union[BubbleKind, str, int] = BubbleKind.OTHER,
+               label: Optional[str] = None, expected_us: Optional[float] = None,
+               lent_bytes: int = 0, lent_memory: Optional[int] = None) -> Bubble:
+        """A bubble on ``stream`` as a context manager (pfBubbleBegin on entry, pfBubbleEnd on
+        exit). Enter it right after posting the communication the stage waits on, and wait
+        inside it.
+
+        Args:
+            kind: where in the schedule the bubble is (class key part and trace label).
+            label: a stable label, used as the bubble class key when given.
+            expected_us: expected duration, lets a class fill before it has history.
+            lent_bytes, lent_memory: device memory the engine lends for this bubble only.
+        """
+        return Bubble(self, stream_handle(stream), _kind_value(kind), label,
+                      float(expected_us) if expected_us is not None else 0.0,
+                      int(lent_bytes), int(lent_memory or 0))
+
+    def bubble_begin(self, stream: StreamLike, *, kind: Union[BubbleKind, str, int] = BubbleKind.OTHER,
+                     label: Optional[str] = None, expected_us: Optional[float] = None,
+                     lent_bytes: int = 0, lent_memory: Optional[int] = None) -> None:
+        """pfBubbleBegin: records the begin on ``stream`` (stream order); never blocks."""
+        self._native.bubble_begin(stream_handle(stream), _kind_value(kind), label,
+                                  float(expected_us) if expected_us is not None else 0.0,
+                                  int(lent_bytes), int(lent_memory or 0))
+
+    def bubble_end(self, stream: StreamLike) -> None:
+        """pfBubbleEnd: closes the gate in stream order; ``stream`` must be the begin's."""
+        self._native.bubble_end(stream_handle(stream))
+
+    @property
+    def in_bubble(self) -> bool:
+        """True between a bubble begin and its end (through this object)."""
+        return self._native.in_bubble()
+
+    def iteration_end(self) -> None:
+        """pfIterationEnd: the k-th bubble of an iteration is bubble class k."""
+        self._native.iteration_end()
+
+    # ---- jobs ----
+    def create_job(self, spec: Any) -> Job:
+        """Registers a fill job (pfJobCreate) from a description of :mod:`pipefill.jobs`.
+        Result.OUT_OF_MEMORY when its resident memory cannot fit the arena."""
+        create = getattr(spec, "_create", None)
+        if create is None:
+            raise TypeError(f"{type(spec).__name__} is not a fill job description "
+                            "(see pipefill.jobs)")
+        job = Job(self, spec, create(self._native))
+        self._job_refs = [r for r in self._job_refs if r() is not None and not r().closed]
+        self._job_refs.append(weakref.ref(job))
+        return job
+
+    @property
+    def jobs(self) -> List[Job]:
+        """The jobs created through this object that are still open, in creation order."""
+        jobs = [r() for r in self._job_refs]
+        return [j for j in jobs if j is not None and not j.closed]
+
+    # ---- device ----
+    def synchronize(self) -> None:
+        """Waits for every enqueued fill slice and harvests all bubble timings. Never call it
+        inside a bubble."""
+        self._native.synchronize()
+
+    def high_priority_stream(self) -> Stream:
+        """A main-job stream at the device's highest priority (pfStreamCreateHighPriority)."""
+        return Stream(self, self._native.create_high_priority_stream())
+
+    # ---- results ----
+    def stats(self) -> Stats:
+        """pfRuntimeGetStats."""
+        return Stats(**self._native.stats())
+
+    def write_trace(self, path: Union[str, "os.PathLike[str]"]) -> None:
+        """Writes a Chrome trace (Perfetto / chrome://tracing) of the bubbles and fill slices
+        harvested so far (pfTraceWrite)."""
+        self._native.write_trace(os.fspath(path))
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "Runtime(closed)"
+        return f"Runtime(backend={self.backend.name.lower()})"

@@ -1,0 +1,167 @@
+"""Ready-made fill jobs. Their launch callbacks are native: no Python runs in the fill loop.
+
+- :class:`SimTicketJob`: simulated ticket (or opaque) items of a given cost - the job of
+  ``examples/c_trainer`` - counting every item it runs and checking each ran exactly once.
+- :class:`MlpInference`, :class:`EncoderInference`, :class:`Training`: the example fill jobs of
+  ``examples/fill_jobs`` (fill_jobs.h). On the simulated backend every item's real result is
+  computed on the CPU as the item completes in virtual time; on CUDA they run ticket kernels or
+  cuBLAS work.
+
+Pass a description to :meth:`pipefill.Runtime.create_job`; it returns a :class:`pipefill.Job`.
+Fields left at None take the C defaults (fjParamsInit).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence, Union
+
+from . import _pipefill
+from ._enums import JobKind, Result
+from ._errors import PipeFillError
+
+
+@dataclasses.dataclass(frozen=True)
+class JobConfig:
+    """One way to run a job (pfJobConfig_t); the planner picks per bubble class."""
+
+    item_cost_us: float
+    """Time one worker (block) needs for one item; > 0."""
+    name: str = ""
+    parallelism: int = 0
+    """Items in flight at once (ticket: blocks); 0 = all fill SMs."""
+    resident_bytes: int = 0
+    workspace_bytes_per_item: int = 0
+    items_per_item: float = 0.0
+    """Useful work of one item in job units (e.g. samples); 0 = 1."""
+
+    def _tuple(self) -> tuple:
+        return (self.name, float(self.item_cost_us), int(self.parallelism),
+                int(self.resident_bytes), int(self.workspace_bytes_per_item),
+                float(self.items_per_item))
+
+
+@dataclasses.dataclass(frozen=True)
+class SimTicketJob:
+    """Simulated fill items of ``item_cost_us`` each (pfSimLaunchTicketKernel per slice).
+
+    ``kind=JobKind.OPAQUE`` runs them ungated (pfSimLaunchOpaque). ``configs`` offers the
+    planner several configurations (the slice's chosen one sets the item cost).
+    ``fail_at_slice=n`` makes the n-th slice's launch fail: the job ends FAILED, the runtime and
+    the other jobs go on (for tests of failure handling). Simulated backend only.
+    """
+
+    items: int
+    item_cost_us: float
+    name: str = "sim-ticket"
+    priority: int = 0
+    kind: JobKind = JobKind.TICKET
+    parallelism: int = 0
+    resident_bytes: int = 0
+    workspace_bytes_per_item: int = 0
+    configs: Optional[Sequence[JobConfig]] = None
+    fail_at_slice: int = 0
+
+    def _create(self, native_runtime: "_pipefill.Runtime") -> "_pipefill.Job":
+        configs = list(self.configs) if self.configs else []
+        if not configs and self.parallelism != 0:
+            # pfJobDesc_t has no parallelism field: say it through one explicit config.
+            configs = [JobConfig(self.item_cost_us, self.name, self.parallelism,
+                                 self.resident_bytes, self.workspace_bytes_per_item)]
+        for name in ("items", "resident_bytes", "workspace_bytes_per_item", "fail_at_slice"):
+            if getattr(self, name) < 0:
+                raise PipeFillError(Result.INVALID_ARGUMENT,
+                                    f"SimTicketJob.{name} {getattr(self, name)} must be >= 0")
+        return native_runtime.create_sim_ticket_job(
+            self.name, int(self.priority), int(self.items), float(self.item_cost_us),
+            int(self.parallelism), int(self.resident_bytes), int(self.workspace_bytes_per_item),
+            [c._tuple() for c in configs], int(self.kind), int(self.fail_at_slice))
+
+
+_EXECUTIONS = {"ticket": 0, "opaque": 1}
+
+
+def _fill_params(kind: int, spec: object, fields: Sequence[str]) -> "_pipefill.FillParams":
+    params = _pipefill.FillParams(kind)
+    for name in ("items", "seed", "priority", "item_cost_us", "parallelism", "keep_every",
+                 "ticket_flops_per_us", "opaque_flops_per_us", "opaque_blocks", *fields):
+        value = getattr(spec, name)
+        if value is None:
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and value < 0 and name in (
+                "items", "seed", "keep_every"):
+            raise PipeFillError(Result.INVALID_ARGUMENT,
+                                f"{type(spec).__name__}.{name} {value} must be >= 0")
+        setattr(params, name, value)
+    execution = getattr(spec, "execution")
+    if execution is not None:
+        if execution not in _EXECUTIONS:
+            raise PipeFillError(Result.INVALID_ARGUMENT,
+                                f"{type(spec).__name__}.execution '{execution}' is not "
+                                "'ticket' or 'opaque'")
+        params.execution = _EXECUTIONS[execution]
+    return params
+
+
+@dataclasses.dataclass(frozen=True)
+class _FillJobBase:
+    items: Optional[int] = None
+    seed: Optional[int] = None
+    """Weights and inputs are a pure function of the seed."""
+    priority: Optional[int] = None
+    execution: Optional[str] = None
+    """'ticket' (gated persistent blocks) or 'opaque' (ungated library-style work)."""
+    item_cost_us: Optional[float] = None
+    """Modelled cost of one item (<= 0 or None: from the FLOP count and the rates)."""
+    parallelism: Optional[int] = None
+    keep_every: Optional[int] = None
+    """Inference: keep the output of every Nth item for reading back (1: all, 0: none)."""
+    ticket_flops_per_us: Optional[float] = None
+    opaque_flops_per_us: Optional[float] = None
+    opaque_blocks: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class MlpInference(_FillJobBase):
+    """Batch inference of ``y = W2 gelu(W1 x + b1) + b2``; an item is ``rows`` samples."""
+
+    input: Optional[int] = None
+    hidden: Optional[int] = None
+    output: Optional[int] = None
+    rows: Optional[int] = None
+
+    def _create(self, native_runtime: "_pipefill.Runtime") -> "_pipefill.Job":
+        return native_runtime.create_fill_job(
+            _fill_params(0, self, ("input", "hidden", "output", "rows")))
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderInference(_FillJobBase):
+    """Inference of a pre-LN transformer encoder layer; an item is one sequence."""
+
+    hidden: Optional[int] = None
+    heads: Optional[int] = None
+    ffn: Optional[int] = None
+    seq: Optional[int] = None
+
+    def _create(self, native_runtime: "_pipefill.Runtime") -> "_pipefill.Job":
+        return native_runtime.create_fill_job(
+            _fill_params(1, self, ("hidden", "heads", "ffn", "seq")))
+
+
+@dataclasses.dataclass(frozen=True)
+class Training(_FillJobBase):
+    """A 2-layer tanh MLP regression trained by SGD; an item is one step, in order."""
+
+    input: Optional[int] = None
+    hidden: Optional[int] = None
+    output: Optional[int] = None
+    rows: Optional[int] = None
+    """Batch size."""
+    learning_rate: Optional[float] = None
+
+    def _create(self, native_runtime: "_pipefill.Runtime") -> "_pipefill.Job":
+        return native_runtime.create_fill_job(
+            _fill_params(2, self, ("input", "hidden", "output", "rows", "learning_rate")))
+
+
+JobSpec = Union[SimTicketJob, MlpInference, EncoderInference, Training]
