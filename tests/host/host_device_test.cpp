@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -172,62 +173,76 @@ TEST(HostDevice, PartitionLimitsConcurrentFillBlocks) {
 }
 
 // What the runtime does per bubble: zero the budget, launch a ticket kernel on the fill stream;
-// the main stream closes the gate once the blocks made progress. Every item runs exactly once,
+// the main stream closes the gate once the blocks ran 20 items of the bubble (items past the
+// 20th are still running when the gate closes: they wait for it). Every item runs exactly once,
 // and after each close at most one item per block starts (the overrun bound).
 TEST(HostDevice, TicketKernelsClaimEveryItemOnceAndStopAtTheGate) {
   constexpr int kSms = 4;
   constexpr uint64_t kTotal = 600;
+  constexpr uint64_t kPerBubble = 20;
   auto device = make_host_device(kSms);
   void* fill = make_fill_stream(*device);
   void* main = make_stream(*device, kHighestPriority);
   uint64_t* words = nullptr;
   PF_ASSERT_OK(device->allocate_words(3, &words));
-  ItemCounter counter(kTotal, /*sleep_us=*/20);
-  struct CloseCheck {
-    ItemCounter* counter;
+  struct Bubble {
+    uint64_t id = 0;
+    uint64_t* gate = nullptr;
+    std::vector<std::atomic<uint32_t>>* runs = nullptr;
+    std::atomic<uint64_t> started{0};
     uint64_t started_at_close = 0;
-    static void wait_for_progress(void* user) {
-      auto* self = static_cast<CloseCheck*>(user);
-      const uint64_t start = self->counter->executed.load();
-      eventually([&] { return self->counter->executed.load() >= start + 20; },
-                 std::chrono::milliseconds(500));
+    static void item_fn(void* user, uint64_t item) {
+      auto* self = static_cast<Bubble*>(user);
+      const uint64_t n = self->started.fetch_add(1);
+      (*self->runs)[item].fetch_add(1);
+      if (n >= kPerBubble) {
+        while (std::atomic_ref<uint64_t>(*self->gate).load() < self->id) std::this_thread::yield();
+      }
+    }
+    static void wait_for_progress(void* user) {  // the main stream, inside the bubble
+      auto* self = static_cast<Bubble*>(user);
+      eventually([&] { return self->started.load() >= kPerBubble; },
+                 std::chrono::milliseconds(200));  // the end of the job: fewer items left
     }
     static void snapshot(void* user) {
-      auto* self = static_cast<CloseCheck*>(user);
-      self->started_at_close = self->counter->started.load();
+      auto* self = static_cast<Bubble*>(user);
+      self->started_at_close = self->started.load();
     }
   };
-  std::vector<CloseCheck> checks;
-  checks.reserve(100);
-  uint64_t bubble = 0;
-  while (std::atomic_ref<uint64_t>(words[1]).load() < kTotal && bubble < 100) {
-    ++bubble;
-    checks.push_back(CloseCheck{&counter});
-    CloseCheck& check = checks.back();
+  std::vector<std::atomic<uint32_t>> runs(kTotal);
+  std::vector<std::unique_ptr<Bubble>> bubbles;
+  uint64_t mid_job_closes = 0;
+  while (std::atomic_ref<uint64_t>(words[1]).load() < kTotal && bubbles.size() < 100) {
+    bubbles.push_back(std::make_unique<Bubble>());
+    Bubble& b = *bubbles.back();
+    b.id = bubbles.size();
+    b.gate = &words[0];
+    b.runs = &runs;
     PF_ASSERT_OK(device->write_word(fill, &words[2], 0));
     pfSliceDesc_t slice{};
-    slice.bubble_id = bubble;
-    slice.max_items = bubble % 3 == 0 ? 30 : kTotal;
+    slice.bubble_id = b.id;
+    slice.max_items = b.id % 3 == 0 ? 30 : kTotal;
     slice.total_items = kTotal;
     slice.max_blocks = kSms;
     slice.gate = &words[0];
     slice.cursor = &words[1];
     slice.budget_counter = &words[2];
-    PF_ASSERT_OK(pfHostLaunchTicketKernel(fill, &slice, 8, &ItemCounter::item_fn, &counter));
-    PF_ASSERT_OK(pfHostLaunchHostFunc(main, &CloseCheck::wait_for_progress, &check));
-    PF_ASSERT_OK(device->write_word(main, &words[0], bubble));
-    PF_ASSERT_OK(pfHostLaunchHostFunc(main, &CloseCheck::snapshot, &check));
+    PF_ASSERT_OK(pfHostLaunchTicketKernel(fill, &slice, 8, &Bubble::item_fn, &b));
+    PF_ASSERT_OK(pfHostLaunchHostFunc(main, &Bubble::wait_for_progress, &b));
+    PF_ASSERT_OK(device->write_word(main, &words[0], b.id));
+    PF_ASSERT_OK(pfHostLaunchHostFunc(main, &Bubble::snapshot, &b));
     PF_ASSERT_OK(device->synchronize_stream(main));
     PF_ASSERT_OK(device->synchronize_stream(fill));
     // Items started after the close were claimed before it: one per block at most.
-    EXPECT_LE(counter.started.load() - check.started_at_close, static_cast<uint64_t>(kSms))
-        << "bubble " << bubble;
+    EXPECT_LE(b.started.load() - b.started_at_close, static_cast<uint64_t>(kSms))
+        << "bubble " << b.id;
+    if (std::atomic_ref<uint64_t>(words[1]).load() < kTotal) ++mid_job_closes;
   }
-  EXPECT_GE(bubble, 3u) << "the job finished before any gate closed mid-job";
+  // Each bubble runs 20 to 24 items: the job needs at least 25 bubbles, all but the last mid-job.
+  EXPECT_GE(mid_job_closes, kTotal / (kPerBubble + kSms) - 1);
   ASSERT_GE(std::atomic_ref<uint64_t>(words[1]).load(), kTotal);
-  for (uint64_t i = 0; i < kTotal; ++i) ASSERT_EQ(counter.runs[i].load(), 1u) << "item " << i;
-  EXPECT_EQ(counter.executed.load(), kTotal);
-  EXPECT_LE(counter.max_in_flight.load(), kSms);
+  for (uint64_t i = 0; i < kTotal; ++i) ASSERT_EQ(runs[i].load(), 1u) << "item " << i;
+  EXPECT_LE(device->engine().max_concurrent_blocks(), kSms);
   PF_ASSERT_OK(device->free_words(words));
 }
 

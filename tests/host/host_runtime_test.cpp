@@ -7,6 +7,7 @@
 // counts only; real-time waits are bounded fallbacks that turn a hang into a failure.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -246,7 +247,9 @@ TEST_F(HostRuntime, ExactlyOnceAcrossManyBubblesAndStatsMatchAnIndependentCount)
   pfJob_t handle = nullptr;
   PF_ASSERT_OK(pfJobCreate(rt_, &d, &handle));
   for (int i = 0; i < 150 && job.executed.load() < job.items; ++i) {
-    bubble(/*delay_us=*/1500.0, /*expected_us=*/1500.0);
+    // Each bubble lasts until 20 of its items ran (fewer at the end of the job).
+    const uint64_t wait_items = std::min<uint64_t>(20, job.items - job.executed.load());
+    bubble(/*delay_us=*/0.0, /*expected_us=*/1500.0, &job, wait_items);
     PF_ASSERT_OK(pfHostStreamDelay(main_, 200.0));  // the stage's compute between bubbles
     PF_ASSERT_OK(pfHostStreamSynchronize(main_));
   }
@@ -332,7 +335,7 @@ TEST_F(HostRuntime, SlicesEnqueuedAfterTheirBubbleEndedRunNothing) {
   job.delay = LaunchDelay::None;
   const uint64_t first_on_time = bubbles_ + 1;
   for (int i = 0; i < 5; ++i) {
-    bubble(/*delay_us=*/1500.0, /*expected_us=*/2000.0);
+    bubble(/*delay_us=*/0.0, /*expected_us=*/2000.0, &job, 4);  // until 4 items ran in it
     PF_ASSERT_OK(pfHostStreamSynchronize(main_));
   }
   PF_ASSERT_OK(pfRuntimeSynchronize(rt_));
