@@ -43,8 +43,8 @@ inline constexpr int kMaxSmCount = 1 << 20;
 // floor(kItemQuantumUs / item_cost) claims made at once, so a run's events are bounded by its
 // virtual duration rather than by its item count. Longer items are simulated one by one.
 inline constexpr double kItemQuantumUs = 0.1;
-// A simulated ticket launch stops claiming after this many items (a bound on the simulator's
-// work per launch; a real slice with more items than this would be a sub-nanosecond item).
+// A simulated ticket launch of items shorter than kItemQuantumUs stops claiming after this many
+// items (a bound on the simulator's per-item work; launches of longer items are not capped).
 inline constexpr uint64_t kMaxTicketItemsPerLaunch = uint64_t{1} << 20;
 
 bool finite_nonnegative(double value);

@@ -2,7 +2,7 @@
 // GPU block runs (pipefill/item_protocol.hpp), at the virtual time of each claim; an opaque block
 // takes the next item of its launch. Items shorter than kItemQuantumUs are claimed and simulated
 // in batches, one event per batch, so the event count is bounded by virtual time; a ticket
-// launch stops claiming after kMaxTicketItemsPerLaunch items. Per-item callbacks still see every
+// launch of such items stops claiming after kMaxTicketItemsPerLaunch items. Per-item callbacks still see every
 // item, with its own completion time.
 #include <algorithm>
 #include <cmath>
@@ -41,7 +41,11 @@ pfResult_t refuse_in_callback(const char* what) {
 
 bool World::Impl::claim(SimStream* stream, Op& op, uint64_t* item) {
   if (op.type == OpType::Ticket) {
-    if (stream->items_claimed >= kMaxTicketItemsPerLaunch) return false;
+    // The per-launch cap only bounds launches of tiny items (batched); longer items cost one
+    // event each and are simulated exactly.
+    if (op.time_us < kItemQuantumUs && stream->items_claimed >= kMaxTicketItemsPerLaunch) {
+      return false;
+    }
     const uint64_t claimed = protocol::claim_item(op.slice, protocol::HostAtomics{});
     if (claimed == protocol::kStopItem) return false;
     ++stream->items_claimed;
