@@ -12,7 +12,9 @@
  * The cursor persists across slices, so the next bubble's slice resumes where this one stopped
  * with no host round trip, and every item is processed exactly once: an item is only claimed
  * (cursor advanced) after the gate and budget checks passed, and a claimed item is always run.
- * Overrun past the bubble end is bounded by one item's duration.
+ * Overrun past the bubble end is bounded by one item's duration. The claim itself is
+ * pipefill/item_protocol.hpp (CUDA-free, shared with the simulator, the host device and the CPU
+ * tests of the protocol).
  *
  * Usage:
  *
@@ -35,32 +37,53 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "pipefill/item_protocol.hpp"
 #include "pipefill/pipefill.h"
 
 namespace pipefill {
 namespace device {
 
 /* Item value thread 0 publishes when the block must stop. */
-constexpr uint64_t kStopItem = ~uint64_t{0};
+constexpr uint64_t kStopItem = protocol::kStopItem;
+
+/* An atomics policy (pipefill/item_protocol.hpp) from a bare `add(word)`: the gate is read with
+ * a volatile load, which is how the device loop has always read it. */
+template <typename AtomicAdd>
+struct AddOnlyAtomics {
+  AtomicAdd& add;
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable
+#endif
+  __host__ __device__ uint64_t load(const volatile uint64_t* word) const { return *word; }
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable
+#endif
+  __host__ __device__ uint64_t fetch_add_one(uint64_t* word) const { return add(word); }
+};
 
 /*
- * The claim decision of the slice protocol, shared by the device loop and host-side tests:
- * `add(word)` must atomically add 1 to *word and return the old value (atomicAdd on the GPU).
- * Returns the claimed item or kStopItem. Order matters for exactly-once: the gate and the budget
- * are checked before the cursor moves, and a claimed item is always run by the caller.
+ * The claim decision of the slice protocol (protocol::claim_item), kept for code written against
+ * earlier versions of this header: `add(word)` must atomically add 1 to *word and return the old
+ * value (atomicAdd on the GPU). Returns the claimed item or kStopItem.
  */
 #if defined(__CUDACC__)
 #pragma nv_exec_check_disable /* AtomicAdd may be device-only (atomicAdd) or host-only (tests) */
 #endif
 template <typename AtomicAdd>
 __host__ __device__ inline uint64_t claim_item_with(const pfSliceDesc_t& slice, AtomicAdd&& add) {
-  if (slice.max_items == 0) return kStopItem; /* an empty slice (module warm-up) touches nothing */
-  if (*slice.gate >= slice.bubble_id) return kStopItem; /* the bubble has ended */
-  if (add(slice.budget_counter) >= slice.max_items) return kStopItem;
-  const uint64_t item = add(slice.cursor);
-  if (item >= slice.total_items) return kStopItem;
-  return item;
+  return protocol::claim_item(slice, AddOnlyAtomics<AtomicAdd>{add});
 }
+
+#if defined(__CUDACC__)
+/* The GPU policy: the gate through a volatile load (it is written by a stream-ordered memset or
+ * copy of another stream), the counters through atomicAdd. */
+struct CudaAtomics {
+  __device__ uint64_t load(const volatile uint64_t* word) const { return *word; }
+  __device__ uint64_t fetch_add_one(uint64_t* word) const {
+    return atomicAdd(reinterpret_cast<unsigned long long*>(word), 1ull);
+  }
+};
+#endif
 
 #if defined(__CUDACC__)
 /* Nanoseconds on the GPU's global timer (same clock on every SM; ~1 us resolution on some GPUs). */
@@ -86,14 +109,12 @@ __device__ __forceinline__ void spin_ns(uint64_t ns) {
 
 /* Whether the bubble this slice belongs to has ended (the gate holds the last closed id). */
 __device__ __forceinline__ bool gate_closed(const pfSliceDesc_t& slice) {
-  return *slice.gate >= slice.bubble_id;
+  return protocol::gate_closed(slice, CudaAtomics{});
 }
 
 /* Called by thread 0 only: the next item for this block, or kStopItem. */
 __device__ __forceinline__ uint64_t claim_item(const pfSliceDesc_t& slice) {
-  return claim_item_with(slice, [](uint64_t* word) -> uint64_t {
-    return atomicAdd(reinterpret_cast<unsigned long long*>(word), 1ull);
-  });
+  return protocol::claim_item(slice, CudaAtomics{});
 }
 
 /*

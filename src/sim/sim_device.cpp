@@ -8,6 +8,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "core/config.hpp"
+#include "sim/sim_handles.hpp"
 
 namespace pipefill::sim {
 namespace {
@@ -36,7 +37,7 @@ SimDevice::~SimDevice() {
   // Streams and events the runtime left behind: enqueued work still runs in the world (a shared
   // world outlives us), but the handles go.
   {
-    std::lock_guard lock(created_mutex_);
+    MutexLock lock(created_mutex_);
     for (void* stream : streams_) world_->destroy_stream(stream);
     for (void* event : events_) world_->destroy_event(event);
     streams_.clear();
@@ -64,7 +65,7 @@ pfResult_t SimDevice::priority_range(int* lowest, int* highest) {
 pfResult_t SimDevice::create_fill_stream(Stream* out) {
   return guarded("create_fill_stream", [&] {
     PF_TRY(world_->create_stream(device_, kLowestPriority, /*fill=*/true, out));
-    std::lock_guard lock(created_mutex_);
+    MutexLock lock(created_mutex_);
     streams_.insert(*out);
     return pfSuccess;
   });
@@ -73,7 +74,7 @@ pfResult_t SimDevice::create_fill_stream(Stream* out) {
 pfResult_t SimDevice::create_stream(int priority, Stream* out) {
   return guarded("create_stream", [&] {
     PF_TRY(world_->create_stream(device_, priority, /*fill=*/false, out));
-    std::lock_guard lock(created_mutex_);
+    MutexLock lock(created_mutex_);
     streams_.insert(*out);
     return pfSuccess;
   });
@@ -82,7 +83,7 @@ pfResult_t SimDevice::create_stream(int priority, Stream* out) {
 pfResult_t SimDevice::destroy_stream(Stream stream) {
   return guarded("destroy_stream", [&] {
     PF_TRY(world_->destroy_stream(stream));
-    std::lock_guard lock(created_mutex_);
+    MutexLock lock(created_mutex_);
     streams_.erase(stream);
     return pfSuccess;
   });
@@ -99,7 +100,7 @@ pfResult_t SimDevice::synchronize_stream(Stream stream) {
 pfResult_t SimDevice::create_event(Event* out) {
   return guarded("create_event", [&] {
     PF_TRY(world_->create_event(out));
-    std::lock_guard lock(created_mutex_);
+    MutexLock lock(created_mutex_);
     events_.insert(*out);
     return pfSuccess;
   });
@@ -108,7 +109,7 @@ pfResult_t SimDevice::create_event(Event* out) {
 pfResult_t SimDevice::destroy_event(Event event) {
   return guarded("destroy_event", [&] {
     PF_TRY(world_->destroy_event(event));
-    std::lock_guard lock(created_mutex_);
+    MutexLock lock(created_mutex_);
     events_.erase(event);
     return pfSuccess;
   });
@@ -195,7 +196,9 @@ pfResult_t make_sim_device(const RuntimeOptions& options, std::unique_ptr<Device
   if (out == nullptr) return fail(pfErrorInvalidArgument, "device output pointer is NULL");
   try {
     if (options.sim_world != nullptr) {
-      sim::World* world = sim::world_from_handle(options.sim_world);
+      // Pinned while the device attaches, so a racing pfSimWorldDestroy cannot free it.
+      const sim::WorldPin pin = sim::pin_world(options.sim_world);
+      sim::World* world = pin.get();
       if (world == nullptr) {
         return fail(pfErrorInvalidArgument, "sim_world {} is not a live simulated world",
                     static_cast<const void*>(options.sim_world));

@@ -6,9 +6,10 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <unordered_set>
 
+#include "common/mutex.hpp"
+#include "common/thread_annotations.hpp"
 #include "device/device.hpp"
 #include "sim/sim_world.hpp"
 
@@ -74,9 +75,9 @@ class SimDevice final : public Device, public DrivenClock {
   std::unique_ptr<World> owned_world_;  // private world (destroyed after our streams)
   int device_;
   // What this device created, destroyed with it when the runtime did not.
-  mutable std::mutex created_mutex_;
-  std::unordered_set<void*> streams_;
-  std::unordered_set<void*> events_;
+  mutable Mutex created_mutex_;
+  std::unordered_set<void*> streams_ GUARDED_BY(created_mutex_);
+  std::unordered_set<void*> events_ GUARDED_BY(created_mutex_);
 };
 
 }  // namespace pipefill::sim

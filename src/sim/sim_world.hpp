@@ -1,16 +1,19 @@
 // The simulated world: one or more simulated GPUs sharing a virtual clock (µs), driven by a
-// deterministic discrete-event loop. See docs/simulated-device.md for the execution model.
+// deterministic discrete-event loop. See docs/simulated-device.md for the execution model and
+// src/sim/sim_engine.hpp for how the engine is split into files.
 //
-// Handles: streams (`void*`) and events (`void*`, the same pointer as a pfSimEvent_t) are
-// pointers to objects the world owns. Every entry point validates a handle against the world's
-// registry before touching it, so a stale or foreign pointer gives pfErrorInvalidArgument, never
+// Handles: streams (`void*`), events (`void*`, the same value as a pfSimEvent_t) and worlds are
+// opaque values that are never reused (sim_handles.hpp), checked against the world's registry
+// before they are used, so a stale, foreign or garbage value gives pfErrorInvalidArgument, never
 // a crash. The C API (sim_capi.cpp) finds the world of a bare stream/event handle with
-// world_of_stream()/world_of_event().
+// world_of_stream()/world_of_event() and pins it for the call.
 //
 // Threading: one mutex per world. Enqueueing and queries may come from any thread. Running
 // (run_until*, synchronize_*) holds the lock for the whole run, so work enqueued by another
 // thread lands either wholly before or wholly after a run: results stay deterministic as long as
 // every producer has finished enqueuing before the run (that is what pre-run hooks are for).
+// on_item callbacks run with the lock held: a World method called from inside one of its own
+// callbacks refuses (pfErrorInvalidState) instead of deadlocking; now() returns the item's time.
 #pragma once
 
 #include <cstddef>
@@ -55,6 +58,8 @@ class World {
   size_t activities_since(int device, size_t from, std::vector<ActivityRecord>* out) const;
   // Recording is on by default; turn it off for very long runs to save memory.
   void set_activity_recording(bool enabled);
+  // Events the loop has processed so far (a measure of the simulator's work, for tests).
+  uint64_t events_processed() const;
 
   // ---- Streams ----------------------------------------------------------------------------
   // priority in [kHighestPriority, kLowestPriority]. fill = a fill stream (not a main stream).
@@ -101,6 +106,8 @@ class World {
 
   // ---- Device words (plain host memory owned by the world) --------------------------------
   pfResult_t allocate_words(size_t count, uint64_t** words);
+  // Queued ops that use the words (a word write or copy, a ticket launch's gate/cursor/budget)
+  // keep them allocated until they ran; the words are refused for new ops at once.
   pfResult_t free_words(uint64_t* words);
 
   // ---- Memory -----------------------------------------------------------------------------
@@ -125,6 +132,9 @@ class World {
   // must not call into the world); NaN outside a callback.
   static double callback_time_us();
 
+  // The world's C handle (never reused by another world).
+  pfSimWorld_t handle() const;
+
   // Finds the world owning a live stream / event handle (nullptr when unknown). Global lookup.
   static World* world_of_stream(const void* stream);
   static World* world_of_event(const void* event);
@@ -137,7 +147,7 @@ class World {
 };
 
 // The C handle of a world and back. world_from_handle returns nullptr for a handle that is not
-// a live world (safe for any value).
+// a live world (safe for any value); it does not pin the world (see sim_handles.hpp).
 World* world_from_handle(pfSimWorld_t handle);
 pfSimWorld_t handle_of(World* world);
 

@@ -1,0 +1,105 @@
+/*
+ * The claim protocol of ticket fill kernels, in one CUDA-free header shared by every place that
+ * runs it: the GPU item loop (pipefill/device.cuh), the simulated device (src/sim), the
+ * real-time host device (src/host) and the tests. The CPU build therefore tests the very code
+ * a GPU block runs, with real threads standing in for blocks.
+ *
+ * A ticket fill kernel is a set of persistent blocks. Before every item a block makes one claim
+ * (on the GPU, thread 0 makes it for the whole block), following the slice protocol of
+ * pfSliceDesc_t (pipefill.h):
+ *
+ *   stop when   slice.max_items == 0                              (an empty slice: touch nothing)
+ *          or   *gate >= bubble_id                                (the bubble has ended)
+ *          or   fetch_add(budget_counter, 1) >= max_items         (the slice's budget is spent)
+ *          or   the item fetch_add(cursor, 1) returned >= total_items (the job has no items left)
+ *
+ * Exactly once: the gate and the budget are checked before the cursor moves, the cursor only
+ * moves by atomic increments, and a claimed item is always run. Overrun past the bubble end is
+ * one item per block: a block checks the gate again before its next item. A failing claim may
+ * move the cursor past total_items (readers clamp it to the item count); the budget counter
+ * counts every claim that passed the gate check.
+ *
+ * The memory operations come from an atomics policy, an object with two member functions:
+ *
+ *   uint64_t load(const volatile uint64_t* word)   reads a word another agent writes (the gate)
+ *   uint64_t fetch_add_one(uint64_t* word)         atomically adds 1, returns the old value
+ *
+ * HostAtomics (below) is the CPU policy (std::atomic_ref: words must be 8-byte aligned); the GPU
+ * policy lives in device.cuh (volatile load, atomicAdd).
+ */
+#ifndef PIPEFILL_ITEM_PROTOCOL_HPP_
+#define PIPEFILL_ITEM_PROTOCOL_HPP_
+
+#include <stdint.h>
+
+#include "pipefill/pipefill.h"
+
+#if !defined(__CUDA_ARCH__)
+#include <atomic>
+#endif
+
+#if defined(__CUDACC__)
+#define PF_PROTOCOL_FN __host__ __device__ inline
+#else
+#define PF_PROTOCOL_FN inline
+#endif
+
+namespace pipefill {
+namespace protocol {
+
+/* The value a claim returns when the block must stop. */
+constexpr uint64_t kStopItem = ~uint64_t{0};
+
+/* Whether the bubble the slice belongs to has ended (the gate holds the last closed id). */
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable /* the policy may be device-only (GPU) or host-only (CPU) */
+#endif
+template <typename Atomics>
+PF_PROTOCOL_FN bool gate_closed(const pfSliceDesc_t& slice, Atomics&& atomics) {
+  return atomics.load(slice.gate) >= slice.bubble_id;
+}
+
+/* One claim: the next item for the calling block, or kStopItem. */
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable
+#endif
+template <typename Atomics>
+PF_PROTOCOL_FN uint64_t claim_item(const pfSliceDesc_t& slice, Atomics&& atomics) {
+  if (slice.max_items == 0) return kStopItem; /* module warm-up: the words may be NULL */
+  if (atomics.load(slice.gate) >= slice.bubble_id) return kStopItem;
+  if (atomics.fetch_add_one(slice.budget_counter) >= slice.max_items) return kStopItem;
+  const uint64_t item = atomics.fetch_add_one(slice.cursor);
+  if (item >= slice.total_items) return kStopItem;
+  return item;
+}
+
+#if !defined(__CUDA_ARCH__)
+/* The CPU policy: sequentially consistent std::atomic_ref operations on 8-byte aligned words.
+ * The gate is written by another thread (a stream's word write) and read by every block. */
+struct HostAtomics {
+  uint64_t load(const volatile uint64_t* word) const {
+    return std::atomic_ref<uint64_t>(*const_cast<uint64_t*>(word)).load();
+  }
+  uint64_t fetch_add_one(uint64_t* word) const {
+    return std::atomic_ref<uint64_t>(*word).fetch_add(1);
+  }
+};
+
+/* The block loop on the CPU: claims and runs items until a claim fails; returns the number of
+ * items this block ran. `body(item)` does the item's work. */
+template <typename Body>
+inline uint64_t run_block(const pfSliceDesc_t& slice, Body&& body) {
+  uint64_t done = 0;
+  for (;;) {
+    const uint64_t item = claim_item(slice, HostAtomics{});
+    if (item == kStopItem) return done;
+    body(item);
+    ++done;
+  }
+}
+#endif /* !__CUDA_ARCH__ */
+
+} /* namespace protocol */
+} /* namespace pipefill */
+
+#endif /* PIPEFILL_ITEM_PROTOCOL_HPP_ */

@@ -1,0 +1,171 @@
+// The engine of the real-time host device (docs/host-device.md): streams are worker threads that
+// execute their queued operations in order, in real time; events carry steady-clock timestamps
+// (µs since the engine was made); device words are plain 8-byte aligned host memory accessed with
+// std::atomic_ref; a ticket fill kernel is a set of "blocks" run by a pool of SM worker threads,
+// each block claiming items through pipefill/item_protocol.hpp, the same claim a GPU block makes.
+//
+// Handles: stream and event handles are opaque 64-bit values (a tag and a serial number that is
+// never reused), not pointers, so a stale handle is refused even after its memory is reused.
+// Stream handles are registered globally (the pfHost* C functions find their engine from a bare
+// stream); an engine found that way is kept alive by a shared_ptr for the duration of the call.
+//
+// Locking: one mutex per engine guards all its state (streams' queues, events, words, the block
+// queue). Operations run with it released: a delay, a host function, a ticket kernel's items.
+// Lock order: the global handle registry's mutex is never held while the engine's is taken.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/mutex.hpp"
+#include "common/thread_annotations.hpp"
+#include "device/device.hpp"
+#include "pipefill/pipefill.h"
+
+namespace pipefill::host {
+
+// Stream priorities follow CUDA: 0 is the lowest, kHighestPriority the highest. They are
+// recorded, not enforced: the OS schedules the threads (docs/host-device.md).
+inline constexpr int kLowestPriority = 0;
+inline constexpr int kHighestPriority = -5;
+inline constexpr int kMaxSmCount = 1024;
+
+using ItemFn = void (*)(void* user, uint64_t item);
+using HostFn = void (*)(void* user);
+
+struct EngineOptions {
+  int sm_count = 8;                    // PIPEFILL_HOST_SMS
+  size_t memory_bytes = size_t{64} << 20;  // PIPEFILL_HOST_MEMORY_BYTES
+};
+// Reads PIPEFILL_HOST_SMS and PIPEFILL_HOST_MEMORY_BYTES over the defaults; a malformed or
+// out-of-range value is pfErrorInvalidArgument naming the variable and the value.
+pfResult_t engine_options_from_env(EngineOptions* out);
+
+class Engine {
+ public:
+  static pfResult_t create(const EngineOptions& options, std::shared_ptr<Engine>* out);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Stops the engine: every stream finishes the operation in progress (a host function must
+  // return; a ticket kernel's blocks stop at their next claim) and drops the rest; the threads
+  // are joined and all memory freed. Idempotent. Never call it from a stream or block thread.
+  void shutdown() EXCLUDES(mutex_);
+
+  double now_us() const;
+  int sm_count() const { return sm_count_; }
+
+  // ---- Streams ----------------------------------------------------------------------------
+  pfResult_t create_stream(int priority, bool fill, void** out) EXCLUDES(mutex_);
+  // The handle becomes invalid at once; work already queued still runs, then the thread ends.
+  pfResult_t destroy_stream(void* stream) EXCLUDES(mutex_);
+  bool is_main_stream(const void* stream) const EXCLUDES(mutex_);
+  // Blocks until the stream has executed everything queued before the call. Refused
+  // (pfErrorInvalidState) from the stream's own thread and from a fill block.
+  pfResult_t synchronize_stream(void* stream) EXCLUDES(mutex_);
+
+  // ---- Stream operations (executed by the stream's thread, in order) ----------------------
+  pfResult_t delay(void* stream, double duration_us) EXCLUDES(mutex_);
+  pfResult_t host_func(void* stream, HostFn fn, void* user) EXCLUDES(mutex_);
+  pfResult_t record_event(void* event, void* stream) EXCLUDES(mutex_);
+  // Waits for the record that is the event's latest now (none: no wait).
+  pfResult_t wait_event(void* stream, void* event) EXCLUDES(mutex_);
+  pfResult_t write_word(void* stream, uint64_t* word, uint64_t value) EXCLUDES(mutex_);
+  pfResult_t copy_word(void* stream, const uint64_t* source, uint64_t* destination)
+      EXCLUDES(mutex_);
+  pfResult_t launch_ticket(void* stream, const pfSliceDesc_t* slice, int blocks, ItemFn item_fn,
+                           void* user) EXCLUDES(mutex_);
+  pfResult_t launch_opaque(void* stream, uint64_t first_item, uint64_t items, int blocks,
+                           ItemFn item_fn, void* user) EXCLUDES(mutex_);
+
+  // ---- Events -----------------------------------------------------------------------------
+  pfResult_t create_event(void** out) EXCLUDES(mutex_);
+  pfResult_t destroy_event(void* event) EXCLUDES(mutex_);
+  // recorded: the event has a record; done: that record executed, at *time_us.
+  pfResult_t event_state(void* event, bool* recorded, bool* done, double* time_us) const
+      EXCLUDES(mutex_);
+  pfResult_t synchronize_event(void* event) EXCLUDES(mutex_);
+
+  // ---- Words and memory -------------------------------------------------------------------
+  // Zeroed, 256-byte aligned words. A free while queued operations still use the words is
+  // deferred until they have run (the words are refused for new operations at once).
+  pfResult_t allocate_words(size_t count, uint64_t** words) EXCLUDES(mutex_);
+  pfResult_t free_words(uint64_t* words) EXCLUDES(mutex_);
+  pfResult_t memory_info(size_t* free_bytes, size_t* total_bytes) const EXCLUDES(mutex_);
+  // Real host memory (not zeroed), so fill items may use their workspace.
+  pfResult_t allocate_arena(size_t bytes, void** base) EXCLUDES(mutex_);
+  pfResult_t free_arena(void* base) EXCLUDES(mutex_);
+
+  pfResult_t configure_partition(int reserved_sms, FillPartition* partition) EXCLUDES(mutex_);
+  int fill_sms() const EXCLUDES(mutex_);
+  // The most fill blocks that ever ran at once (tests check it never exceeds fill_sms).
+  int max_concurrent_blocks() const EXCLUDES(mutex_);
+
+  // The engine of a live stream handle (nullptr when unknown or destroyed). Safe for any value.
+  static std::shared_ptr<Engine> engine_of_stream(const void* stream);
+
+ private:
+  struct Record;
+  struct Event;
+  struct Launch;
+  struct Op;
+  struct Stream;
+  struct WordBlock {
+    size_t count = 0;
+    int pins = 0;        // queued operations using these words
+    bool freed = false;  // free_words was called; deleted when pins reaches 0
+  };
+
+  explicit Engine(const EngineOptions& options);
+  pfResult_t start() EXCLUDES(mutex_);
+
+  Stream* live_stream(const void* handle) const REQUIRES(mutex_);
+  Event* live_event(const void* handle) const REQUIRES(mutex_);
+  pfResult_t check_open() const REQUIRES(mutex_);
+  // Pins the word block holding `word` (if the engine allocated it) for a queued operation.
+  pfResult_t pin_word(const void* word, Op* op) REQUIRES(mutex_);
+  void unpin_words(Op& op) REQUIRES(mutex_);
+  pfResult_t enqueue(void* stream, Op op) EXCLUDES(mutex_);
+  pfResult_t enqueue_locked(Stream* stream, Op op) REQUIRES(mutex_);
+
+  void stream_main(Stream* stream) EXCLUDES(mutex_);
+  void execute(Stream* stream, Op& op) REQUIRES(mutex_);
+  void block_main() EXCLUDES(mutex_);
+  void run_block(Launch& launch);
+
+  const int sm_count_;
+  const size_t memory_bytes_;
+  const std::chrono::steady_clock::time_point origin_;
+
+  mutable Mutex mutex_;
+  CondVar progress_;   // a record, an operation or a block completed
+  CondVar block_cv_;   // block tasks queued, or a fill slot freed
+  CondVar stop_cv_;    // the engine is stopping (interrupts delays)
+  bool stopping_ GUARDED_BY(mutex_) = false;
+  std::atomic<bool> stopping_flag_{false};  // read by running blocks between claims
+  bool started_ GUARDED_BY(mutex_) = false;
+  int fill_sms_ GUARDED_BY(mutex_);
+  int reserved_sms_ GUARDED_BY(mutex_) = 0;
+  int fill_running_ GUARDED_BY(mutex_) = 0;
+  int max_fill_running_ GUARDED_BY(mutex_) = 0;
+  size_t arena_used_ GUARDED_BY(mutex_) = 0;
+  std::unordered_map<uintptr_t, std::unique_ptr<Stream>> streams_ GUARDED_BY(mutex_);
+  std::vector<std::unique_ptr<Stream>> retired_streams_ GUARDED_BY(mutex_);
+  std::unordered_map<uintptr_t, std::unique_ptr<Event>> events_ GUARDED_BY(mutex_);
+  std::map<uintptr_t, WordBlock> words_ GUARDED_BY(mutex_);
+  std::unordered_map<uintptr_t, size_t> arenas_ GUARDED_BY(mutex_);
+  std::deque<std::shared_ptr<Launch>> block_queue_ GUARDED_BY(mutex_);  // one entry per block
+  std::vector<std::thread> block_threads_;  // made in start(), joined in shutdown()
+  std::weak_ptr<Engine> self_;
+};
+
+}  // namespace pipefill::host

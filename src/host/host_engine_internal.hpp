@@ -1,0 +1,83 @@
+// Private parts of the host-device engine shared by its source files (host_engine.cpp: threads,
+// streams and operations; host_resources.cpp: events, words, memory, partition, handles).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <thread>
+
+#include "host/host_engine.hpp"
+
+namespace pipefill::host {
+
+// A handle is a tag in the top 16 bits and a serial number that is never reused.
+inline constexpr uint64_t kStreamTag = 0x4853;  // "HS"
+inline constexpr uint64_t kEventTag = 0x4845;   // "HE"
+uintptr_t make_handle(uint64_t tag);
+inline void* as_pointer(uintptr_t handle) { return reinterpret_cast<void*>(handle); }
+inline uintptr_t as_handle(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer); }
+
+// The global stream-handle registry (pfHost* calls find a stream's engine through it).
+void register_stream(uintptr_t handle, const std::weak_ptr<Engine>& engine);
+void unregister_stream(uintptr_t handle);
+
+// Whether this thread is one of an engine's stream threads / fill-block threads.
+struct ThreadRole {
+  static inline thread_local const void* stream = nullptr;  // the Stream this thread runs
+  static inline thread_local bool block = false;
+};
+
+struct Engine::Record {
+  bool done = false;       // guarded by the engine mutex
+  double time_us = -1.0;
+};
+
+struct Engine::Event {
+  std::shared_ptr<Record> latest;  // guarded by the engine mutex
+};
+
+// One fill launch (ticket or opaque); shared by its op and its queued block tasks.
+struct Engine::Launch {
+  bool ticket = true;
+  pfSliceDesc_t slice{};       // ticket: copied at enqueue
+  uint64_t first_item = 0;     // opaque: items first_item .. first_item + items - 1
+  uint64_t items = 0;
+  std::atomic<uint64_t> next{0};  // opaque: next item index to hand out
+  ItemFn item_fn = nullptr;
+  void* user = nullptr;
+  int blocks = 0;
+  int exited = 0;  // guarded by the engine mutex
+};
+
+enum class OpType : uint8_t { Delay, HostFunc, Record, Wait, WriteWord, CopyWord, Fill };
+
+struct Engine::Op {
+  OpType type = OpType::Delay;
+  double duration_us = 0.0;
+  HostFn host_fn = nullptr;
+  void* user = nullptr;
+  std::shared_ptr<Record> record;  // record / wait (null wait: nothing to wait for)
+  uint64_t* word = nullptr;        // write / copy destination
+  const uint64_t* source = nullptr;
+  uint64_t value = 0;
+  std::shared_ptr<Launch> launch;
+  uintptr_t pinned[3] = {};  // word blocks this op keeps alive until it has run
+  int pin_count = 0;
+};
+
+struct Engine::Stream {
+  uintptr_t handle = 0;
+  int priority = 0;
+  bool fill = false;
+  // All below guarded by the engine mutex.
+  bool destroyed = false;
+  uint64_t enqueued = 0;
+  uint64_t executed = 0;
+  std::deque<Op> ops;  // the head op stays in place while it executes
+  CondVar wake;
+  std::thread thread;
+};
+
+}  // namespace pipefill::host

@@ -1,0 +1,259 @@
+// Private parts of the simulated world shared by its source files. The model is documented in
+// docs/simulated-device.md; this header says how the engine is built:
+//
+//   sim_event_loop.cpp  the discrete-event loop: the event heap, stream heads, records, runs
+//   sim_dispatch.cpp    the SM scheduler: pending SM work per device, served in strict order
+//   sim_fill.cpp        the fill kernel kinds: ticket blocks claiming through the shared
+//                       protocol (pipefill/item_protocol.hpp) and opaque blocks, item batches
+//   sim_world.cpp       World: lifecycle, hooks, clock, streams, events, running
+//   sim_ops.cpp         World: enqueueing the stream operations
+//   sim_memory.cpp      World: device words (deferred frees), memory, arenas, the partition
+//   sim_handles.cpp     handles, the global registry and the world pins of the C API
+//
+// Each stream is a FIFO of ops; only its head op can be in progress, so every scheduled event
+// can name its target by the stream alone. A binary heap orders the events by (time, sequence
+// number), which makes runs byte-identical for the same program and seed. Everything below is
+// guarded by World::Impl::mutex; the engine is single-threaded under it.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "analysis/activity.hpp"
+#include "common/mutex.hpp"
+#include "common/thread_annotations.hpp"
+#include "sim/ring_queue.hpp"
+#include "sim/sim_world.hpp"
+
+namespace pipefill::sim {
+
+inline constexpr size_t kWordAlignment = 256;
+inline constexpr size_t kArenaAlignment = 256;
+inline constexpr int kMaxDevices = 1 << 16;
+inline constexpr int kMaxSmCount = 1 << 20;
+
+// Items shorter than this are simulated in batches: one event per block covers
+// floor(kItemQuantumUs / item_cost) claims made at once, so a run's events are bounded by its
+// virtual duration rather than by its item count. Longer items are simulated one by one.
+inline constexpr double kItemQuantumUs = 0.1;
+// A simulated ticket launch of items shorter than kItemQuantumUs stops claiming after this many
+// items (a bound on the simulator's per-item work; launches of longer items are not capped).
+inline constexpr uint64_t kMaxTicketItemsPerLaunch = uint64_t{1} << 20;
+
+bool finite_nonnegative(double value);
+
+struct SimStream;
+
+// One record of an event: completes when the record op reaches its stream's head. Shared by the
+// event (while it is the latest record), the record op and every wait op that captured it, so it
+// is reference counted and recycled through a free list (no allocation per record).
+struct Record {
+  bool completed = false;
+  double time_us = -1.0;
+  int references = 0;
+  std::vector<SimStream*> waiters;  // streams whose head wait started before completion
+};
+
+enum class OpType : uint8_t { Kernel, Delay, Record, Wait, WriteWord, CopyWord, Ticket, Opaque };
+
+struct Op {
+  OpType type = OpType::Kernel;
+  int sms = 0;           // kernel / wait: SMs needed; ticket / opaque: blocks
+  double time_us = 0.0;  // kernel / delay: duration; wait: latency; fill: item cost
+  uint64_t sequence = 0; // enqueue order (tie-break among pending ops, correlation id)
+  Record* record = nullptr;                // record / wait
+  uint64_t* word = nullptr;                // write / copy destination
+  const uint64_t* source = nullptr;        // copy source
+  uint64_t value = 0;                      // write value; opaque first item
+  uint64_t ordinal = 0;  // kernels: index among the stream's kernels; fill: among its launches
+  // Fill launches (ticket fields copied from the slice at enqueue time).
+  pfSliceDesc_t slice{};     // ticket: gate, bubble_id, budget, cursor, total_items
+  uint64_t total_items = 0;  // opaque: items of this launch
+  pfSimItemFn on_item = nullptr;
+  void* user = nullptr;
+  // World word blocks this op keeps allocated until it has run (deferred frees).
+  uintptr_t pinned[3] = {};
+  int pin_count = 0;
+};
+
+struct SimStream {
+  int device = 0;
+  int priority = 0;
+  bool fill = false;
+  uint64_t id = 0;
+  const void* handle = nullptr;
+  // Jitter is drawn from (seed, jitter_key, op ordinal[, item]) rather than from one sequence
+  // consumed in event order: the main job's kernels then get the same durations whether or not
+  // fill work runs beside them, so filled and unfilled runs compare exactly even with jitter.
+  uint64_t jitter_key = 0;
+  uint64_t kernels_enqueued = 0;
+  uint64_t launches_enqueued = 0;
+  bool destroyed = false;
+  bool in_graveyard = false;
+  bool advance_scheduled = false;
+  RingQueue<Op> ops;
+  // State of the head op once started.
+  bool head_started = false;
+  double head_start_us = 0.0;
+  int held_sms = 0;
+  int blocks_unstarted = 0;
+  int blocks_active = 0;
+  uint64_t opaque_next = 0;
+  uint64_t items_claimed = 0;  // ticket: items claimed by the head launch
+  uint64_t items_done = 0;
+  double first_item_start_us = -1.0;
+  double last_item_end_us = -1.0;
+};
+
+struct SimEvent {
+  uint64_t id = 0;
+  Record* latest = nullptr;
+};
+
+struct PendingEntry {
+  SimStream* stream = nullptr;
+  bool fill_class = false;
+  int priority = 0;
+  uint64_t sequence = 0;
+  bool operator<(const PendingEntry& other) const {
+    if (fill_class != other.fill_class) return !fill_class;  // main work first
+    if (priority != other.priority) return priority < other.priority;
+    return sequence < other.sequence;
+  }
+};
+
+struct DeviceState {
+  int sm_count = 0;
+  size_t memory_total = 0;
+  size_t memory_used = 0;
+  size_t arena_used = 0;
+  double jitter = 0.0;
+  double interference = 0.0;
+  int reserved_sms = 0;
+  int fill_sms = 0;
+  int free_sms = 0;
+  int fill_in_use = 0;  // SMs held by fill blocks
+  uint64_t main_streams_created = 0;  // jitter keys: main and fill streams counted apart
+  uint64_t fill_streams_created = 0;
+  std::vector<PendingEntry> pending;
+  std::vector<ActivityRecord> activities;
+  std::unordered_map<uintptr_t, size_t> arenas;
+  uintptr_t next_arena_address = 0;
+};
+
+enum class EventType : uint8_t { Advance, OpComplete, ItemDone };
+
+struct HeapEntry {
+  double time_us;
+  uint64_t sequence;
+  SimStream* stream;
+  uint64_t item;   // ItemDone: the batch's first item
+  uint64_t count;  // ItemDone: items in the batch (consecutive)
+  EventType type;
+};
+
+struct HeapLater {
+  bool operator()(const HeapEntry& a, const HeapEntry& b) const {
+    if (a.time_us != b.time_us) return a.time_us > b.time_us;
+    return a.sequence > b.sequence;
+  }
+};
+
+struct WordBlock {
+  size_t count = 0;
+  int pins = 0;        // queued ops using these words
+  bool freed = false;  // free_words was called; deleted when pins reaches 0
+};
+
+struct World::Impl {
+  explicit Impl(uint64_t seed) : seed(seed) {}
+
+  mutable Mutex mutex;
+  Mutex hooks_mutex ACQUIRED_BEFORE(mutex);  // held while hooks run (remove waits for them)
+  std::vector<std::pair<const void*, std::function<void()>>> hooks GUARDED_BY(hooks_mutex);
+  std::atomic<int> attached{0};
+  uintptr_t handle = 0;  // the world's C handle (immutable after create)
+  std::vector<DeviceState> devices GUARDED_BY(mutex);  // size immutable after create
+
+  double now GUARDED_BY(mutex) = 0.0;
+  uint64_t next_sequence GUARDED_BY(mutex) = 1;
+  uint64_t next_stream_id GUARDED_BY(mutex) = 1;
+  uint64_t next_event_id GUARDED_BY(mutex) = 1;
+  uint64_t events_processed GUARDED_BY(mutex) = 0;
+  const uint64_t seed;
+  bool record_activities GUARDED_BY(mutex) = true;
+  std::vector<HeapEntry> heap GUARDED_BY(mutex);
+  std::unordered_map<const void*, std::unique_ptr<SimStream>> streams GUARDED_BY(mutex);
+  std::unordered_map<const void*, std::unique_ptr<SimEvent>> events GUARDED_BY(mutex);
+  std::vector<std::unique_ptr<Record>> record_storage GUARDED_BY(mutex);
+  std::vector<Record*> free_records GUARDED_BY(mutex);
+  std::map<uintptr_t, WordBlock> words GUARDED_BY(mutex);
+  std::vector<SimStream*> graveyard GUARDED_BY(mutex);
+
+  // ---- Lookups (sim_world.cpp) ----
+  SimStream* live_stream(const void* handle) const REQUIRES(mutex);
+  SimEvent* live_event(const void* handle) const REQUIRES(mutex);
+  // The device list and each device's sm_count never change after create: read without lock.
+  bool valid_device(int device) const { return device >= 0 && device < int(device_count()); }
+  size_t device_count() const NO_THREAD_SAFETY_ANALYSIS { return devices.size(); }
+  int sm_count_of(int device) const NO_THREAD_SAFETY_ANALYSIS {
+    return devices[static_cast<size_t>(device)].sm_count;
+  }
+
+  // ---- Event loop (sim_event_loop.cpp) ----
+  Record* new_record() REQUIRES(mutex);
+  static void retain(Record* record);
+  void release(Record* record) REQUIRES(mutex);
+  void schedule(double time_us, EventType type, SimStream* stream, uint64_t item = 0,
+                uint64_t count = 0) REQUIRES(mutex);
+  double jitter_factor(const DeviceState& device, uint64_t stream_key, uint64_t ordinal,
+                       uint64_t item = 0) const;
+  void record_activity(int device, ActivityKind kind, const char* name, const SimStream& stream,
+                       double start_us, double end_us, uint64_t correlation, int blocks)
+      REQUIRES(mutex);
+  // Enqueues an op; an idle stream gets an Advance event at the current time (ops never run
+  // at enqueue: everything happens inside a run, in event order).
+  void enqueue(SimStream* stream, Op op) REQUIRES(mutex);
+  void pop_head(SimStream* stream) REQUIRES(mutex);
+  void complete_record(Record* record) REQUIRES(mutex);
+  void start_wait(SimStream* stream, Op& op) REQUIRES(mutex);
+  void advance(SimStream* stream) REQUIRES(mutex);
+  void complete_head(SimStream* stream) REQUIRES(mutex);
+  void process_one() REQUIRES(mutex);
+  void bury_drained_streams() REQUIRES(mutex);
+  pfResult_t check_blocked() const REQUIRES(mutex);
+  pfResult_t run_while_not(const std::function<bool()>& done) REQUIRES(mutex);
+  void run_hooks() EXCLUDES(mutex);
+
+  // ---- SM scheduler (sim_dispatch.cpp) ----
+  void add_pending(SimStream* stream, const Op& op, bool fill_class) REQUIRES(mutex);
+  void dispatch(int device_index) REQUIRES(mutex);
+
+  // ---- Fill kernels (sim_fill.cpp) ----
+  // Claims the next item for a block of the head fill launch; false: the block exits.
+  bool claim(SimStream* stream, Op& op, uint64_t* item) REQUIRES(mutex);
+  // Claims a batch for a block (one item, or several when items are shorter than the quantum)
+  // and schedules its completion; false when not even one item could be claimed.
+  bool start_batch(SimStream* stream, Op& op) REQUIRES(mutex);
+  void batch_done(SimStream* stream, uint64_t first_item, uint64_t count) REQUIRES(mutex);
+
+  // ---- Words (sim_memory.cpp) ----
+  // Pins the world word block holding `word` (if any) for `op`; refuses freed words.
+  pfResult_t pin_word(const void* word, Op* op) REQUIRES(mutex);
+  void unpin_words(Op& op) REQUIRES(mutex);
+};
+
+// The world whose on_item callback this thread is running (its lock is held), or null.
+const World::Impl* callback_world();
+// A pfResult_t-returning World method called from inside one of its own on_item callbacks
+// would deadlock on the world lock: it fails instead with this error.
+pfResult_t refuse_in_callback(const char* what);
+
+}  // namespace pipefill::sim
