@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/error.hpp"
@@ -49,6 +51,36 @@ std::string_view trimmed(std::string_view token) {
   return token;
 }
 
+// A token that is a valid JSON number whose magnitude no double holds ("1e400", "-2e308").
+bool beyond_double(std::string_view token) {
+  size_t i = 0;
+  auto digits = [&] {
+    const size_t from = i;
+    while (i < token.size() && token[i] >= '0' && token[i] <= '9') ++i;
+    return i > from;
+  };
+  if (i < token.size() && token[i] == '-') ++i;
+  if (i < token.size() && token[i] == '0') {
+    ++i;
+  } else if (!digits()) {
+    return false;
+  }
+  if (i < token.size() && token[i] == '.') {
+    ++i;
+    if (!digits()) return false;
+  }
+  if (i < token.size() && (token[i] == 'e' || token[i] == 'E')) {
+    ++i;
+    if (i < token.size() && (token[i] == '+' || token[i] == '-')) ++i;
+    if (!digits()) return false;
+  }
+  if (i != token.size() || token.size() >= 512) return false;
+  char buffer[512];
+  std::memcpy(buffer, token.data(), token.size());
+  buffer[token.size()] = '\0';
+  return std::isinf(std::strtod(buffer, nullptr));
+}
+
 // Reads one value into `f`. Containers are only typed (and skipped by the caller's iteration).
 simdjson::error_code read_field(od::value value, JsonField* f) {
   od::json_type type;
@@ -66,8 +98,10 @@ simdjson::error_code read_field(od::value value, JsonField* f) {
     case od::json_type::number: {
       f->text = trimmed(value.raw_json_token());
       double d = 0.0;
-      if (value.get_double().get(d) != simdjson::SUCCESS || !std::isfinite(d)) {
-        f->type = JsonField::Type::BadNumber;  // 1e400: the rules name it
+      if (const auto e = value.get_double().get(d); e != simdjson::SUCCESS || !std::isfinite(d)) {
+        // 1e400: a JSON number beyond a double, which the rules name; 1.2.3: not JSON.
+        if (!beyond_double(f->text)) return e != simdjson::SUCCESS ? e : simdjson::NUMBER_ERROR;
+        f->type = JsonField::Type::BadNumber;
         return simdjson::SUCCESS;
       }
       f->type = JsonField::Type::Number;

@@ -191,6 +191,9 @@ def analyse(path):
         delays = [b["delay"] for b in bubbles if b["delay"] is not None]
         results.append({
             "trace": os.path.relpath(path, HERE),
+            "events": len(events),
+            "rank": (trace.get("distributedInfo") or {}).get("rank", -1)
+            if isinstance(trace, dict) else -1,
             "device": device,
             "compute_kernels": len(d["compute"]),
             "comm_kernels": len(d["comm"]),
