@@ -273,12 +273,19 @@ pfResult_t remap_devices(const std::vector<std::pair<int, int>>& mapping, Compac
     const auto it = to_of.find(r.device);
     if (it != to_of.end()) r.device = it->second;
   }
-  for (auto& [device, bytes] : std::map<int, uint64_t>(trace->device_memory_bytes)) {
+  // Built anew: renumbering in place would let a swap (0:1 with 1:0) overwrite an entry.
+  std::map<int, uint64_t> memory;
+  for (const auto& [device, bytes] : trace->device_memory_bytes) {
     const auto it = to_of.find(device);
-    if (it == to_of.end()) continue;
-    trace->device_memory_bytes.erase(device);
-    trace->device_memory_bytes[it->second] = bytes;
+    if (it == to_of.end()) {
+      memory.emplace(device, bytes);  // a target's own entry yields to the remapped one below
+    }
   }
+  for (const auto& [device, bytes] : trace->device_memory_bytes) {
+    const auto it = to_of.find(device);
+    if (it != to_of.end()) memory[it->second] = bytes;
+  }
+  trace->device_memory_bytes = std::move(memory);
   return pfSuccess;
 }
 
@@ -568,14 +575,30 @@ nlohmann::json ranks_to_json(const std::vector<TraceReport>& reports,
 int rank_from_file_name(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  // The last run of digits in the base name.
+  auto is_digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
+  auto number_at = [&](size_t begin) {
+    size_t end = begin;
+    while (end < base.size() && is_digit(base[end])) ++end;
+    if (end == begin || end - begin > 9) return -1;  // none, or not a rank
+    return std::stoi(base.substr(begin, end - begin));
+  };
+  // "rank" followed by digits (any case, a separator allowed): "trace_rank_12_step_3.json".
+  std::string lower = base;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (size_t at = lower.find("rank"); at != std::string::npos; at = lower.find("rank", at + 1)) {
+    size_t digits = at + 4;
+    if (digits < base.size() && (base[digits] == '-' || base[digits] == '_' || base[digits] == '.')) {
+      ++digits;
+    }
+    if (digits < base.size() && is_digit(base[digits])) return number_at(digits);
+  }
+  // Otherwise the last run of digits in the base name.
   size_t end = base.size();
-  while (end > 0 && !std::isdigit(static_cast<unsigned char>(base[end - 1]))) --end;
+  while (end > 0 && !is_digit(base[end - 1])) --end;
   if (end == 0) return -1;
   size_t begin = end;
-  while (begin > 0 && std::isdigit(static_cast<unsigned char>(base[begin - 1]))) --begin;
-  if (end - begin > 9) return -1;  // not a rank
-  return std::stoi(base.substr(begin, end - begin));
+  while (begin > 0 && is_digit(base[begin - 1])) --begin;
+  return end - begin > 9 ? -1 : number_at(begin);
 }
 
 }  // namespace pipefill::analysis

@@ -71,8 +71,9 @@ std::string format_ranks(const std::vector<TraceReport>& reports, const CrossRan
 nlohmann::json ranks_to_json(const std::vector<TraceReport>& reports,
                              const CrossRankSummary& summary);
 
-// The rank a trace file name carries: the last integer of its base name ("rank-3.json.gz",
-// "worker7.pt.trace.json"), else -1.
+// The rank a trace file name carries: the integer after "rank" in its base name (any case,
+// "rank-3.json.gz", "trace_rank_12_step_3.json"), else its last integer ("worker7.pt.trace.json"),
+// else -1.
 int rank_from_file_name(const std::string& path);
 
 }  // namespace pipefill::analysis
