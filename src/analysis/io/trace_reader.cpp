@@ -314,6 +314,26 @@ class Reader {
     return pfSuccess;
   }
 
+  // The key [mark_, pos_) (a JSON string) without its quotes and escapes.
+  pfResult_t unescaped_key(std::string* key) {
+    const std::string_view raw(buffer_.data() + mark_, pos_ - mark_);
+    if (raw.find('\\') == std::string_view::npos) {
+      key->assign(raw.substr(1, raw.size() - 2));
+      return pfSuccess;
+    }
+    const simdjson::padded_string padded(raw);
+    od::document doc;
+    std::string_view text;
+    if (const auto e = parser_.iterate(padded).get(doc)) return key_error(e);
+    if (const auto e = doc.get_string().get(text)) return key_error(e);
+    key->assign(text);
+    return pfSuccess;
+  }
+  pfResult_t key_error(simdjson::error_code e) {
+    return fail(pfErrorInvalidArgument, "{}: not valid JSON at byte {}: a key of the trace object: {}",
+                name_, base_ + mark_, simdjson::error_message(e));
+  }
+
   // ---- structure ----------------------------------------------------------------------------
   pfResult_t top_level_object() {
     bool found_events = false;
@@ -329,8 +349,8 @@ class Reader {
                       name_, offset(), printable(buffer_[pos_]));
         }
         PF_TRY(scan_value(true));
-        // Keys compared as written: the ones we read have no escapes.
-        const std::string key(buffer_.data() + mark_ + 1, pos_ - mark_ - 2);
+        std::string key;
+        PF_TRY(unescaped_key(&key));
         mark_ = pos_;
         PF_TRY(expect(':', "after a key"));
         PF_TRY(skip_space());
@@ -416,8 +436,9 @@ class Reader {
                 name_, index, base_ + mark_, simdjson::error_message(e));
   }
 
-  // The element [mark_, pos_) of traceEvents.
-  pfResult_t parse_event(size_t index) {
+  // The element [mark_, pos_) of traceEvents. all_args: parse "args" even where the fields
+  // seen before it say the event does not need them.
+  pfResult_t parse_event(size_t index, bool all_args = false) {
     const size_t length = pos_ - mark_;
     od::document doc;
     if (const auto e = parser_.iterate(buffer_.data() + mark_, length, buffer_.size() - mark_).get(doc)) {
@@ -427,6 +448,7 @@ class Reader {
     if (const auto e = doc.get_object().get(object)) return json_error(index, e);
     EventFields event;
     bool seen_ph = false, seen_cat = false, seen_name = false;
+    bool args_skipped = false;  // the last "args" was left unparsed
     for (auto member : object) {
       od::field field;
       if (const auto e = std::move(member).get(field)) return json_error(index, e);
@@ -454,10 +476,14 @@ class Reader {
           target = &event.dur;
         } else if (key == "args") {
           // Kineto writes ph, cat and name first: most events' args (CPU ops) go unparsed.
-          if (seen_ph && seen_cat && seen_name &&
+          if (!all_args && seen_ph && seen_cat && seen_name &&
               args_needed(event.ph, event.cat, event.name, options_) == EventNeed::Nothing) {
+            args_skipped = true;
             continue;
           }
+          // A repeated key: the last one counts, as in the DOM importer.
+          args_skipped = false;
+          reset_args(&event);
           PF_TRY(parse_args(value, index, &event));
           continue;
         }
@@ -466,7 +492,19 @@ class Reader {
       *target = JsonField{};
       if (const auto e = read_field(value, target)) return json_error(index, e);
     }
+    // A repeated "ph", "cat" or "name" after the args changed what the event is (rare): again,
+    // with its args.
+    if (args_skipped && args_needed(event.ph, event.cat, event.name, options_) == EventNeed::Args) {
+      return parse_event(index, true);
+    }
     return converter_.convert(event, index);
+  }
+
+  static void reset_args(EventFields* e) {
+    e->args_object = false;
+    e->device = e->stream = e->correlation = e->bytes = JsonField{};
+    e->device_type = e->device_id = e->memory_bytes = e->total_allocated = JsonField{};
+    e->grid_blocks = 0;
   }
 
   pfResult_t parse_args(od::value value, size_t index, EventFields* event) {
@@ -528,20 +566,24 @@ class Reader {
     if (parser_.iterate(buffer_.data() + mark_, pos_ - mark_, buffer_.size() - mark_).get(doc)) {
       return;
     }
+    // A repeated key: the last value counts, as in the DOM importer.
     if (key == "distributedInfo") {
+      out_->rank = -1;
       od::object info;
       if (doc.get_object().get(info)) return;
+      JsonField rank;
       for (auto member : info) {
         od::field field;
         std::string_view k;
         if (std::move(member).get(field) || field.unescaped_key().get(k)) return;
         if (k != "rank") continue;
-        JsonField rank;
+        rank = JsonField{};
         if (read_field(field.value(), &rank)) return;
-        read_distributed_rank(rank, out_);
       }
+      read_distributed_rank(rank, out_);
       return;
     }
+    out_->device_memory_bytes.clear();
     od::array devices;
     if (doc.get_array().get(devices)) return;
     for (auto element : devices) {
@@ -557,6 +599,7 @@ class Reader {
         if (std::move(member).get(field) || field.unescaped_key().get(k)) return;
         JsonField* target = k == "id" ? &id : k == "totalGlobalMem" ? &memory : nullptr;
         if (target == nullptr) continue;
+        *target = JsonField{};
         if (read_field(field.value(), target)) return;
       }
       read_device_property(id, memory, out_);
