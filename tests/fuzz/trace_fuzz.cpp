@@ -131,31 +131,35 @@ void run_one(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   const ImportOptions options;
 
+  // 4 KiB chunks: larger than most inputs (one read) without a megabyte buffer per input.
+  io::ReadOptions one_read;
+  one_read.chunk_bytes = 4096;
   CompactTrace streamed;
-  const pfResult_t r = io::read_trace_bytes(bytes, "fuzz.json", options, &streamed);
+  const pfResult_t r = io::read_trace_bytes(bytes, "fuzz.json", options, &streamed, one_read);
   const std::string message = r == pfSuccess ? std::string() : last_error_message();
   FUZZ_CHECK(r == pfSuccess || r == pfErrorInvalidArgument, message);
   if (r != pfSuccess) {
     FUZZ_CHECK(message.rfind("fuzz.json: ", 0) == 0, "an error not naming the file: " + message);
   }
 
-  // Chunk boundaries anywhere: the same outcome, to the message.
+  // Chunk boundaries anywhere: the same outcome, to the message (for gzip, which error comes
+  // first may differ: a bad CRC at the end against the JSON error the corruption caused).
+  const bool gzip = size >= 2 && data[0] == 0x1f && data[1] == 0x8b;
   io::ReadOptions small;
   small.chunk_bytes = 1 + size % 61;
   CompactTrace chunked;
   const pfResult_t rc = io::read_trace_bytes(bytes, "fuzz.json", options, &chunked, small);
   FUZZ_CHECK(rc == r, "chunk size changed the result: " + message);
-  if (r != pfSuccess) {
+  if (r != pfSuccess && !gzip) {
     FUZZ_CHECK(last_error_message() == message, "chunk size changed the message: " + message +
                                                     " vs " + last_error_message());
-  } else {
+  } else if (r == pfSuccess) {
     expect_same_records(streamed, chunked, "chunked");
   }
 
   // The DOM importer applies the same rules: whenever both accept a plain-JSON input, the
   // records agree (the streaming one is stricter about some structure, e.g. a repeated
   // "traceEvents", and lenient about values it never reads).
-  const bool gzip = size >= 2 && data[0] == 0x1f && data[1] == 0x8b;
   if (!gzip && r == pfSuccess) {
     CompactTrace parsed;
     if (import_chrome_trace(bytes, "fuzz.json", options, &parsed) == pfSuccess) {
