@@ -329,6 +329,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"traceEvents": [{"ph": "M"} {"ph": "M"}]})", "expected ',' or ']' after traceEvents[0], got '{'"},
         BadCase{R"({"traceEvents": [{"ph": "M"}, {"ph": "X", "cat": "kernel",}]})", "traceEvents[1] (byte 30) is not valid JSON"},
         BadCase{R"({"traceEvents": [{"ph": "M"}, {"ph": "X", "ts": 1.2.3}]})", "traceEvents[1] (byte 30) is not valid JSON"},
+        // Unbalanced quotes make the element end early; what follows it in the buffer must not
+        // make it valid (found by the fuzzer: it was accepted when the next event was there).
+        BadCase{R"({"traceEvents":[{"ph":"M","name":"p","pid":0,"args":"{name":"GPU 0"}},{"ph":"M","name":"x"}]})",
+                "traceEvents[0] (byte 16) is not valid JSON"},
         BadCase{R"({"displayTimeUnit": "ms"})", "no \"traceEvents\" array in the trace object"},
         BadCase{R"({"traceEvents": {"ph": "X"}})", "\"traceEvents\" has JSON type object, expected an array"},
         BadCase{R"({"traceEvents": [], "traceEvents": []})", "\"traceEvents\" appears twice"},

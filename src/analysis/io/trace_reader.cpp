@@ -125,6 +125,24 @@ simdjson::error_code read_field(od::value value, JsonField* f) {
   return simdjson::INCORRECT_TYPE;
 }
 
+// Blanks the SIMDJSON_PADDING bytes after a value while simdjson parses it, restoring them
+// afterwards: the padding simdjson reads past a value must not hold the next event, or a
+// malformed event can be accepted (or not) depending on what follows it in the buffer.
+class BlankPadding {
+ public:
+  explicit BlankPadding(char* after) : after_(after) {
+    std::memcpy(saved_, after_, sizeof(saved_));
+    std::memset(after_, ' ', sizeof(saved_));
+  }
+  ~BlankPadding() { std::memcpy(after_, saved_, sizeof(saved_)); }
+  BlankPadding(const BlankPadding&) = delete;
+  BlankPadding& operator=(const BlankPadding&) = delete;
+
+ private:
+  char* after_;
+  char saved_[simdjson::SIMDJSON_PADDING];
+};
+
 class Reader {
  public:
   Reader(ByteSource& source, const std::string& name, const ImportOptions& options,
@@ -440,6 +458,7 @@ class Reader {
   // seen before it say the event does not need them.
   pfResult_t parse_event(size_t index, bool all_args = false) {
     const size_t length = pos_ - mark_;
+    const BlankPadding blank(buffer_.data() + pos_);
     od::document doc;
     if (const auto e = parser_.iterate(buffer_.data() + mark_, length, buffer_.size() - mark_).get(doc)) {
       return json_error(index, e);
@@ -562,6 +581,7 @@ class Reader {
 
   // Informative metadata: anything malformed in it is ignored (the DOM importer does the same).
   void read_metadata(const std::string& key) {
+    const BlankPadding blank(buffer_.data() + pos_);
     od::document doc;
     if (parser_.iterate(buffer_.data() + mark_, pos_ - mark_, buffer_.size() - mark_).get(doc)) {
       return;
