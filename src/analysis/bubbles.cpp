@@ -623,13 +623,18 @@ pfResult_t TraceAnalyzer::Impl::analyze(int device, const AnalysisOptions& optio
         if (it != host_groups.end() && a.process >= 0) {
           host = &it->second;
         } else {
+          // At most 8 listed: the note is per device, and a merged trace may hold many ranks.
           std::vector<int64_t> processes;
-          for (const auto& [process, group] : host_groups) processes.push_back(process);
+          for (const auto& [process, group] : host_groups) {
+            if (processes.size() == 8) break;
+            processes.push_back(process);
+          }
           a.notes.push_back(fmt::format(
-              "device {}: host markers '{}*' come from {} processes ([{}]) and which one launched "
-              "this device's kernels is unknown (no runtime events with correlation ids); host "
-              "markers are not used for it",
-              device, marker, processes.size(), fmt::join(processes, ", ")));
+              "device {}: host markers '{}*' come from {} processes ([{}{}]) and which one "
+              "launched this device's kernels is unknown (no runtime events with correlation "
+              "ids); host markers are not used for it",
+              device, marker, host_groups.size(), fmt::join(processes, ", "),
+              host_groups.size() > processes.size() ? ", ..." : ""));
         }
       }
       const std::vector<StepSpan> gpu = steps_from_spans(trace, std::move(intervals.gpu_step_spans));

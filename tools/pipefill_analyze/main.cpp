@@ -59,6 +59,11 @@ bool parse_device_pair(const std::string& text, std::pair<int, int>* out) {
   }
 }
 
+// Invalid UTF-8 (a file name, a marker prefix from the command line) is replaced, not thrown.
+std::string to_text(const nlohmann::json& j) {
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
 // A memory size given in `unit_bytes` units, checked against 2^53 bytes before converting.
 bool memory_bytes(double amount, double unit_bytes, uint64_t* out) {
   const double bytes = amount * unit_bytes;
@@ -237,7 +242,7 @@ int main(int argc, char** argv) {
         std::fputs(format_report(report, max_classes, max_kernels, max_bubbles).c_str(), stdout);
       }
       if (!json_path.empty()) {
-        const std::string text = report_to_json(report).dump(2) + "\n";
+        const std::string text = to_text(report_to_json(report));
         if (json_path == "-") {
           std::fputs(text.c_str(), stdout);
         } else {
@@ -282,7 +287,7 @@ int main(int argc, char** argv) {
       std::fputs(text.c_str(), stdout);
     }
     if (!json_path.empty()) {
-      const std::string text = ranks_to_json(reports, summary).dump(2) + "\n";
+      const std::string text = to_text(ranks_to_json(reports, summary));
       if (json_path == "-") {
         std::fputs(text.c_str(), stdout);
       } else {
