@@ -8,7 +8,8 @@ Seeds: the PyTorch-like test traces (minified), the ROCm trace from HolisticTrac
 see tests/data/hta/README.md) as shared (.json.gz), PipeFill's own trace format (bubble markers,
 fill slices, calibration records, memory), host markers of two processes, memory events with
 and without absolute levels, the bare-array form, gzip of a small trace, and the malformed
-traces of tests/data/bad/.
+traces of tests/data/bad/. Inputs the fuzzer found (regression_*) are kept as found; this script
+leaves them alone.
 """
 import gzip
 import json
