@@ -1,7 +1,6 @@
 #include "analysis/activity.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cctype>
 #include <string_view>
 
@@ -34,12 +33,21 @@ bool contains_ignoring_case(std::string_view haystack, std::string_view needle) 
 
 }  // namespace
 
-bool is_communication_kernel_name(const std::string& name) {
-  // NCCL's kernels are ncclKernel_* (<= 2.18) and ncclDevKernel_* (>= 2.19); RCCL and MSCCL
-  // keep the same stem. Matching the stem anywhere also covers mangled "void ncclKernel...".
-  static constexpr std::array<std::string_view, 3> kStems = {"nccl", "rccl", "msccl"};
-  return std::any_of(kStems.begin(), kStems.end(),
-                     [&](std::string_view stem) { return contains_ignoring_case(name, stem); });
+const std::vector<std::string>& default_comm_name_patterns() {
+  // Matching the stem anywhere also covers mangled or prefixed names ("void ncclKernel...").
+  static const std::vector<std::string> kPatterns = {"nccl", "rccl", "msccl", "nvshmem",
+                                                     "userbuffers"};
+  return kPatterns;
+}
+
+bool is_communication_kernel_name(std::string_view name, const std::vector<std::string>& patterns) {
+  return std::any_of(patterns.begin(), patterns.end(), [&](const std::string& pattern) {
+    return !pattern.empty() && contains_ignoring_case(name, pattern);
+  });
+}
+
+bool is_communication_kernel_name(std::string_view name) {
+  return is_communication_kernel_name(name, default_comm_name_patterns());
 }
 
 bool is_bubble_marker(const ActivityRecord& record) {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace pipefill {
@@ -35,13 +36,25 @@ struct ActivityRecord {
   // knows it (PyTorch's "[memory]" events carry "Total Allocated"), else -1. Lets the analyser
   // use absolute levels instead of summing deltas from an unknown starting point.
   int64_t in_use_bytes = -1;
+  // Host records (device kHostDevice): the trace's process id (pid), so that the step markers
+  // of several processes (ranks) in one trace stay apart. Device records: the process that
+  // launched them when the producer knows it. -1: unknown.
+  int64_t process = -1;
 };
 
 const char* activity_kind_name(ActivityKind kind);
 
-// Heuristic used when the producer does not know: NCCL kernels are communication. Matches
-// "nccl" (ncclKernel_*, ncclDevKernel_*), "rccl" and "msccl", case-insensitively.
-bool is_communication_kernel_name(const std::string& name);
+// Heuristic used when the producer does not know: a kernel whose name contains one of
+// `patterns` (case-insensitively) is communication. The default patterns are
+// default_comm_name_patterns().
+bool is_communication_kernel_name(std::string_view name, const std::vector<std::string>& patterns);
+bool is_communication_kernel_name(std::string_view name);
+
+// "nccl" (ncclKernel_* <= 2.18, ncclDevKernel_* >= 2.19, e.g. the SendRecv kernel that spins
+// for a pipeline receive), "rccl", "msccl" (same stems), "nvshmem" (NVSHMEM's kernels and
+// collectives) and "userbuffers" (Transformer Engine's comm-overlap kernels, also
+// "kuserbuffers_*").
+const std::vector<std::string>& default_comm_name_patterns();
 
 // Device id used for host-side records (CPU annotations such as ProfilerStep#N).
 inline constexpr int kHostDevice = -1;

@@ -1,19 +1,24 @@
-// Bubble finding in an unmodified (or filled) job's trace, per device: gaps in compute, their
-// kind, iterations, bubble classes, memory during bubbles and "what would filling give".
-// Everything is computed from ActivityRecords, so it runs the same on CUPTI records, simulated
-// device records and imported PyTorch profiler traces.
+// Bubble finding in an unmodified (or filled) job's trace, per device: gaps in compute, what
+// filled their time (idle / comm-only / copy), iterations, bubble classes, memory during
+// bubbles and "what would filling give". Everything is computed from trace records (compact
+// TraceRecords, or ActivityRecords converted to them), so it runs the same on CUPTI records,
+// simulated device records and imported PyTorch profiler traces. The cost is linear in the
+// records (plus sorting) however many devices the trace has: records are grouped by device and
+// host step markers by process once per trace (TraceAnalyzer).
 #pragma once
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "analysis/activity.hpp"
 #include "analysis/memory.hpp"
 #include "analysis/stats.hpp"
+#include "analysis/trace_data.hpp"
 #include "pipefill/pipefill.h"
 
 namespace pipefill::analysis {
@@ -23,7 +28,8 @@ struct AnalysisOptions {
   double min_gap_us = 50.0;
   // Iterations, first that applies: a fixed period (> 0) starting at iteration_origin_us (NaN:
   // the first compute kernel); markers whose name starts with iteration_marker (GPU-side ones on
-  // the device, else host-side ones); otherwise the whole trace is one iteration.
+  // the device unless they end before their step's kernels, else the host-side ones of the
+  // process that launched the device's kernels); otherwise the whole trace is one iteration.
   double iteration_period_us = 0.0;
   double iteration_origin_us = std::numeric_limits<double>::quiet_NaN();
   std::string iteration_marker = "ProfilerStep";
@@ -45,6 +51,8 @@ struct AnalysisOptions {
 // pfErrorInvalidArgument naming the first bad field.
 pfResult_t validate_options(const AnalysisOptions& options);
 
+// What the main job's device did during (part of) a bubble. A bubble's time splits into the
+// three; the bubble is labelled by the largest share (ties: idle, then comm-only).
 enum class BubbleKind {
   Idle,      // nothing of the main job runs
   CommOnly,  // only communication kernels run (e.g. a spinning NCCL recv)
@@ -56,13 +64,22 @@ struct Bubble {
   double start_us = 0.0;  // end of the last compute kernel before it
   double end_us = 0.0;    // start of the next compute kernel
   double duration_us() const { return end_us - start_us; }
-  BubbleKind kind = BubbleKind::Idle;
-  double comm_us = 0.0;  // time of the bubble covered by communication kernels
-  double copy_us = 0.0;  // ... by memcpy/memset
+  BubbleKind kind = BubbleKind::Idle;  // the largest of the three shares below
+  // The bubble's time split: idle_us + comm_only_us + copy_us == duration_us().
+  double idle_us = 0.0;       // no communication, copy or memset of the main job runs
+  double comm_only_us = 0.0;  // communication kernels run, no copy
+  double copy_us = 0.0;       // memcpy/memset run (with or without communication)
+  double comm_us = 0.0;  // time covered by communication kernels (overlapping copies included)
   double fill_us = 0.0;  // ... by fill kernels (a filled trace)
+  double share(BubbleKind k) const;  // of duration_us(); 0 for an empty bubble
   // End of the last communication or copy that finished inside the bubble: what released the
-  // next compute kernel. NaN when none did. end_us - wake_us is the main job's start delay.
+  // next compute kernel. NaN when none did.
   double wake_us = std::numeric_limits<double>::quiet_NaN();
+  // end_us - wake_us, the main job's start delay after the transfer it waited for: defined
+  // (finite) only when the bubble is labelled comm-only or copy, i.e. the device spent most of
+  // it waiting on a transfer, and that transfer ended inside it. NaN otherwise: an idle bubble
+  // was not waiting on the copy or kernel that happened to end in it.
+  double start_delay_us = std::numeric_limits<double>::quiet_NaN();
   int iteration = -1;     // index into DeviceAnalysis::iterations; -1: outside every iteration
   int class_index = -1;   // k: the k-th bubble of its iteration
   double offset_us = 0.0; // start - start of its iteration
@@ -86,9 +103,13 @@ struct BubbleClass {
   std::string label;      // "#k", or the class key of PipeFill bubble markers
   Summary duration;       // over the iterations that have a k-th bubble
   Summary offset;         // start relative to the iteration start
-  size_t idle = 0;        // occurrences by kind
+  size_t idle = 0;        // occurrences by label
   size_t comm_only = 0;
   size_t copy = 0;
+  double idle_us = 0.0;   // time shares summed over the occurrences
+  double comm_only_us = 0.0;
+  double copy_us = 0.0;
+  BubbleKind kind() const;  // by the largest summed share
   MemoryRange memory;     // in use during any occurrence
   double fill_us = 0.0;   // fill kernels' coverage of its occurrences (a filled trace)
   int64_t free_bytes = -1;  // device memory - peak in use; -1 when either is unknown
@@ -122,16 +143,22 @@ struct DeviceAnalysis {
   size_t fill_kernels = 0;
   double compute_busy_us = 0.0;  // union of compute kernels
   double bubble_us = 0.0;        // all bubbles >= min_gap_us
-  double idle_bubble_us = 0.0;   // ... by kind
+  double idle_bubble_us = 0.0;   // ... split by what ran (sums of the bubbles' shares)
   double comm_only_bubble_us = 0.0;
   double copy_bubble_us = 0.0;
+  size_t idle_bubbles = 0;       // bubbles by label
+  size_t comm_only_bubbles = 0;
+  size_t copy_bubbles = 0;
   double fill_in_bubbles_us = 0.0;  // fill kernels' coverage of the bubbles
   double fill_busy_us = 0.0;        // union of fill kernels within the span (explicit: all)
   double fill_outside_bubbles_us = 0.0;  // fill running while the main job computes (overrun)
   double bubble_share = 0.0;        // bubble_us / span_us
-  Summary start_delay;              // end_us - wake_us over bubbles with a wake
+  Summary start_delay;              // over the bubbles where it is defined (Bubble)
+  // The host process (pid) that launched most of the device's compute kernels; -1 unknown.
+  int64_t process = -1;
 
   IterationSource iteration_source = IterationSource::WholeTrace;
+  bool host_markers = false;  // the iterations come from host-side markers
   std::vector<Iteration> iterations;
   double mean_iteration_us = 0.0;
   double bubble_us_per_iteration = 0.0;  // bubbles inside iterations / iteration count
@@ -152,10 +179,40 @@ struct DeviceAnalysis {
 std::vector<int> devices_with_compute(const std::vector<ActivityRecord>& records);
 // Devices analyse_device accepts: with compute kernels or PipeFill bubble markers, ascending.
 std::vector<int> analysable_devices(const std::vector<ActivityRecord>& records);
+std::vector<int> analysable_devices(const CompactTrace& trace);
 
-// Analyses one device. pfErrorInvalidArgument for bad options, a record with end < start (named
-// by index), a device without compute kernels or bubble markers, or a required marker that is
-// not there.
+// The analysis of every device of one trace. Records are grouped by device, and host step
+// markers by process, once; each device's analysis then reads only its own records (and the
+// steps that overlap it), so analysing all devices costs O(records) plus sorting.
+class TraceAnalyzer {
+ public:
+  explicit TraceAnalyzer(const CompactTrace& trace);
+  ~TraceAnalyzer();
+  TraceAnalyzer(const TraceAnalyzer&) = delete;
+  TraceAnalyzer& operator=(const TraceAnalyzer&) = delete;
+
+  // Devices with compute kernels or PipeFill bubble markers, ascending.
+  const std::vector<int>& analysable_devices() const;
+  // Analyses one device. pfErrorInvalidArgument for bad options, a record with end < start or
+  // an absurd byte count (named by its event index and value), a device without compute
+  // kernels or bubble markers, or a required marker that is not there.
+  pfResult_t analyze(int device, const AnalysisOptions& options, DeviceAnalysis* out);
+  // Indices into trace.records of the device's records, in trace order (empty when none).
+  const std::vector<uint32_t>& records_of(int device) const;
+  const CompactTrace& trace() const;
+  // Records read so far (grouping included): the complexity test's operation count.
+  size_t records_visited() const;
+  void count_visits(size_t n);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// One device of a trace (or of a list of ActivityRecords, converted first).
+pfResult_t analyze_device(const CompactTrace& trace, int device, const AnalysisOptions& options,
+                          DeviceAnalysis* out);
 pfResult_t analyze_device(const std::vector<ActivityRecord>& records, int device,
                           const AnalysisOptions& options, DeviceAnalysis* out);
 

@@ -16,20 +16,22 @@ struct Occurrences {
 };
 
 // Main-job kernels of the device by name, each name's durations in start order.
-std::map<std::string, Occurrences> main_kernels(const std::vector<ActivityRecord>& records,
-                                                int device, size_t* count) {
-  std::vector<const ActivityRecord*> kernels;
-  for (const ActivityRecord& r : records) {
-    if (r.device == device && (r.kind == ActivityKind::Kernel || r.kind == ActivityKind::Comm)) {
-      kernels.push_back(&r);
-    }
+std::map<std::string, Occurrences> main_kernels(TraceAnalyzer& analyzer, int device,
+                                                size_t* count) {
+  const CompactTrace& trace = analyzer.trace();
+  const std::vector<uint32_t>& indices = analyzer.records_of(device);
+  analyzer.count_visits(indices.size());
+  std::vector<const TraceRecord*> kernels;
+  for (const uint32_t i : indices) {
+    const TraceRecord& r = trace.records[i];
+    if (r.kind == ActivityKind::Kernel || r.kind == ActivityKind::Comm) kernels.push_back(&r);
   }
-  std::stable_sort(kernels.begin(), kernels.end(), [](const ActivityRecord* a, const ActivityRecord* b) {
+  std::stable_sort(kernels.begin(), kernels.end(), [](const TraceRecord* a, const TraceRecord* b) {
     return a->start_us < b->start_us;
   });
   std::map<std::string, Occurrences> by_name;
-  for (const ActivityRecord* r : kernels) {
-    Occurrences& o = by_name[r->name];
+  for (const TraceRecord* r : kernels) {
+    Occurrences& o = by_name[std::string(trace.name_of(*r))];
     o.kind = r->kind;
     o.durations.push_back(r->end_us - r->start_us);
   }
@@ -43,15 +45,24 @@ pfResult_t compare_traces(const std::vector<ActivityRecord>& baseline,
                           const std::vector<ActivityRecord>& filled, int device,
                           const AnalysisOptions& options, InterferenceAnalysis* out) {
   if (out == nullptr) return fail(pfErrorInvalidArgument, "compare_traces: out is null");
+  const CompactTrace base_trace = compact_from_activity(baseline);
+  const CompactTrace filled_trace = compact_from_activity(filled);
+  TraceAnalyzer base(base_trace), fill(filled_trace);
+  return compare_traces(base, fill, device, options, out);
+}
+
+pfResult_t compare_traces(TraceAnalyzer& baseline, TraceAnalyzer& filled, int device,
+                          const AnalysisOptions& options, InterferenceAnalysis* out) {
+  if (out == nullptr) return fail(pfErrorInvalidArgument, "compare_traces: out is null");
   DeviceAnalysis base_analysis, filled_analysis;
   {
-    const pfResult_t r = analyze_device(baseline, device, options, &base_analysis);
+    const pfResult_t r = baseline.analyze(device, options, &base_analysis);
     if (r != pfSuccess) {
       return fail(r, "baseline trace: {}", std::string(last_error_message()));
     }
   }
   {
-    const pfResult_t r = analyze_device(filled, device, options, &filled_analysis);
+    const pfResult_t r = filled.analyze(device, options, &filled_analysis);
     if (r != pfSuccess) {
       return fail(r, "filled trace: {}", std::string(last_error_message()));
     }

@@ -58,5 +58,8 @@ struct InterferenceAnalysis {
 pfResult_t compare_traces(const std::vector<ActivityRecord>& baseline,
                           const std::vector<ActivityRecord>& filled, int device,
                           const AnalysisOptions& options, InterferenceAnalysis* out);
+// The same on analysers of both traces (reads only the device's records of each).
+pfResult_t compare_traces(TraceAnalyzer& baseline, TraceAnalyzer& filled, int device,
+                          const AnalysisOptions& options, InterferenceAnalysis* out);
 
 }  // namespace pipefill::analysis

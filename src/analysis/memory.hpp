@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "analysis/activity.hpp"
+#include "analysis/trace_data.hpp"
+#include "pipefill/pipefill.h"
 
 namespace pipefill::analysis {
 
@@ -22,7 +24,14 @@ struct MemoryRange {
 // smallest value that keeps every level >= 0, so levels are then lower bounds (absolute() false).
 class MemoryTimeline {
  public:
+  // Memory records of `device` among `records`; values that would overflow (see below) leave
+  // the timeline empty.
   static MemoryTimeline build(const std::vector<ActivityRecord>& records, int device);
+  // The memory records among trace.records[i] for i in `indices`. pfErrorInvalidArgument naming
+  // the record and the value when a size or level exceeds 2^53 bytes or the running level
+  // overflows int64 (checked arithmetic: traces are input).
+  static pfResult_t build(const CompactTrace& trace, const std::vector<uint32_t>& indices,
+                          MemoryTimeline* out);
 
   bool empty() const { return times_.empty(); }
   bool absolute() const { return absolute_; }

@@ -2,7 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <memory>
+#include <set>
+
+#include <fmt/ranges.h>
 
 #include "common/error.hpp"
 
@@ -36,18 +42,20 @@ json memory_json(const MemoryRange& m) {
 json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 std::string class_kind(const BubbleClass& c) {
-  // The dominant kind, marked when the occurrences disagree.
+  // The largest summed share, marked when the occurrences' labels disagree.
   const size_t kinds = (c.idle > 0) + (c.comm_only > 0) + (c.copy > 0);
-  const char* dominant = c.comm_only >= c.idle && c.comm_only >= c.copy ? "comm-only"
-                         : c.idle >= c.copy                              ? "idle"
-                                                                         : "copy";
+  const char* dominant = bubble_kind_name(c.kind());
   return kinds > 1 ? fmt::format("{}*", dominant) : dominant;
 }
 
+std::string percent_of(double part, double whole) {
+  return whole > 0.0 ? pct(part / whole) : std::string("-");
+}
+
 void format_bubbles(std::string& s, const DeviceAnalysis& d, size_t max_rows) {
-  s += fmt::format("  {:<20} {:>6} {:>12} {:>10} {:>10} {:<10} {:>9} {:>9} {:>9}\n", "iteration",
-                   "class", "start_ms", "offset_ms", "dur_us", "kind", "comm_us", "fill_us",
-                   "delay_us");
+  s += fmt::format("  {:<20} {:>6} {:>12} {:>10} {:>10} {:<10} {:>6} {:>6} {:>6} {:>9} {:>9}\n",
+                   "iteration", "class", "start_ms", "offset_ms", "dur_us", "kind", "idle", "comm",
+                   "copy", "fill_us", "delay_us");
   for (size_t i = 0; i < d.bubbles.size() && i < max_rows; ++i) {
     const Bubble& b = d.bubbles[i];
     const std::string iteration =
@@ -56,11 +64,13 @@ void format_bubbles(std::string& s, const DeviceAnalysis& d, size_t max_rows) {
         b.class_index >= 0 && static_cast<size_t>(b.class_index) < d.classes.size()
             ? d.classes[static_cast<size_t>(b.class_index)].label
             : "-";
-    s += fmt::format("  {:<20} {:>6} {:>12} {:>10} {:>10.1f} {:<10} {:>9.1f} {:>9.1f} {:>9}\n",
-                     iteration, label, ms(b.start_us - d.span_start_us),
-                     b.iteration >= 0 ? ms(b.offset_us) : "-", b.duration_us(),
-                     bubble_kind_name(b.kind), b.comm_us, b.fill_us,
-                     std::isfinite(b.wake_us) ? fmt::format("{:.1f}", b.end_us - b.wake_us) : "-");
+    s += fmt::format(
+        "  {:<20} {:>6} {:>12} {:>10} {:>10.1f} {:<10} {:>6.0f}% {:>5.0f}% {:>5.0f}% {:>9.1f} {:>9}\n",
+        iteration, label, ms(b.start_us - d.span_start_us),
+        b.iteration >= 0 ? ms(b.offset_us) : "-", b.duration_us(), bubble_kind_name(b.kind),
+        b.share(BubbleKind::Idle) * 100.0, b.share(BubbleKind::CommOnly) * 100.0,
+        b.share(BubbleKind::Copy) * 100.0, b.fill_us,
+        std::isfinite(b.start_delay_us) ? fmt::format("{:.1f}", b.start_delay_us) : "-");
   }
   if (d.bubbles.size() > max_rows) {
     s += fmt::format("  ... {} more bubbles (see --json)\n", d.bubbles.size() - max_rows);
@@ -75,6 +85,14 @@ void format_device(std::string& s, const DeviceAnalysis& d, uint64_t device_memo
                    "copy {} ms)\n",
                    o.min_gap_us, d.bubbles.size(), ms(d.bubble_us), pct(d.bubble_share),
                    ms(d.idle_bubble_us), ms(d.comm_only_bubble_us), ms(d.copy_bubble_us));
+  if (!d.bubbles.empty()) {
+    s += fmt::format("  bubble time: {} idle, {} comm-only, {} copy; labelled by the largest "
+                     "share: {} idle, {} comm-only, {} copy\n",
+                     percent_of(d.idle_bubble_us, d.bubble_us),
+                     percent_of(d.comm_only_bubble_us, d.bubble_us),
+                     percent_of(d.copy_bubble_us, d.bubble_us), d.idle_bubbles,
+                     d.comm_only_bubbles, d.copy_bubbles);
+  }
   if (d.fill_kernels > 0) {
     s += fmt::format("  fill kernels cover {} ms = {} of the bubbles; {} ms of fill ran outside "
                      "bubbles (overrun or alongside main-job compute)\n",
@@ -82,13 +100,16 @@ void format_device(std::string& s, const DeviceAnalysis& d, uint64_t device_memo
                      pct(d.bubble_us > 0 ? d.fill_in_bubbles_us / d.bubble_us : 0.0),
                      ms(d.fill_outside_bubbles_us));
   }
-  s += fmt::format("  iterations: {} ({}), mean {} ms, bubbles {} ms per iteration = {}\n",
+  s += fmt::format("  iterations: {} ({}{}), mean {} ms, bubbles {} ms per iteration = {}\n",
                    d.iterations.size(), iteration_source_name(d.iteration_source),
+                   d.iteration_source == IterationSource::Markers
+                       ? (d.host_markers ? ", host-side" : ", GPU-side")
+                       : "",
                    ms(d.mean_iteration_us), ms(d.bubble_us_per_iteration),
                    pct(d.iteration_bubble_share));
   if (d.start_delay.count > 0) {
-    s += fmt::format("  start delay after comm/copy ends: n={} p50 {:.1f} us, p90 {:.1f} us, max "
-                     "{:.1f} us\n",
+    s += fmt::format("  start delay after the awaited comm/copy ends (comm-only and copy bubbles): "
+                     "n={} p50 {:.1f} us, p90 {:.1f} us, max {:.1f} us\n",
                      d.start_delay.count, d.start_delay.p50, d.start_delay.p90, d.start_delay.max);
   }
   if (d.memory_known) {
@@ -164,6 +185,45 @@ void format_interference(std::string& s, const InterferenceAnalysis& a, size_t m
 
 }  // namespace
 
+pfResult_t build_report(const CompactTrace& trace, const CompactTrace* baseline,
+                        const std::vector<int>& devices, const AnalysisOptions& options,
+                        TraceReport* out) {
+  if (out == nullptr) return fail(pfErrorInvalidArgument, "build_report: out is null");
+  TraceAnalyzer analyzer(trace);
+  std::unique_ptr<TraceAnalyzer> base_analyzer;
+  if (baseline != nullptr) base_analyzer = std::make_unique<TraceAnalyzer>(*baseline);
+  const std::vector<int>& chosen = devices.empty() ? analyzer.analysable_devices() : devices;
+  if (chosen.empty()) {
+    return fail(pfErrorInvalidArgument,
+                "{}: no device with compute kernels or PipeFill bubble markers to analyse",
+                trace.source);
+  }
+  TraceReport report;
+  report.source = trace.source;
+  report.rank = trace.rank;
+  report.record_count = trace.records.size();
+  report.baseline_source = baseline != nullptr ? baseline->source : std::string();
+  report.options = options;
+  for (const int device : chosen) {
+    AnalysisOptions device_options = options;
+    if (device_options.device_memory_bytes == 0) {
+      const auto it = trace.device_memory_bytes.find(device);
+      if (it != trace.device_memory_bytes.end()) device_options.device_memory_bytes = it->second;
+    }
+    DeviceAnalysis d;
+    PF_TRY(analyzer.analyze(device, device_options, &d));
+    report.devices.push_back(std::move(d));
+    report.device_memory_bytes.push_back(device_options.device_memory_bytes);
+    if (base_analyzer != nullptr) {
+      InterferenceAnalysis i;
+      PF_TRY(compare_traces(*base_analyzer, analyzer, device, device_options, &i));
+      report.interference.push_back(std::move(i));
+    }
+  }
+  *out = std::move(report);
+  return pfSuccess;
+}
+
 pfResult_t build_report(const std::string& source, const std::vector<ActivityRecord>& records,
                         const std::string& baseline_source,
                         const std::vector<ActivityRecord>* baseline, const std::vector<int>& devices,
@@ -174,28 +234,58 @@ pfResult_t build_report(const std::string& source, const std::vector<ActivityRec
     return fail(pfErrorInvalidArgument,
                 "{}: no device with compute kernels or PipeFill bubble markers to analyse", source);
   }
-  TraceReport report;
-  report.source = source;
-  report.record_count = records.size();
-  report.baseline_source = baseline != nullptr ? baseline_source : std::string();
-  report.options = options;
-  for (const int device : devices) {
-    AnalysisOptions device_options = options;
-    if (device_options.device_memory_bytes == 0) {
-      const auto it = device_memory.find(device);
-      if (it != device_memory.end()) device_options.device_memory_bytes = it->second;
+  CompactTrace trace = compact_from_activity(records, source);
+  trace.device_memory_bytes = device_memory;
+  CompactTrace base;
+  if (baseline != nullptr) base = compact_from_activity(*baseline, baseline_source);
+  return build_report(trace, baseline != nullptr ? &base : nullptr, devices, options, out);
+}
+
+pfResult_t remap_devices(const std::vector<std::pair<int, int>>& mapping, CompactTrace* trace) {
+  if (trace == nullptr) return fail(pfErrorInvalidArgument, "remap_devices: trace is null");
+  std::map<int, int> to_of;
+  for (const auto& [from, to] : mapping) {
+    if (from < 0 || to < 0) {
+      return fail(pfErrorInvalidArgument, "--device-map {}:{}: device ids must be >= 0", from, to);
     }
-    DeviceAnalysis d;
-    PF_TRY(analyze_device(records, device, device_options, &d));
-    report.devices.push_back(std::move(d));
-    report.device_memory_bytes.push_back(device_options.device_memory_bytes);
-    if (baseline != nullptr) {
-      InterferenceAnalysis i;
-      PF_TRY(compare_traces(*baseline, records, device, device_options, &i));
-      report.interference.push_back(std::move(i));
+    if (!to_of.emplace(from, to).second) {
+      return fail(pfErrorInvalidArgument, "--device-map: device {} is mapped twice", from);
     }
   }
-  *out = std::move(report);
+  std::set<int> present;
+  for (const TraceRecord& r : trace->records) {
+    if (r.device != kHostDevice) present.insert(r.device);
+  }
+  for (const auto& [from, to] : to_of) {
+    if (present.count(from) == 0) {
+      return fail(pfErrorInvalidArgument, "--device-map {}:{}: {} has no records of device {} "
+                  "(devices: [{}])", from, to, trace->source, from, fmt::join(present, ", "));
+    }
+    // A target that keeps its own records would mix two devices' timelines.
+    if (present.count(to) != 0 && to_of.count(to) == 0 && from != to) {
+      return fail(pfErrorInvalidArgument,
+                  "--device-map {}:{}: {} already has records of device {}; map that one away "
+                  "too (e.g. --device-map {}:{})",
+                  from, to, trace->source, to, to, from);
+    }
+  }
+  for (TraceRecord& r : trace->records) {
+    const auto it = to_of.find(r.device);
+    if (it != to_of.end()) r.device = it->second;
+  }
+  // Built anew: renumbering in place would let a swap (0:1 with 1:0) overwrite an entry.
+  std::map<int, uint64_t> memory;
+  for (const auto& [device, bytes] : trace->device_memory_bytes) {
+    const auto it = to_of.find(device);
+    if (it == to_of.end()) {
+      memory.emplace(device, bytes);  // a target's own entry yields to the remapped one below
+    }
+  }
+  for (const auto& [device, bytes] : trace->device_memory_bytes) {
+    const auto it = to_of.find(device);
+    if (it != to_of.end()) memory[it->second] = bytes;
+  }
+  trace->device_memory_bytes = std::move(memory);
   return pfSuccess;
 }
 
@@ -239,6 +329,7 @@ json report_to_json(const TraceReport& report) {
   const AnalysisOptions& o = report.options;
   json root;
   root["source"] = report.source;
+  root["rank"] = report.rank;
   root["record_count"] = report.record_count;
   root["options"] = {{"min_gap_us", o.min_gap_us},
                      {"iteration_period_us", o.iteration_period_us},
@@ -269,6 +360,11 @@ json report_to_json(const TraceReport& report) {
     j["idle_bubble_us"] = d.idle_bubble_us;
     j["comm_only_bubble_us"] = d.comm_only_bubble_us;
     j["copy_bubble_us"] = d.copy_bubble_us;
+    j["bubbles_by_label"] = {{"idle", d.idle_bubbles},
+                             {"comm_only", d.comm_only_bubbles},
+                             {"copy", d.copy_bubbles}};
+    j["process"] = d.process;
+    j["host_markers"] = d.host_markers;
     j["fill_in_bubbles_us"] = d.fill_in_bubbles_us;
     j["fill_busy_us"] = d.fill_busy_us;
     j["fill_outside_bubbles_us"] = d.fill_outside_bubbles_us;
@@ -291,9 +387,13 @@ json report_to_json(const TraceReport& report) {
                          {"fill_us", c.fill_us},
                          {"duration_us", summary_json(c.duration)},
                          {"offset_us", summary_json(c.offset)},
+                         {"kind", bubble_kind_name(c.kind())},
                          {"idle", c.idle},
                          {"comm_only", c.comm_only},
                          {"copy", c.copy},
+                         {"idle_us", c.idle_us},
+                         {"comm_only_us", c.comm_only_us},
+                         {"copy_us", c.copy_us},
                          {"memory_in_use", memory_json(c.memory)},
                          {"free_bytes", c.free_bytes >= 0 ? json(c.free_bytes) : json(nullptr)},
                          {"occurrence", c.occurrence},
@@ -308,10 +408,13 @@ json report_to_json(const TraceReport& report) {
       bubbles.push_back({{"start_us", b.start_us},
                          {"end_us", b.end_us},
                          {"kind", bubble_kind_name(b.kind)},
-                         {"comm_us", b.comm_us},
+                         {"idle_us", b.idle_us},
+                         {"comm_only_us", b.comm_only_us},
                          {"copy_us", b.copy_us},
+                         {"comm_us", b.comm_us},
                          {"fill_us", b.fill_us},
                          {"wake_us", number_or_null(b.wake_us)},
+                         {"start_delay_us", number_or_null(b.start_delay_us)},
                          {"iteration", b.iteration},
                          {"class", b.class_index},
                          {"memory_in_use", memory_json(b.memory)}});
@@ -367,6 +470,135 @@ json report_to_json(const TraceReport& report) {
     root["interference"] = std::move(interference);
   }
   return root;
+}
+
+}  // namespace pipefill::analysis
+
+namespace pipefill::analysis {
+
+CrossRankSummary summarize_ranks(const std::vector<TraceReport>& reports) {
+  CrossRankSummary s;
+  s.ranks = reports.size();
+  std::vector<double> shares;
+  for (const TraceReport& r : reports) {
+    for (const DeviceAnalysis& d : r.devices) {
+      ++s.devices;
+      shares.push_back(d.bubble_share);
+      if (shares.size() == 1 || d.bubble_share < s.share_min) {
+        s.share_min = d.bubble_share;
+        s.rank_min = r.rank;
+      }
+      if (shares.size() == 1 || d.bubble_share > s.share_max) {
+        s.share_max = d.bubble_share;
+        s.rank_max = r.rank;
+      }
+      s.bubble_us += d.bubble_us;
+      s.span_us += d.span_us();
+      s.idle_us += d.idle_bubble_us;
+      s.comm_only_us += d.comm_only_bubble_us;
+      s.copy_us += d.copy_bubble_us;
+      s.iteration_min_us = shares.size() == 1 ? d.mean_iteration_us
+                                              : std::min(s.iteration_min_us, d.mean_iteration_us);
+      s.iteration_max_us = std::max(s.iteration_max_us, d.mean_iteration_us);
+    }
+  }
+  if (!shares.empty()) {
+    const Summary summary = summarize(shares);
+    s.share_mean = summary.mean;
+    s.share_median = summary.p50;
+  }
+  s.overall_share = s.span_us > 0.0 ? s.bubble_us / s.span_us : 0.0;
+  return s;
+}
+
+std::string format_ranks(const std::vector<TraceReport>& reports, const CrossRankSummary& summary) {
+  std::string s = fmt::format("{} rank traces\n\n", reports.size());
+  s += fmt::format("{:>5} {:>6} {:>10} {:>8} {:>10} {:>7} {:>9} {:>9} {:>9} {:>6} {:>9} {:>12}  {}\n",
+                   "rank", "device", "span_ms", "bubbles", "bubble_ms", "share", "idle_ms",
+                   "comm_ms", "copy_ms", "iters", "iter_ms", "fillable/it", "trace");
+  for (const TraceReport& r : reports) {
+    for (const DeviceAnalysis& d : r.devices) {
+      s += fmt::format(
+          "{:>5} {:>6} {:>10} {:>8} {:>10} {:>7} {:>9} {:>9} {:>9} {:>6} {:>9} {:>12}  {}\n",
+          r.rank, d.device, ms(d.span_us()), d.bubbles.size(), ms(d.bubble_us),
+          pct(d.bubble_share), ms(d.idle_bubble_us), ms(d.comm_only_bubble_us),
+          ms(d.copy_bubble_us), d.iterations.size(), ms(d.mean_iteration_us),
+          ms(d.fill.fillable_us_per_iteration), r.source);
+    }
+  }
+  s += fmt::format(
+      "\nAcross {} ranks ({} devices): bubble share min {} (rank {}), median {}, mean {}, max {} "
+      "(rank {}); all ranks together {} ms of {} ms = {} (idle {} ms, comm-only {} ms, copy {} "
+      "ms); mean iteration {} to {} ms\n",
+      summary.ranks, summary.devices, pct(summary.share_min), summary.rank_min,
+      pct(summary.share_median), pct(summary.share_mean), pct(summary.share_max), summary.rank_max,
+      ms(summary.bubble_us), ms(summary.span_us), pct(summary.overall_share), ms(summary.idle_us),
+      ms(summary.comm_only_us), ms(summary.copy_us), ms(summary.iteration_min_us),
+      ms(summary.iteration_max_us));
+  bool first_note = true;
+  for (const TraceReport& r : reports) {
+    for (const DeviceAnalysis& d : r.devices) {
+      for (const std::string& n : d.notes) {
+        if (first_note) s += "\nNotes:\n";
+        first_note = false;
+        s += fmt::format("  - rank {}: {}\n", r.rank, n);
+      }
+    }
+  }
+  return s;
+}
+
+nlohmann::json ranks_to_json(const std::vector<TraceReport>& reports,
+                             const CrossRankSummary& summary) {
+  json ranks = json::array();
+  for (const TraceReport& r : reports) ranks.push_back(report_to_json(r));
+  return {{"ranks", std::move(ranks)},
+          {"summary",
+           {{"ranks", summary.ranks},
+            {"devices", summary.devices},
+            {"bubble_share_min", summary.share_min},
+            {"bubble_share_median", summary.share_median},
+            {"bubble_share_mean", summary.share_mean},
+            {"bubble_share_max", summary.share_max},
+            {"rank_min", summary.rank_min},
+            {"rank_max", summary.rank_max},
+            {"bubble_us", summary.bubble_us},
+            {"span_us", summary.span_us},
+            {"bubble_share", summary.overall_share},
+            {"idle_bubble_us", summary.idle_us},
+            {"comm_only_bubble_us", summary.comm_only_us},
+            {"copy_bubble_us", summary.copy_us},
+            {"mean_iteration_min_us", summary.iteration_min_us},
+            {"mean_iteration_max_us", summary.iteration_max_us}}}};
+}
+
+int rank_from_file_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  auto is_digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
+  auto number_at = [&](size_t begin) {
+    size_t end = begin;
+    while (end < base.size() && is_digit(base[end])) ++end;
+    if (end == begin || end - begin > 9) return -1;  // none, or not a rank
+    return std::stoi(base.substr(begin, end - begin));
+  };
+  // "rank" followed by digits (any case, a separator allowed): "trace_rank_12_step_3.json".
+  std::string lower = base;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (size_t at = lower.find("rank"); at != std::string::npos; at = lower.find("rank", at + 1)) {
+    size_t digits = at + 4;
+    if (digits < base.size() && (base[digits] == '-' || base[digits] == '_' || base[digits] == '.')) {
+      ++digits;
+    }
+    if (digits < base.size() && is_digit(base[digits])) return number_at(digits);
+  }
+  // Otherwise the last run of digits in the base name.
+  size_t end = base.size();
+  while (end > 0 && !is_digit(base[end - 1])) --end;
+  if (end == 0) return -1;
+  size_t begin = end;
+  while (begin > 0 && is_digit(base[begin - 1])) --begin;
+  return end - begin > 9 ? -1 : number_at(begin);
 }
 
 }  // namespace pipefill::analysis

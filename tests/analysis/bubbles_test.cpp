@@ -48,41 +48,120 @@ TEST(Bubbles, FindsGapsInTheComputeUnionAndClassifiesThem) {
   EXPECT_DOUBLE_EQ(a.compute_busy_us, 580);
   ASSERT_EQ(a.bubbles.size(), 3u);
 
+  // [300,400): the receive covers [300,380): 80 us comm-only, 20 us idle.
   const Bubble& comm_only = a.bubbles[0];
   EXPECT_DOUBLE_EQ(comm_only.start_us, 300);
   EXPECT_DOUBLE_EQ(comm_only.end_us, 400);
   EXPECT_EQ(comm_only.kind, BubbleKind::CommOnly);
   EXPECT_DOUBLE_EQ(comm_only.comm_us, 80);
+  EXPECT_DOUBLE_EQ(comm_only.comm_only_us, 80);
+  EXPECT_DOUBLE_EQ(comm_only.idle_us, 20);
+  EXPECT_DOUBLE_EQ(comm_only.copy_us, 0);
+  EXPECT_DOUBLE_EQ(comm_only.share(BubbleKind::CommOnly), 0.8);
   EXPECT_DOUBLE_EQ(comm_only.wake_us, 380);
+  EXPECT_DOUBLE_EQ(comm_only.start_delay_us, 20);
 
   const Bubble& idle = a.bubbles[1];
   EXPECT_DOUBLE_EQ(idle.start_us, 500);
   EXPECT_DOUBLE_EQ(idle.end_us, 700);
   EXPECT_EQ(idle.kind, BubbleKind::Idle);
+  EXPECT_DOUBLE_EQ(idle.idle_us, 200);
   EXPECT_DOUBLE_EQ(idle.fill_us, 180);  // fill work does not close a bubble
   EXPECT_TRUE(std::isnan(idle.wake_us));
+  EXPECT_TRUE(std::isnan(idle.start_delay_us));
 
-  const Bubble& copy = a.bubbles[2];
-  EXPECT_DOUBLE_EQ(copy.start_us, 800);
-  EXPECT_DOUBLE_EQ(copy.end_us, 1000);
-  EXPECT_EQ(copy.kind, BubbleKind::Copy);
-  EXPECT_DOUBLE_EQ(copy.comm_us, 80);
-  EXPECT_DOUBLE_EQ(copy.copy_us, 20);
-  EXPECT_DOUBLE_EQ(copy.wake_us, 900);
+  // [800,1000): comm [820,900) with a copy [850,870) inside it: copy 20, comm-only 60, idle 120.
+  // Mostly idle, so labelled idle (not "copy" for holding any copy time) and no start delay:
+  // the device was not waiting for the transfer that ended at 900.
+  const Bubble& mixed = a.bubbles[2];
+  EXPECT_DOUBLE_EQ(mixed.start_us, 800);
+  EXPECT_DOUBLE_EQ(mixed.end_us, 1000);
+  EXPECT_EQ(mixed.kind, BubbleKind::Idle);
+  EXPECT_DOUBLE_EQ(mixed.comm_us, 80);
+  EXPECT_DOUBLE_EQ(mixed.copy_us, 20);
+  EXPECT_DOUBLE_EQ(mixed.comm_only_us, 60);
+  EXPECT_DOUBLE_EQ(mixed.idle_us, 120);
+  EXPECT_DOUBLE_EQ(mixed.wake_us, 900);
+  EXPECT_TRUE(std::isnan(mixed.start_delay_us));
 
   EXPECT_DOUBLE_EQ(a.bubble_us, 500);
-  EXPECT_DOUBLE_EQ(a.comm_only_bubble_us, 100);
-  EXPECT_DOUBLE_EQ(a.idle_bubble_us, 200);
-  EXPECT_DOUBLE_EQ(a.copy_bubble_us, 200);
+  EXPECT_DOUBLE_EQ(a.comm_only_bubble_us, 80 + 60);
+  EXPECT_DOUBLE_EQ(a.idle_bubble_us, 20 + 200 + 120);
+  EXPECT_DOUBLE_EQ(a.copy_bubble_us, 20);
+  EXPECT_EQ(a.idle_bubbles, 2u);
+  EXPECT_EQ(a.comm_only_bubbles, 1u);
+  EXPECT_EQ(a.copy_bubbles, 0u);
   EXPECT_DOUBLE_EQ(a.fill_in_bubbles_us, 180);
   EXPECT_DOUBLE_EQ(a.fill_busy_us, 180);
   EXPECT_DOUBLE_EQ(a.fill_outside_bubbles_us, 0);
   EXPECT_DOUBLE_EQ(a.bubble_share, 500.0 / 1100.0);
-  // Start delays: 400 - 380 and 1000 - 900.
-  EXPECT_EQ(a.start_delay.count, 2u);
-  EXPECT_DOUBLE_EQ(a.start_delay.min, 20);
-  EXPECT_DOUBLE_EQ(a.start_delay.max, 100);
-  EXPECT_DOUBLE_EQ(a.start_delay.p50, 60);
+  // One start delay: 400 - 380 (the comm-only bubble).
+  EXPECT_EQ(a.start_delay.count, 1u);
+  EXPECT_DOUBLE_EQ(a.start_delay.max, 20);
+}
+
+// The issue's case: a 62,283 us bubble with 62,163 us of NCCL and 18 us of copy was labelled
+// "copy" (any copy time won) and its start delay measured from the copy's end.
+TEST(Bubbles, ALongReceiveWithATinyCopyIsCommOnly) {
+  const std::vector<ActivityRecord> records = {
+      kernel(0, 100),
+      comm(100, 62263),                                               // 62,163 us receive
+      record(ActivityKind::Memcpy, 200, 218, "Memcpy HtoD", 0, 9),   // 18 us inside it
+      record(ActivityKind::Memset, 70000, 70010, "Memset", 0, 9),     // after the bubble
+      kernel(62383, 62483),
+  };
+  DeviceAnalysis a;
+  ASSERT_EQ(analyze_device(records, 0, AnalysisOptions{}, &a), pfSuccess) << last_error_message();
+  ASSERT_EQ(a.bubbles.size(), 1u);
+  const Bubble& b = a.bubbles[0];
+  EXPECT_DOUBLE_EQ(b.duration_us(), 62283);
+  EXPECT_EQ(b.kind, BubbleKind::CommOnly);
+  EXPECT_DOUBLE_EQ(b.copy_us, 18);
+  EXPECT_DOUBLE_EQ(b.comm_only_us, 62163 - 18);
+  EXPECT_DOUBLE_EQ(b.idle_us, 62283 - 62163);
+  EXPECT_DOUBLE_EQ(b.share(BubbleKind::Idle) + b.share(BubbleKind::CommOnly) +
+                       b.share(BubbleKind::Copy),
+                   1.0);
+  // Woken by the receive's end at 62263, not the copy's at 218.
+  EXPECT_DOUBLE_EQ(b.start_delay_us, 62383 - 62263);
+  EXPECT_DOUBLE_EQ(a.start_delay.max, 120);
+}
+
+// A mostly idle bubble has no start delay, however early a short transfer in it ended (the old
+// rule measured 5 s "delays" from such transfers).
+TEST(Bubbles, StartDelayIsUndefinedForIdleBubbles) {
+  const std::vector<ActivityRecord> records = {
+      kernel(0, 100),
+      record(ActivityKind::Memcpy, 150, 170, "Memcpy DtoH", 0, 9),
+      kernel(5'000'100, 5'000'200),
+  };
+  DeviceAnalysis a;
+  ASSERT_EQ(analyze_device(records, 0, AnalysisOptions{}, &a), pfSuccess);
+  ASSERT_EQ(a.bubbles.size(), 1u);
+  EXPECT_EQ(a.bubbles[0].kind, BubbleKind::Idle);
+  EXPECT_DOUBLE_EQ(a.bubbles[0].wake_us, 170);
+  EXPECT_TRUE(std::isnan(a.bubbles[0].start_delay_us));
+  EXPECT_EQ(a.start_delay.count, 0u);
+  EXPECT_DOUBLE_EQ(a.idle_bubble_us, 5'000'000 - 20);
+  EXPECT_DOUBLE_EQ(a.copy_bubble_us, 20);
+}
+
+// A pipeline receive: the NCCL SendRecv kernel spins for the whole wait. It is communication,
+// so the wait is a bubble (comm-only), not compute.
+TEST(Bubbles, TheSpinningSendRecvOfAPipelineReceiveIsABubble) {
+  std::vector<ActivityRecord> records = {kernel(0, 1000, "fwd_stage1")};
+  ActivityRecord recv = record(ActivityKind::Comm, 1000, 6000,
+                               "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 0, 20);
+  records.push_back(recv);
+  records.push_back(kernel(6005, 7000, "fwd_stage1"));
+  DeviceAnalysis a;
+  ASSERT_EQ(analyze_device(records, 0, AnalysisOptions{}, &a), pfSuccess);
+  ASSERT_EQ(a.bubbles.size(), 1u);
+  EXPECT_DOUBLE_EQ(a.bubbles[0].duration_us(), 5005);
+  EXPECT_EQ(a.bubbles[0].kind, BubbleKind::CommOnly);
+  EXPECT_DOUBLE_EQ(a.bubbles[0].comm_only_us, 5000);
+  EXPECT_DOUBLE_EQ(a.bubbles[0].start_delay_us, 5);
+  EXPECT_DOUBLE_EQ(a.compute_busy_us, 1995);
 }
 
 TEST(Bubbles, MinimumGapIsInclusiveAndFiltersLaunchGaps) {
@@ -387,6 +466,143 @@ TEST(Bubbles, BadInputIsRejectedWithTheValueNamed) {
   EXPECT_NE(last_error_message().find("6000"), std::string::npos);
   EXPECT_EQ(analyze_device(five_iterations(), 0, AnalysisOptions{}, nullptr),
             pfErrorInvalidArgument);
+}
+
+// The ROCm trace's shape: the GPU-side ProfilerStep#1 ends at 1 ms while the step's kernels,
+// launched inside the host-side ProfilerStep#1, run until 9 ms. The host markers win.
+TEST(Bubbles, GpuStepMarkersThatEndBeforeTheStepsKernelsGiveWayToHostMarkers) {
+  std::vector<ActivityRecord> records;
+  for (int k = 0; k < 10; ++k) records.push_back(kernel(1000.0 * k, 1000.0 * k + 100));
+  records.push_back(marker(0, 1100, "ProfilerStep#1", 0, 7));                  // GPU side, short
+  records.push_back(marker(-300, 9500, "ProfilerStep#1", kHostDevice, 4242));  // host side
+  records.push_back(marker(9600, 9650, "ProfilerStep#2", kHostDevice, 4242));  // after the GPU
+  DeviceAnalysis a;
+  ASSERT_EQ(analyze_device(records, 0, AnalysisOptions{}, &a), pfSuccess) << last_error_message();
+  EXPECT_EQ(a.iteration_source, IterationSource::Markers);
+  EXPECT_TRUE(a.host_markers);
+  ASSERT_EQ(a.iterations.size(), 1u);  // ProfilerStep#2 starts after the last kernel (9100)
+  EXPECT_EQ(a.iterations[0].label, "ProfilerStep#1");
+  EXPECT_DOUBLE_EQ(a.iterations[0].start_us, -300);
+  EXPECT_DOUBLE_EQ(a.iterations[0].end_us, 9600);
+  EXPECT_EQ(a.iterations[0].bubble_count, 9);  // every bubble is in the iteration
+  bool noted = false;
+  for (const std::string& n : a.notes) {
+    noted = noted || (n.find("GPU-side 'ProfilerStep#1' ends at 1.100 ms") != std::string::npos &&
+                      n.find("until 9.100 ms") != std::string::npos);
+  }
+  EXPECT_TRUE(noted) << (a.notes.empty() ? "" : a.notes[0]);
+
+  // GPU markers that do cover their step's kernels are kept (even though the host ones exist).
+  records[10] = marker(0, 9100, "ProfilerStep#1", 0, 7);
+  ASSERT_EQ(analyze_device(records, 0, AnalysisOptions{}, &a), pfSuccess);
+  EXPECT_FALSE(a.host_markers);
+  ASSERT_EQ(a.iterations.size(), 1u);
+  EXPECT_DOUBLE_EQ(a.iterations[0].start_us, 0);
+  EXPECT_DOUBLE_EQ(a.iterations[0].end_us, 9100);
+}
+
+// Two ranks' processes in one trace, each with its own ProfilerStep#N at the same names and
+// overlapping times: device 0's kernels were launched by pid 100, device 1's by pid 200. Each
+// device's iterations come from its own process's markers, never merged across processes.
+TEST(Bubbles, HostMarkersOfEachProcessStayApart) {
+  std::vector<ActivityRecord> records;
+  for (int device = 0; device < 2; ++device) {
+    for (int k = 0; k < 6; ++k) {
+      ActivityRecord r = kernel(500.0 * k + device * 100, 500.0 * k + device * 100 + 100, "gemm",
+                                device);
+      r.process = device == 0 ? 100 : 200;
+      records.push_back(r);
+    }
+  }
+  auto host_step = [](double start, double end, const char* name, int64_t pid) {
+    ActivityRecord m = marker(start, end, name, kHostDevice, static_cast<uint64_t>(pid));
+    m.process = pid;
+    return m;
+  };
+  // pid 100: steps of 1500 us; pid 200: one step over everything.
+  records.push_back(host_step(0, 1400, "ProfilerStep#1", 100));
+  records.push_back(host_step(1500, 2900, "ProfilerStep#2", 100));
+  records.push_back(host_step(50, 3000, "ProfilerStep#1", 200));
+  DeviceAnalysis a0, a1;
+  ASSERT_EQ(analyze_device(records, 0, AnalysisOptions{}, &a0), pfSuccess) << last_error_message();
+  ASSERT_EQ(analyze_device(records, 1, AnalysisOptions{}, &a1), pfSuccess) << last_error_message();
+  EXPECT_EQ(a0.process, 100);
+  EXPECT_EQ(a1.process, 200);
+  ASSERT_EQ(a0.iterations.size(), 2u);
+  EXPECT_DOUBLE_EQ(a0.iterations[0].start_us, 0);
+  EXPECT_DOUBLE_EQ(a0.iterations[0].end_us, 1500);
+  EXPECT_DOUBLE_EQ(a0.iterations[1].end_us, 2900);  // host step end, after the last kernel (2600)
+  ASSERT_EQ(a1.iterations.size(), 1u);              // merged with pid 100's #1, it would be [0, ..)
+  EXPECT_DOUBLE_EQ(a1.iterations[0].start_us, 50);
+  EXPECT_DOUBLE_EQ(a1.iterations[0].end_us, 3000);
+
+  // Without launch information the device's process is unknown: host markers of several
+  // processes are then not used at all (and a note says why).
+  for (ActivityRecord& r : records) {
+    if (r.device == 1) r.process = -1;
+  }
+  ASSERT_EQ(analyze_device(records, 1, AnalysisOptions{}, &a1), pfSuccess);
+  EXPECT_EQ(a1.iteration_source, IterationSource::WholeTrace);
+  ASSERT_FALSE(a1.notes.empty());
+  EXPECT_NE(a1.notes[0].find("come from 2 processes ([100, 200])"), std::string::npos)
+      << a1.notes[0];
+}
+
+// Analysing every device costs O(records): with N kernels spread over D devices (and host
+// markers shared by all), the records read stay within a fixed multiple of N for D = 1 to N.
+// The old analyser scanned every record once per device (N x D reads).
+TEST(Bubbles, CostIsLinearInRecordsWhateverTheDeviceCount) {
+  constexpr int kKernels = 20000;
+  for (const int devices : {1, 100, 20000}) {
+    std::vector<ActivityRecord> records;
+    for (int i = 0; i < kKernels; ++i) {
+      const int device = i % devices;
+      const double t = 100.0 * (i / devices);
+      records.push_back(kernel(t, t + 10, "gemm", device));
+    }
+    for (int s = 0; s < 50; ++s) {
+      records.push_back(marker(s * 1e6, (s + 1) * 1e6, "ProfilerStep#" + std::to_string(s),
+                               kHostDevice, 1));
+    }
+    const CompactTrace trace = compact_from_activity(records, "many.json");
+    TraceAnalyzer analyzer(trace);
+    ASSERT_EQ(analyzer.analysable_devices().size(), static_cast<size_t>(devices));
+    for (const int device : analyzer.analysable_devices()) {
+      DeviceAnalysis a;
+      ASSERT_EQ(analyzer.analyze(device, AnalysisOptions{}, &a), pfSuccess) << last_error_message();
+    }
+    // Grouping (N + 50) + per device its own records twice (intervals, memory) + the host
+    // markers once.
+    EXPECT_LE(analyzer.records_visited(), 3u * records.size() + 50u) << devices << " devices";
+  }
+}
+
+TEST(Bubbles, AbsurdByteCountsAreErrorsNamingTheRecordAndValue) {
+  std::vector<ActivityRecord> records = five_iterations();
+  records.push_back(memory(ActivityKind::MemoryAlloc, 10, uint64_t{9} << 60));  // 1.04e19 bytes
+  DeviceAnalysis a;
+  EXPECT_EQ(analyze_device(records, 0, AnalysisOptions{}, &a), pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("record 20"), std::string::npos) << last_error_message();
+  EXPECT_NE(last_error_message().find("1.0376293541461623e+19 bytes exceed 2^53"),
+            std::string::npos)
+      << last_error_message();
+
+  // Each size is credible, their sum is not: 1100 x 2^53 bytes overflow int64.
+  records = five_iterations();
+  for (int i = 0; i < 1100; ++i) {
+    records.push_back(memory(ActivityKind::MemoryAlloc, 10 + i, uint64_t{1} << 53));
+  }
+  EXPECT_EQ(analyze_device(records, 0, AnalysisOptions{}, &a), pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("the memory level overflows 64 bits"), std::string::npos)
+      << last_error_message();
+
+  AnalysisOptions o;
+  o.device_memory_bytes = uint64_t{1} << 60;  // --device-memory-gb 1e9
+  EXPECT_EQ(analyze_device(five_iterations(), 0, o, &a), pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("device_memory_bytes must be <= 2^53"), std::string::npos);
+  o = AnalysisOptions{};
+  o.item_memory_bytes = UINT64_MAX;
+  EXPECT_EQ(validate_options(o), pfErrorInvalidArgument);
 }
 
 }  // namespace

@@ -104,8 +104,8 @@ TEST(ChromeTraceImport, ToleratesMissingAndLooselyTypedFields) {
     {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#7", "pid": 9, "tid": 9, "ts": 0, "dur": 50},
     {"name": "no phase"},
     {"ph": "X", "cat": "graph, kernel", "name": "replayed", "pid": 0, "tid": 7, "ts": 60, "dur": 5},
-    {"ph": "X", "cat": "gpu_memcpy", "name": "huge", "pid": 1e300, "tid": -5, "ts": 70, "dur": 1,
-     "args": {"bytes": 1e300, "correlation": -3}}
+    {"ph": "X", "cat": "gpu_memcpy", "name": "odd", "pid": 3.7, "tid": -5, "ts": 70, "dur": 1,
+     "args": {"bytes": "12", "correlation": -3}}
   ])json";
   ImportedTrace t;
   ASSERT_EQ(import_chrome_trace(json, "inline.json", ImportOptions{}, &t), pfSuccess)
@@ -131,12 +131,14 @@ TEST(ChromeTraceImport, ToleratesMissingAndLooselyTypedFields) {
   EXPECT_EQ(t.records[4].device, kHostDevice);
   EXPECT_EQ(t.records[5].kind, ActivityKind::Kernel);  // one of several categories
   EXPECT_EQ(t.records[5].name, "replayed");
-  // Out-of-range numbers saturate rather than overflow.
-  EXPECT_EQ(t.records[6].device, INT32_MAX);
+  // Fractional ids truncate, negative stream and correlation ids read as 0, quoted sizes count.
+  EXPECT_EQ(t.records[6].device, 3);
   EXPECT_EQ(t.records[6].stream, 0u);
   EXPECT_EQ(t.records[6].correlation, 0u);
-  EXPECT_EQ(t.records[6].bytes, UINT64_MAX);
-  EXPECT_EQ(t.devices(), (std::vector<int>{0, 1, 2, INT32_MAX}));
+  EXPECT_EQ(t.records[6].bytes, 12u);
+  EXPECT_EQ(t.devices(), (std::vector<int>{0, 1, 2, 3}));
+  // The host marker keeps its process id.
+  EXPECT_EQ(t.records[4].process, 9);
   EXPECT_TRUE(t.device_memory_bytes.empty());
 }
 
@@ -167,7 +169,21 @@ INSTANTIATE_TEST_SUITE_P(
         BadTrace{R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm", "ts": 5}]})",
                  "traceEvents[0] ('gemm'): \"dur\" is missing"},
         BadTrace{R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "g", "ts": 5, "dur": -1}]})",
-                 "\"dur\" is missing, negative"},
+                 "traceEvents[0] ('g'): \"dur\" -1 is negative"},
+        // Values beyond what the analysis can hold: errors naming the event and the value.
+        BadTrace{R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 1e300, "ts": 5, "dur": 1}]})",
+                 "traceEvents[0] ('k'): device id 1e+300 (from pid) is outside [0, 2147483647]"},
+        BadTrace{R"({"traceEvents": [{"ph": "M"}, {"ph": "X", "cat": "kernel", "name": "k", "ts": 9.2e18, "dur": 10}]})",
+                 "traceEvents[1] ('k'): \"ts\" 9.2e+18 us is beyond 2^52 us"},
+        BadTrace{R"({"traceEvents": [{"ph": "i", "name": "[memory]", "ts": 1, "args": {"Device Type": 1, "Device Id": 0, "Bytes": 9e18}}]})",
+                 "traceEvents[0] ([memory]): \"Bytes\" 9e+18 is outside [-2^53, 2^53]"},
+        BadTrace{R"({"traceEvents": [{"ph": "i", "name": "[memory]", "ts": 1, "args": {"Device Type": 1, "Device Id": 0, "Bytes": -9e18}}]})",
+                 "\"Bytes\" -9e+18 is outside [-2^53, 2^53]"},
+        BadTrace{R"({"traceEvents": [{"ph": "X", "cat": "gpu_memcpy", "name": "c", "ts": 1, "dur": 1, "args": {"bytes": 1e300}}]})",
+                 "traceEvents[0] ('c'): \"bytes\" 1e+300 is outside [0, 2^53]"},
+        // nlohmann-json cannot hold 1e400 at all: a clear error, not "internal error".
+        BadTrace{R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1e400, "dur": 1}]})",
+                 "1e400"},
         BadTrace{R"({"traceEvents": [{"ph":"M"},{"ph":"M"},{"ph": "X", "cat": "kernel", "name": "g", "ts": "soon", "dur": 1}]})",
                  "traceEvents[2] ('g'): \"ts\""},
         BadTrace{R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": 5, "ts": 1, "dur": 1}]})",
@@ -175,12 +191,56 @@ INSTANTIATE_TEST_SUITE_P(
         BadTrace{R"({"traceEvents": [{"ph": "i", "name": "[memory]", "args": {"Device Type": 1, "Bytes": 8}}]})",
                  "traceEvents[0] ([memory]): \"ts\""}));
 
+TEST(ChromeTraceImport, CommunicationKernelPatternsAreConfigurable) {
+  const std::string json = R"json([
+    {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "pid": 0, "ts": 0, "dur": 5},
+    {"ph": "X", "cat": "kernel", "name": "void nvshmemi_transfer_kernel<float>()", "pid": 0, "ts": 10, "dur": 5},
+    {"ph": "X", "cat": "kernel", "name": "userbuffers_fp16_sum_inplace_gpu_rr_rs", "pid": 0, "ts": 20, "dur": 5},
+    {"ph": "X", "cat": "kernel", "name": "kuserbuffers_pullrecv", "pid": 0, "ts": 30, "dur": 5},
+    {"ph": "X", "cat": "kernel", "name": "my_allgather_kernel", "pid": 0, "ts": 40, "dur": 5},
+    {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_tn", "pid": 0, "ts": 50, "dur": 5}
+  ])json";
+  ImportedTrace t;
+  ASSERT_EQ(import_chrome_trace(json, "comm.json", ImportOptions{}, &t), pfSuccess);
+  const ActivityKind defaults[] = {ActivityKind::Comm, ActivityKind::Comm, ActivityKind::Comm,
+                                   ActivityKind::Comm, ActivityKind::Kernel, ActivityKind::Kernel};
+  ASSERT_EQ(t.records.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(t.records[i].kind, defaults[i]) << t.records[i].name;
+
+  ImportOptions custom;
+  custom.comm_name_patterns = {"ALLGATHER"};  // replaces the defaults; any case
+  ASSERT_EQ(import_chrome_trace(json, "comm.json", custom, &t), pfSuccess);
+  const ActivityKind only_custom[] = {ActivityKind::Kernel, ActivityKind::Kernel,
+                                      ActivityKind::Kernel, ActivityKind::Kernel,
+                                      ActivityKind::Comm,   ActivityKind::Kernel};
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(t.records[i].kind, only_custom[i]) << t.records[i].name;
+}
+
+TEST(ChromeTraceImport, KernelsKnowTheProcessThatLaunchedThem) {
+  // Correlation ids tie a kernel to the cuda_runtime launch on its host process.
+  const std::string json = R"json({"traceEvents": [
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 77, "tid": 77, "ts": 0, "dur": 2, "args": {"correlation": 5}},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 88, "tid": 88, "ts": 0, "dur": 2, "args": {"correlation": 6}},
+    {"ph": "X", "cat": "kernel", "name": "a", "pid": 0, "ts": 3, "dur": 1, "args": {"device": 0, "correlation": 5}},
+    {"ph": "X", "cat": "kernel", "name": "b", "pid": 1, "ts": 3, "dur": 1, "args": {"device": 1, "correlation": 6}},
+    {"ph": "X", "cat": "kernel", "name": "c", "pid": 1, "ts": 5, "dur": 1, "args": {"device": 1, "correlation": 9}}
+  ]})json";
+  ImportedTrace t;
+  ASSERT_EQ(import_chrome_trace(json, "launch.json", ImportOptions{}, &t), pfSuccess);
+  ASSERT_EQ(t.records.size(), 3u);  // runtime events leave no record
+  EXPECT_EQ(t.events_skipped, 2u);
+  EXPECT_EQ(t.records[0].process, 77);
+  EXPECT_EQ(t.records[1].process, 88);
+  EXPECT_EQ(t.records[2].process, -1);  // no launch with that id
+}
+
 TEST(ChromeTraceImport, MissingFileIsAnIoError) {
   ImportedTrace t;
   EXPECT_EQ(import_chrome_trace_file(data_file("no_such_trace.json"), ImportOptions{}, &t),
             pfErrorIo);
   EXPECT_NE(last_error_message().find("no_such_trace.json"), std::string::npos);
-  EXPECT_EQ(import_chrome_trace("[]", "x", ImportOptions{}, nullptr), pfErrorInvalidArgument);
+  EXPECT_EQ(import_chrome_trace("[]", "x", ImportOptions{}, static_cast<ImportedTrace*>(nullptr)),
+            pfErrorInvalidArgument);
 }
 
 }  // namespace
