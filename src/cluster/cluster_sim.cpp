@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <new>
 #include <stdexcept>
 
 #include "cluster/checks.hpp"
+#include "cluster/quantile_sketch.hpp"
 #include "common/error.hpp"
 #include "core/config.hpp"
 #include "core/planner.hpp"
@@ -24,6 +26,10 @@ struct BubbleClass {
   double predicted_us = 0.0;  // what the runtime's predictor would report (quantile of history)
   size_t free_bytes = 0;
   bool fillable = false;
+  // Communication the fill runs beside (strategies.hpp BubbleInput).
+  double transfer_out_us = 0.0;
+  double transfer_in_us = 0.0;
+  double comm_window_share = 0.0;
 };
 
 // plan_slice's answer for a (job type, stage, bubble class) with unlimited remaining items.
@@ -36,6 +42,7 @@ struct CachedPlan {
   uint64_t items = 0;
   double item_us = 0.0;         // in-bubble item cost of the chosen config
   double work_per_item = 1.0;
+  double dedicated_item_us = 0.0;
 };
 
 struct JobState {
@@ -135,6 +142,24 @@ pfResult_t validate_fill_options(const FillOptions& f, int iterations, const std
     return fail(pfErrorInvalidArgument, "fill.prediction_quantile must be in (0, 1], got {}", f.prediction_quantile);
   if (f.warmup_iterations < 0)
     return fail(pfErrorInvalidArgument, "fill.warmup_iterations must be >= 0, got {}", f.warmup_iterations);
+  if (f.reserved_sms < 0) return fail(pfErrorInvalidArgument, "fill.reserved_sms must be >= 0, got {}", f.reserved_sms);
+  PF_TRY(real_in("fill.gate_visibility_us", f.gate_visibility_us, 0, 1e9));
+  PF_TRY(real_in("fill.max_arena_gib", f.max_arena_gib, 0, 1 << 20));
+  PF_TRY(real_in("fill.freeride.step_rounding_us", f.freeride.step_rounding_us, 0, 1e12));
+  PF_TRY(real_in("fill.freeride.step_margin", f.freeride.step_margin, 0, 100, true));
+  PF_TRY(real_in("fill.freeride.scheduler_poll_us", f.freeride.scheduler_poll_us, 0, 1e12));
+  PF_TRY(real_in("fill.freeride.task_poll_us", f.freeride.task_poll_us, 0, 1e12));
+  PF_TRY(real_in("fill.tally.preemption_budget_us", f.tally.preemption_budget_us, 0, 1e9, true));
+  PF_TRY(real_in("fill.tally.norm_speed", f.tally.norm_speed, 0, 1, true));
+  PF_TRY(real_in("fill.tally.signal_us", f.tally.signal_us, 0, 1e9));
+  PF_TRY(real_in("fill.tally.relaunch_gap_us", f.tally.relaunch_gap_us, 0, 1e9));
+  PF_TRY(real_in("fill.tally.hp_arrival_us", f.tally.hp_arrival_us, 0, 1e15));
+  return pfSuccess;
+}
+
+pfResult_t validate_interference(const InterferenceModel& m) {
+  PF_TRY(checks::real_in("interference.mem_slowdown", m.mem_slowdown, 0, 100));
+  PF_TRY(checks::real_in("interference.comm_slowdown", m.comm_slowdown, 0, 100));
   return pfSuccess;
 }
 
@@ -188,9 +213,13 @@ pfResult_t run_cluster_sim_impl(const ClusterSimSpec& spec, ClusterResult* out, 
   if (fill.prediction_quantile < 0) fill.prediction_quantile = runtime_defaults.prediction_quantile;
   if (fill.warmup_iterations < 0) fill.warmup_iterations = runtime_defaults.min_samples;
   PF_TRY(validate_fill_options(fill, spec.iterations, spec.names.iterations));
+  PF_TRY(validate_interference(spec.interference));
   PF_TRY(validate_workload(spec.workload));
   if (fill.enabled && spec.job_types.empty())
     return fail(pfErrorInvalidArgument, "fill.enabled is true but no fill job types were given (fill.jobs_file)");
+  if (fill.reserved_sms >= spec.training.gpu.sm_count)
+    return fail(pfErrorInvalidArgument, "fill.reserved_sms ({}) must be less than gpu.sm_count ({})", fill.reserved_sms,
+                spec.training.gpu.sm_count);
 
   schedule::ScheduleSpec sched;
   DerivedCosts costs;
@@ -243,6 +272,28 @@ pfResult_t run_cluster_sim_impl(const ClusterSimSpec& spec, ClusterResult* out, 
   // Predictions come from the runtime's own predictor, fed with a window of jittered samples of
   // each class (what it would have seen after that many iterations).
   Rng sample_rng(spec.workload.seed ^ 0x5EEDF00Dull);
+  // The p2p transfers that start and end a bubble (their bandwidth part, which fill beside
+  // them can stretch) and the all-reduce window's bandwidth share.
+  const double transfer_us =
+      p > 1 && sched.p2p_bytes_per_us > 0 ? static_cast<double>(sched.p2p_message_bytes) / sched.p2p_bytes_per_us : 0.0;
+  const double allreduce_bandwidth_share =
+      sched.allreduce_us > 0 ? std::max(0.0, 1.0 - costs.dp_allreduce_latency_us / sched.allreduce_us) : 0.0;
+  const int virtual_stages = static_cast<int>(tl.stage_of_virtual.size());
+  auto on_other_stage = [&](int vs, int s) {
+    return vs >= 0 && vs < virtual_stages && tl.stage_of_virtual[vs] != s;
+  };
+  auto sends_across = [&](const schedule::Op& op, int s) {
+    if (op.type == schedule::OpType::Forward) return on_other_stage(op.virtual_stage + 1, s);
+    if (op.type == schedule::OpType::Backward || op.type == schedule::OpType::BackwardInput)
+      return on_other_stage(op.virtual_stage - 1, s);
+    return false;
+  };
+  auto receives_across = [&](const schedule::Op& op, int s) {
+    if (op.type == schedule::OpType::Forward) return on_other_stage(op.virtual_stage - 1, s);
+    if (op.type == schedule::OpType::Backward || op.type == schedule::OpType::BackwardInput)
+      return on_other_stage(op.virtual_stage + 1, s);
+    return false;
+  };
   std::vector<std::vector<BubbleClass>> classes(p);
   r.stages.resize(p);
   for (int s = 0; s < p; ++s) {
@@ -275,6 +326,15 @@ pfResult_t run_cluster_sim_impl(const ClusterSimSpec& spec, ClusterResult* out, 
       bc.predicted_us = predictor.predict(key, q).quantile_us;
       bc.free_bytes = b.free_bytes;
       bc.fillable = b.duration_us >= fill.min_bubble_us && (fill.fill_optimizer_bubble || b.kind != pfBubbleOptimizer);
+      if (b.kind == pfBubbleOptimizer) {
+        bc.comm_window_share = allreduce_bandwidth_share;
+      } else {
+        const int before = b.op_before;
+        if (before >= 0 && before < static_cast<int>(st.ops.size()) && sends_across(st.ops[before], s))
+          bc.transfer_out_us = transfer_us;
+        if (before + 1 < static_cast<int>(st.ops.size()) && receives_across(st.ops[before + 1], s))
+          bc.transfer_in_us = transfer_us;
+      }
       classes[s].push_back(bc);
     }
   }
@@ -286,17 +346,65 @@ pfResult_t run_cluster_sim_impl(const ClusterSimSpec& spec, ClusterResult* out, 
   r.jobs_generated = jobs.size();
   const size_t type_count = spec.job_types.size();
   r.completed_per_type.assign(type_count, 0);
+
+  // The strategy: ours fills gpu.sm_count - reserved_sms SMs, so its items run at
+  // partition_speed of a whole GPU's rate; the peers use every SM.
+  StrategyParams params;
+  params.strategy = fill.strategy;
+  params.gated = fill.gated;
+  params.sm_count = spec.training.gpu.sm_count;
+  params.reserved = fill.strategy == FillStrategy::Ours && fill.reserved_sms > 0;
+  params.fill_sm_share = fill.strategy == FillStrategy::Ours
+                             ? static_cast<double>(spec.training.gpu.sm_count - fill.reserved_sms) / spec.training.gpu.sm_count
+                             : 1.0;
+  params.launch_overhead_us = fill.launch_overhead_us;
+  params.gate_visibility_us = fill.gate_visibility_us;
+  params.interference = spec.interference;
+  params.freeride = fill.freeride;
+  params.tally = fill.tally;
+  params = effective_params(params);
+  const bool planned = fill.strategy == FillStrategy::Ours || fill.strategy == FillStrategy::PaperStyle;
+  r.strategy = fill.enabled ? strategy_name(fill.strategy) : "none";
+  r.interference = spec.interference;
+  r.reserved_sms = params.reserved ? fill.reserved_sms : 0;
+  r.sm_count = spec.training.gpu.sm_count;
+
+  // Memory a fill job may use: the stage's arena for resident state, the bubble's free memory
+  // for workspace, both capped by fill.max_arena_gib.
+  const size_t arena_cap = fill.max_arena_gib > 0 ? static_cast<size_t>(fill.max_arena_gib * 1073741824.0) : SIZE_MAX;
+  for (int s = 0; s < p; ++s) {
+    r.stages[s].arena_bytes = std::min(r.stages[s].arena_bytes, arena_cap);
+    for (BubbleClass& bc : classes[s]) bc.free_bytes = std::min(bc.free_bytes, arena_cap);
+  }
+
   std::vector<std::vector<JobConfigModel>> models(type_count);
-  std::vector<double> min_work(type_count, 1.0);
-  // setup[type][stage]: choose_setup_config's pick for the stage's arena (-1: does not fit).
+  std::vector<double> intensity(type_count, 0.5);
+  // setup[type][stage]: the config the job runs on that stage, -1: it does not fit. Ours and
+  // paper-style: choose_setup_config for the arena (the planner then picks per bubble). The
+  // peers that do not plan run one config: the best throughput whose resident + workspace
+  // memory fits the stage's arena, FreeRide's per-stage memory cap rule (a task is admitted
+  // only if `stage_id_gpu_memory_map[stage] > gpu_memory`), given to naive and Tally too.
   std::vector<std::vector<int>> setup(type_count, std::vector<int>(p, -1));
   std::vector<char> placeable(type_count, 0);
   for (size_t t = 0; t < type_count; ++t) {
-    models[t] = planner_configs(spec.job_types[t], fill.efficiency);
-    min_work[t] = std::numeric_limits<double>::infinity();
-    for (const auto& m : models[t]) min_work[t] = std::min(min_work[t], m.work_per_item);
+    intensity[t] = effective_mem_intensity(spec.job_types[t]);
+    models[t] = planner_configs(spec.job_types[t], fill.efficiency * partition_speed(params.fill_sm_share, intensity[t]));
     for (int s = 0; s < p; ++s) {
-      setup[t][s] = choose_setup_config(models[t], r.stages[s].arena_bytes, 1);
+      const size_t arena = r.stages[s].arena_bytes;
+      if (planned) {
+        setup[t][s] = choose_setup_config(models[t], arena, 1);
+      } else {
+        double best_rate = 0.0;
+        for (size_t k = 0; k < models[t].size(); ++k) {
+          const JobConfigModel& m = models[t][k];
+          if (m.resident_bytes > arena || m.workspace_bytes_per_item > arena - m.resident_bytes) continue;
+          const double rate = m.work_per_item / m.item_cost_us;
+          if (setup[t][s] < 0 || rate > best_rate) {
+            setup[t][s] = static_cast<int>(k);
+            best_rate = rate;
+          }
+        }
+      }
       if (setup[t][s] >= 0) placeable[t] = 1;
     }
   }
@@ -319,7 +427,7 @@ pfResult_t run_cluster_sim_impl(const ClusterSimSpec& spec, ClusterResult* out, 
     req.free_bytes = bc.free_bytes > setup_model.resident_bytes ? bc.free_bytes - setup_model.resident_bytes : 0;
     req.fill_sms = 1;
     req.remaining_items = remaining_items;
-    req.gated = fill.gated;
+    req.gated = fill.gated && fill.strategy == FillStrategy::Ours;
     req.resident_limit = setup_model.resident_bytes;
     return req;
   };
@@ -332,6 +440,7 @@ pfResult_t run_cluster_sim_impl(const ClusterSimSpec& spec, ClusterResult* out, 
       c.items = plan.items;
       c.item_us = models[type][plan.config_index].item_cost_us;
       c.work_per_item = models[type][plan.config_index].work_per_item;
+      c.dedicated_item_us = spec.job_types[type].configs[plan.config_index].item_us;
     }
     return c;
   };
@@ -361,13 +470,108 @@ pfResult_t run_cluster_sim_impl(const ClusterSimSpec& spec, ClusterResult* out, 
   // Jobs a stage skipped because they do not fit it stay for the other stages, so a cursor only
   // moves past entries that are placed or unfit for its own stage.
 
+  // The queue as one bubble on one GPU sees it (strategies.hpp's JobSource).
+  struct GpuQueue final : JobSource {
+    std::function<int(int, double)> take;
+    std::function<void(int, double)> completed;
+    std::function<void(const FillSlice&)> recorded;
+    const std::vector<FillJob>* jobs = nullptr;
+    std::vector<JobState>* state = nullptr;
+    const std::vector<std::vector<JobConfigModel>>* models = nullptr;
+    const std::vector<std::vector<int>>* setup = nullptr;
+    const std::vector<FillJobType>* types = nullptr;
+    const std::vector<double>* intensity = nullptr;
+    std::function<CachedPlan(int type, double consumed)> planner;
+    GpuState* gpu = nullptr;
+    int stage = 0;
+    int bubble_index = 0;
+    double bubble_abs_us = 0.0;  // bubble start, absolute
+    double bubble_rel_us = 0.0;  // bubble start in the iteration
+    bool record_slices = false;
+
+    bool current(double at_us, JobView* out) override {
+      if (gpu->job < 0) {
+        gpu->job = take(stage, bubble_abs_us + at_us);
+        if (gpu->job < 0) return false;
+      }
+      const int type = (*jobs)[gpu->job].type;
+      const int k = (*setup)[type][stage];
+      const JobConfigModel& m = (*models)[type][k];
+      const FillJobType& jt = (*types)[type];
+      out->item_us = m.item_cost_us;
+      out->dedicated_item_us = jt.configs[k].item_us;
+      out->work_per_item = m.work_per_item;
+      out->remaining_work = (*state)[gpu->job].remaining;
+      out->mem_intensity = (*intensity)[type];
+      out->kernel_us = jt.kernel_us;
+      out->block_us = jt.block_us;
+      return true;
+    }
+    PlannedSegment plan(double consumed_us) override {
+      const CachedPlan c = planner((*jobs)[gpu->job].type, consumed_us);
+      PlannedSegment seg;
+      seg.fill = c.fill;
+      seg.items = c.items;
+      seg.item_us = c.item_us;
+      seg.dedicated_item_us = c.dedicated_item_us;
+      seg.work_per_item = c.work_per_item;
+      return seg;
+    }
+    void consume(double work, double end_us) override {
+      JobState& js = (*state)[gpu->job];
+      js.remaining -= work;
+      if (js.remaining <= 1e-9) {
+        js.remaining = 0;
+        js.completion_us = bubble_abs_us + end_us;
+        completed((*jobs)[gpu->job].type, end_us);
+        gpu->job = -1;
+      }
+    }
+    void record(double start_us, double end_us, double items) override {
+      if (!record_slices) return;
+      FillSlice fs;
+      fs.stage = stage;
+      fs.bubble_index = bubble_index;
+      fs.start_us = bubble_rel_us + start_us;
+      fs.busy_us = end_us - start_us;
+      fs.job_type = (*jobs)[gpu->job].type;
+      fs.job = (*jobs)[gpu->job].sequence;
+      fs.items = static_cast<uint64_t>(std::llround(items));
+      recorded(fs);
+    }
+  };
+  GpuQueue queue;
+  queue.take = take_job;
+  queue.completed = [&](int type, double) {
+    ++r.jobs_completed;
+    ++r.completed_per_type[type];
+  };
+  queue.recorded = [&](const FillSlice& fs) { r.recorded_slices.push_back(fs); };
+  queue.jobs = &jobs;
+  queue.state = &state;
+  queue.models = &models;
+  queue.setup = &setup;
+  queue.types = &spec.job_types;
+  queue.intensity = &intensity;
+  const BubbleClass* current_class = nullptr;
+  queue.planner = [&](int type, double consumed) -> CachedPlan {
+    const int s = queue.stage;
+    if (consumed == 0.0) {
+      CachedPlan& c = cache[type][s][current_class->index];
+      if (!c.computed) c = to_cached(type, plan_slice(request_for(type, s, *current_class, 0.0, UINT64_MAX), models[type]));
+      return c;
+    }
+    return to_cached(type, plan_slice(request_for(type, s, *current_class, consumed, UINT64_MAX), models[type]));
+  };
+
   Rng jitter_rng(spec.workload.seed ^ 0xA5A5A5A5DEADBEEFull);
+  Rng host_rng(spec.workload.seed ^ 0x0F0E0D0C0B0A0908ull);  // FreeRide's host polling only
   const int record_it = spec.record_iteration >= 0 ? std::min(spec.record_iteration, spec.iterations - 1)
                                                    : spec.iterations - 1;
   r.recorded_iteration = record_it;
   std::vector<double> stage_fillable(p, 0.0), stage_filled(p, 0.0);
-  double slowdown_sum = 0.0, gpu_overrun_sum = 0.0;
-  const double efficiency = fill.efficiency;
+  double slowdown_sum = 0.0, gpu_overrun_sum = 0.0, yield_sum = 0.0, corun_sum = 0.0, comm_sum = 0.0;
+  QuantileSketch first_block, sm_own, end_delay;
 
   for (int it = 0; it < spec.iterations; ++it) {
     const double t0 = it * tl.iteration_us;
@@ -404,86 +608,48 @@ pfResult_t run_cluster_sim_impl(const ClusterSimSpec& spec, ClusterResult* out, 
 
     const bool filling = fill.enabled && it >= fill.warmup_iterations;
     const bool recording = it == record_it;
-    double max_overrun = 0.0;
+    double max_delay = 0.0;
     for (int g = 0; g < r.gpus; ++g) {
       const int s = g / gpus_per_stage;
-      GpuState& gpu = gpus[g];
-      double overrun_total = 0.0;
+      double delay_total = 0.0;
+      queue.gpu = &gpus[g];
+      queue.stage = s;
+      queue.record_slices = recording && g % gpus_per_stage == 0;
       for (const BubbleClass& bc : classes[s]) {
         if (!bc.fillable) continue;
         const double actual = fill.jitter > 0 ? bc.nominal_us * (1.0 + fill.jitter * (2.0 * jitter_rng.uniform() - 1.0))
                                               : bc.nominal_us;
         stage_fillable[s] += actual;
         if (!filling) continue;
-        double consumed = 0.0;  // busy time of earlier slices in this bubble
-        while (true) {
-          if (gpu.job < 0) {
-            gpu.job = take_job(s, t0 + bc.start_us + consumed);
-            if (gpu.job < 0) break;
-          }
-          const int type = jobs[gpu.job].type;
-          JobState& js = state[gpu.job];
-          CachedPlan plan;
-          if (consumed == 0.0) {
-            CachedPlan& c = cache[type][s][bc.index];
-            if (!c.computed) {
-              const SlicePlan sp = plan_slice(request_for(type, s, bc, 0.0, UINT64_MAX), models[type]);
-              c = to_cached(type, sp);
-            }
-            plan = c;
-          } else {
-            const SlicePlan sp = plan_slice(request_for(type, s, bc, consumed, UINT64_MAX), models[type]);
-            plan = to_cached(type, sp);
-          }
-          if (!plan.fill) break;
-          // Items capped at the job's remaining work (what plan_slice does with remaining_items).
-          // Items capped at the job's remaining work, compared in double: sizes can exceed 2^64 items.
-          const double needed = std::max(1.0, std::ceil(js.remaining / plan.work_per_item - 1e-9));
-          uint64_t items = needed < static_cast<double>(plan.items) ? static_cast<uint64_t>(needed) : plan.items;
-          // Execution against the actual bubble: the gate is checked before every item, so the
-          // item running at the bubble end finishes (the overrun); opaque work runs entirely.
-          const double avail = actual - consumed - fill.launch_overhead_us;
-          if (fill.gated && avail < items * plan.item_us) {
-            const double fits = avail > 0 ? std::ceil(avail / plan.item_us - 1e-12) : 0.0;
-            if (fits < static_cast<double>(items)) items = static_cast<uint64_t>(std::max(0.0, fits));
-          }
-          const double busy = fill.launch_overhead_us + items * plan.item_us;
-          const double end = consumed + busy;
-          const double overrun = end > actual ? end - actual : 0.0;
-          ++r.slices;
-          if (overrun > 0) ++r.overrun_slices;
-          overrun_total += overrun;
-          stage_filled[s] += std::min(end, actual) - consumed;
-          const double work = std::min(js.remaining, items * plan.work_per_item);
-          js.remaining -= work;
-          r.fill_work_dedicated_us += items * plan.item_us * efficiency;
-          if (recording && g % gpus_per_stage == 0) {
-            FillSlice fs;
-            fs.stage = s;
-            fs.bubble_index = bc.index;
-            fs.start_us = bc.start_us + consumed;
-            fs.busy_us = busy;
-            fs.job_type = type;
-            fs.job = jobs[gpu.job].sequence;
-            fs.items = items;
-            r.recorded_slices.push_back(fs);
-          }
-          consumed = end;
-          if (js.remaining <= 1e-9) {
-            js.remaining = 0;
-            js.completion_us = t0 + bc.start_us + end;
-            ++r.jobs_completed;
-            ++r.completed_per_type[type];
-            gpu.job = -1;
-            if (consumed < actual) continue;  // the rest of the bubble goes to the next job
-          }
-          break;
-        }
+        BubbleInput in;
+        in.actual_us = actual;
+        in.predicted_us = bc.predicted_us;
+        in.transfer_out_us = bc.transfer_out_us;
+        in.transfer_in_us = bc.transfer_in_us;
+        in.comm_window_share = bc.comm_window_share;
+        current_class = &bc;
+        queue.bubble_index = bc.index;
+        queue.bubble_abs_us = t0 + bc.start_us;
+        queue.bubble_rel_us = bc.start_us;
+        const BubbleOutcome o = simulate_bubble(params, in, queue, host_rng);
+        stage_filled[s] += o.filled_us;
+        r.fill_work_dedicated_us += o.work_dedicated_us;
+        r.post_us += o.post_us;
+        r.slices += static_cast<uint64_t>(o.segments);
+        if (o.overran) ++r.overrun_slices;
+        ++r.bubble_visits;
+        delay_total += o.main_delay_us();
+        yield_sum += o.yield_us;
+        corun_sum += o.corun_us;
+        comm_sum += o.comm_us;
+        first_block.add(o.first_block_us);
+        sm_own.add(o.sm_own_us);
+        end_delay.add(o.yield_us + o.corun_us);
       }
-      max_overrun = std::max(max_overrun, overrun_total);
-      gpu_overrun_sum += overrun_total;
+      max_delay = std::max(max_delay, delay_total);
+      gpu_overrun_sum += delay_total;
     }
-    slowdown_sum += max_overrun;
+    slowdown_sum += max_delay;
     if (progress) progress(it + 1, spec.iterations);
   }
 
@@ -495,8 +661,20 @@ pfResult_t run_cluster_sim_impl(const ClusterSimSpec& spec, ClusterResult* out, 
   r.filled_share = r.fillable_bubble_us > 0 ? r.filled_us / r.fillable_bubble_us : 0.0;
   r.fill_gpu_equivalents = r.fill_work_dedicated_us / horizon_us;
   r.utilisation_gain = r.fill_gpu_equivalents / (r.gpus * r.main_busy_share);
+  r.fill_rate = r.filled_us + r.post_us > 0 ? r.fill_work_dedicated_us / (r.filled_us + r.post_us) : 0.0;
+  r.fill_per_bubble_second = r.fillable_bubble_us > 0 ? r.fill_work_dedicated_us / r.fillable_bubble_us : 0.0;
   r.slowdown_fraction = slowdown_sum / spec.iterations / tl.iteration_us;
-  r.mean_gpu_overrun_fraction = gpu_overrun_sum / (static_cast<double>(r.gpus) * spec.iterations) / tl.iteration_us;
+  const double gpu_iterations_us = static_cast<double>(r.gpus) * spec.iterations * tl.iteration_us;
+  r.mean_gpu_overrun_fraction = gpu_overrun_sum / gpu_iterations_us;
+  r.yield_fraction = yield_sum / gpu_iterations_us;
+  r.corun_fraction = corun_sum / gpu_iterations_us;
+  r.comm_fraction = comm_sum / gpu_iterations_us;
+  r.first_block_p50_us = first_block.quantile(0.5);
+  r.first_block_p99_us = first_block.quantile(0.99);
+  r.sm_own_p50_us = sm_own.quantile(0.5);
+  r.sm_own_p99_us = sm_own.quantile(0.99);
+  r.end_delay_p50_us = end_delay.quantile(0.5);
+  r.end_delay_p99_us = end_delay.quantile(0.99);
   std::vector<double> completion, wait;
   for (size_t j = 0; j < jobs.size(); ++j) {
     if (state[j].completion_us >= 0) completion.push_back((state[j].completion_us - jobs[j].arrival_us) * 1e-6);

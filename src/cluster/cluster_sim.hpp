@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cluster/model.hpp"
+#include "cluster/strategies.hpp"
 #include "cluster/work_bounds.hpp"
 #include "cluster/workload.hpp"
 #include "pipefill/pipefill.h"
@@ -32,11 +33,19 @@ struct FillOptions {
   double min_bubble_us = 0.0;         // bubbles shorter than this are not filled
   bool gated = true;                  // ticket kernels (gate stops at the bubble end) or opaque
   bool fill_optimizer_bubble = true;  // also fill the all-reduce window
+  // Side-by-side comparison (issue 11, docs/simulator.md section 4.2).
+  FillStrategy strategy = FillStrategy::Ours;
+  int reserved_sms = 0;               // ours: SMs kept free for the main job (fill uses the rest)
+  double gate_visibility_us = 2.0;    // ours: gate write at the bubble end -> seen by the fill's blocks
+  double max_arena_gib = 0.0;         // > 0: cap on the memory a fill job may use per GPU
+  FreeRideKnobs freeride;
+  TallyKnobs tally;
 };
 
 struct ClusterSimSpec {
   TrainingSpec training;
   FillOptions fill;
+  InterferenceModel interference;     // beta / gamma (strategies.hpp); shared with src/sim
   WorkloadSpec workload;
   std::vector<FillJobType> job_types;
   int iterations = 100;
@@ -86,10 +95,33 @@ struct ClusterResult {
   double fill_work_dedicated_us = 0.0;  // useful fill work in dedicated-GPU time
   double fill_gpu_equivalents = 0.0;    // fill_work_dedicated_us / (iterations x iteration_us)
   double utilisation_gain = 0.0;    // fill_gpu_equivalents / (GPUs x main_busy_share)
-  double slowdown_fraction = 0.0;   // mean over iterations of max-over-GPUs overrun / iteration
-  double mean_gpu_overrun_fraction = 0.0;  // mean over GPUs and iterations of overrun / iteration
+  // Main-job slowdown: per GPU and iteration, the sum over its bubbles of the main time lost to
+  // the fill (waiting for SMs + co-running interference + stretched transfers); the mean over
+  // iterations of its max over GPUs (every GPU's delay assumed to delay the synchronous
+  // iteration), / iteration time.
+  double slowdown_fraction = 0.0;
+  double mean_gpu_overrun_fraction = 0.0;  // the same, mean over GPUs instead of max
+  // The per-GPU mean split by cause (they add up to mean_gpu_overrun_fraction).
+  double yield_fraction = 0.0, corun_fraction = 0.0, comm_fraction = 0.0;
   uint64_t slices = 0;
-  uint64_t overrun_slices = 0;
+  uint64_t overrun_slices = 0;      // bubbles whose fill still held SMs at the bubble end
+  double post_us = 0.0;             // fill running time after bubble ends (all GPUs)
+  // Fill throughput vs a dedicated GPU: while the fill runs (useful work / fill running time,
+  // in and after bubbles), and per second of fillable bubble (= filled share x that, plus the
+  // work done past bubble ends).
+  double fill_rate = 0.0;
+  double fill_per_bubble_second = 0.0;
+  // Bubble end -> main kernel, over the fillable bubbles of the filled iterations, µs: its first
+  // block starts; it owns every SM it needs; the main time lost there (waiting + co-running).
+  double first_block_p50_us = 0.0, first_block_p99_us = 0.0;
+  double sm_own_p50_us = 0.0, sm_own_p99_us = 0.0;
+  double end_delay_p50_us = 0.0, end_delay_p99_us = 0.0;
+  uint64_t bubble_visits = 0;       // fillable bubbles of the filled iterations, all GPUs
+  // What the run assumed (stated in every table).
+  std::string strategy = "ours";
+  InterferenceModel interference;
+  int reserved_sms = 0;
+  int sm_count = 0;
   // Jobs.
   uint64_t jobs_generated = 0, jobs_arrived = 0, jobs_started = 0, jobs_completed = 0, jobs_unplaceable = 0;
   double completion_mean_s = 0.0, completion_p50_s = 0.0, completion_p95_s = 0.0;
@@ -114,5 +146,6 @@ pfResult_t set_gpu_count(TrainingSpec* spec, int gpus, const std::string& field 
 // Value ranges of the fill options and the workload (docs/simulator.md section 5).
 pfResult_t validate_fill_options(const FillOptions& fill, int iterations, const std::string& iterations_field = "iterations");
 pfResult_t validate_workload(const WorkloadSpec& workload);
+pfResult_t validate_interference(const InterferenceModel& model);
 
 }  // namespace pipefill::cluster

@@ -194,6 +194,7 @@ pfResult_t derive_costs(const TrainingSpec& spec, DerivedCosts* out) {
   const bool dp_inter = static_cast<long long>(par.tensor) * par.data > net.gpus_per_node;
   const double dp_bw = bytes_per_us(dp_inter ? net.inter_node_gbps : net.intra_node_gbps);
   const double dp_lat = dp_inter ? net.inter_node_latency_us : net.intra_node_latency_us;
+  c.dp_allreduce_latency_us = par.data > 1 ? 2.0 * (par.data - 1) * dp_lat : 0.0;
 
   // TP: 2 all-reduces (or reduce-scatter + all-gather with SP: same bytes) per layer per pass.
   const double tp_message = b * s * h * 2.0;

@@ -111,6 +111,7 @@ struct DerivedCosts {
   double p2p_bytes_per_us = 0.0;
   bool p2p_inter_node = false;
   double dp_allreduce_us = 0.0;             // max over stages
+  double dp_allreduce_latency_us = 0.0;     // its latency part, 2 (d-1) x link latency (the rest is bandwidth)
   double optimizer_us = 0.0;                // max over stages
   double achieved_flops_per_us = 0.0;       // peak * fraction, in FLOP/µs
   double model_flops_per_iteration = 0.0;   // 3 x forward FLOPs of all micro-batches (no recompute), whole job

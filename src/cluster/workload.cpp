@@ -80,6 +80,9 @@ pfResult_t parse_fill_job_types(const json& doc, std::vector<FillJobType>* out) 
     double priority = 0;
     PF_TRY(get_number(j, where, "priority", false, &priority, -1e9, 1e9));
     t.priority = static_cast<int>(priority);
+    PF_TRY(get_number(j, where, "mem_intensity", false, &t.mem_intensity, 0, 2));
+    PF_TRY(get_number(j, where, "kernel_us", false, &t.kernel_us, 1e-3, 1e9));
+    PF_TRY(get_number(j, where, "block_us", false, &t.block_us, 1e-3, 1e9));
     for (const auto& other : types)
       if (other.name == t.name)
         return fail(pfErrorInvalidArgument, "{}.name: duplicate job type name '{}'", where, t.name);
@@ -118,6 +121,11 @@ pfResult_t load_fill_job_types(const std::string& path, std::vector<FillJobType>
     return fail(pfErrorInvalidArgument, "fill jobs file '{}' is not valid JSON: {}", path, e.what());
   }
   return parse_fill_job_types(doc, out);
+}
+
+double effective_mem_intensity(const FillJobType& type) {
+  if (type.mem_intensity >= 0) return type.mem_intensity;
+  return type.kind == "training" ? 0.4 : 0.5;
 }
 
 std::vector<JobConfigModel> planner_configs(const FillJobType& type, double fill_efficiency) {

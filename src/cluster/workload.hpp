@@ -34,14 +34,27 @@ struct FillJobType {
   double size_sigma = 0.5;        // log-normal sigma
   int priority = 0;
   std::string provenance;
+  // Interference and preemption granularity (docs/simulator.md section 4.2). mem_intensity:
+  // the job's share of HBM bandwidth per unit of SM share (src/sim's per-job `mem_intensity`,
+  // same name and meaning); default by kind (inference 0.5, training 0.4; the issue-11 research
+  // proposal, a judgement). kernel_us: a typical kernel of the job (the host relaunch unit of
+  // Tally-style filling); block_us: a typical thread block of those kernels (how soon its SMs
+  // free up once the main job's blocks are pending).
+  double mem_intensity = -1.0;    // < 0: default by kind
+  double kernel_us = 50.0;
+  double block_us = 20.0;
 };
+
+// mem_intensity with the kind's default applied.
+double effective_mem_intensity(const FillJobType& type);
 
 // Parses the "job_types" array of a fill-jobs document. Errors name the entry and field.
 pfResult_t parse_fill_job_types(const nlohmann::json& doc, std::vector<FillJobType>* out);
 pfResult_t load_fill_job_types(const std::string& path, std::vector<FillJobType>* out);
 
 // The planner's view of a job type's configs in a bubble: item cost slowed by the fill
-// efficiency, one worker (an item occupies the fill partition of the GPU).
+// efficiency (and, for a strategy that runs on part of the SMs, by partition_speed), one worker
+// (an item occupies the fill partition of the GPU).
 std::vector<JobConfigModel> planner_configs(const FillJobType& type, double fill_efficiency);
 
 struct WorkloadSpec {
