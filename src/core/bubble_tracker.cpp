@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/log.hpp"
 
 namespace pipefill::core {
 namespace {
@@ -25,7 +26,7 @@ pfResult_t BubbleTracker::begin(void* stream, const pfBubbleHint_t* hint) {
     return fail(pfErrorInvalidState,
                 "pfBubbleBegin: bubble {} is still open on stream {}; nested bubbles are not "
                 "allowed (call pfBubbleEnd first)",
-                next_bubble_id_ - 1, bubble_stream_);
+                next_bubble_id_ - 1, open_bubble_stream());
   }
   BubbleMessage m;
   m.type = BubbleMessage::Type::Begin;
@@ -55,27 +56,39 @@ pfResult_t BubbleTracker::begin(void* stream, const pfBubbleHint_t* hint) {
     }
     m.kind = hint->kind;
     m.expected_us = hint->expected_duration_us;
-    m.lent_bytes = hint->lent_bytes;
-    m.lent_memory = hint->lent_memory;
+    if (hint->lent_bytes > 0 && !lent_memory_warned_) {
+      lent_memory_warned_ = true;
+      log::warn("pfBubbleBegin: hint->lent_memory is ignored: fill work could still write it "
+                "after pfBubbleEnd (there is no stream-ordered release); workspace comes from "
+                "the fill arena");
+    }
   }
   if (!device_.is_valid_main_stream(stream)) {
     return fail(pfErrorInvalidArgument,
                 "pfBubbleBegin: stream {} is not a main-job stream of this runtime's device",
                 stream);
   }
+  if (device_.is_capturing(stream)) {
+    return fail(pfErrorNotSupported,
+                "pfBubbleBegin: stream {} is being captured into a CUDA graph; bubble "
+                "instructions cannot be captured (a replay would reuse this bubble's id; see "
+                "docs/api.md, 'CUDA graphs')",
+                stream);
+  }
   const uint64_t id = next_bubble_id_;
-  // The event pair of bubble `id` is reused from bubble id - kBubbleEventSlots, which must be
+  // The event pair of bubble `id` is reused from bubble id - (pool size), which must be
   // harvested. If the executor fell that far behind, the bubble is simply not tracked.
-  m.tracked = id <= harvested_upto_.load(std::memory_order_acquire) + kBubbleEventSlots;
+  m.tracked = id <= harvested_upto_.load(std::memory_order_acquire) +
+                        resources_.bubble_begin_events.size();
   if (m.tracked) PF_TRY(device_.record_event(resources_.begin_event(id), stream));
   m.bubble_id = id;
   m.iteration = iterations_.load(std::memory_order_relaxed);
   m.index_in_iteration = index_in_iteration_;
   push(m);
-  in_bubble_.store(true, std::memory_order_release);
   current_tracked_ = m.tracked;
-  bubble_stream_ = stream;
-  ++next_bubble_id_;
+  bubble_stream_.store(stream, std::memory_order_release);
+  in_bubble_.store(true, std::memory_order_release);
+  next_bubble_id_.store(id + 1, std::memory_order_release);
   ++index_in_iteration_;
   current_timed_ = timed;
   if (timed) {
@@ -94,21 +107,53 @@ pfResult_t BubbleTracker::end(void* stream) {
   if (!in_bubble()) {
     return fail(pfErrorInvalidState, "pfBubbleEnd: no bubble is open (pfBubbleBegin not called)");
   }
-  if (stream != bubble_stream_) {
+  if (stream != open_bubble_stream()) {
     return fail(pfErrorInvalidState,
                 "pfBubbleEnd: stream {} is not the stream {} bubble {} began on", stream,
-                bubble_stream_, next_bubble_id_ - 1);
+                open_bubble_stream(), next_bubble_id_ - 1);
   }
   const uint64_t id = next_bubble_id_ - 1;
+  // The stream died with the bubble open (destroyed behind the runtime's back): without this
+  // the runtime would be wedged in the bubble for good.
+  if (!device_.is_valid_main_stream(stream)) {
+    abandon(id);
+    return fail(pfErrorInvalidArgument,
+                "pfBubbleEnd: stream {} is no longer a live main-job stream (destroyed while "
+                "bubble {} was open); the bubble is abandoned: not timed, its fill ends with its "
+                "budget",
+                stream, id);
+  }
+  if (device_.is_capturing(stream)) {
+    return fail(pfErrorNotSupported,
+                "pfBubbleEnd: stream {} is being captured into a CUDA graph; end the capture "
+                "first (bubble {} stays open; see docs/api.md, 'CUDA graphs')",
+                stream, id);
+  }
   // Close the gate in stream order: ticket blocks of this bubble stop at their next check.
-  PF_TRY(device_.write_word(stream, resources_.gate(), id));
-  if (current_tracked_) PF_TRY(device_.record_event(resources_.end_event(id), stream));
+  if (const pfResult_t r = device_.write_word(stream, resources_.gate(), id); r != pfSuccess) {
+    const std::string why = last_error_message();
+    abandon(id);
+    return fail(r, "pfBubbleEnd: closing the gate on stream {} failed ({}); bubble {} is "
+                "abandoned: not timed, its fill ends with its budget",
+                stream, why, id);
+  }
+  if (current_tracked_) {
+    if (const pfResult_t r = device_.record_event(resources_.end_event(id), stream);
+        r != pfSuccess) {
+      const std::string why = last_error_message();
+      abandon(id);
+      return fail(r, "pfBubbleEnd: recording the end event on stream {} failed ({}); bubble {} "
+                  "is abandoned: not timed",
+                  stream, why, id);
+    }
+    ended_upto_.store(id, std::memory_order_release);
+  }
   BubbleMessage m;
   m.type = BubbleMessage::Type::End;
   m.bubble_id = id;
   push(m);
   in_bubble_.store(false, std::memory_order_release);
-  bubble_stream_ = nullptr;
+  bubble_stream_.store(nullptr, std::memory_order_release);
   if (current_timed_) {
     const uint64_t end_ns = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
@@ -134,6 +179,28 @@ double BubbleTracker::host_ns_per_pair() const {
   if (pairs == 0) return 0.0;
   return static_cast<double>(host_ns_total_.load(std::memory_order_relaxed)) /
          static_cast<double>(pairs);
+}
+
+void BubbleTracker::abandon(uint64_t id) {
+  // The gate is not written elsewhere: a write on another stream could land after a later
+  // bubble's close and move the gate back. The bubble's ticket slices stop at the next bubble's
+  // gate write, or at their budget (the planned share of the prediction) - bounded either way.
+  BubbleMessage m;
+  m.type = BubbleMessage::Type::End;
+  m.bubble_id = id;
+  m.abandoned = true;
+  push(m);
+  in_bubble_.store(false, std::memory_order_release);
+  bubble_stream_.store(nullptr, std::memory_order_release);
+}
+
+bool BubbleTracker::abandon_if_stream_died() {
+  if (!in_bubble()) return true;
+  if (device_.is_valid_main_stream(open_bubble_stream())) return false;
+  log::warn("bubble {}'s stream {} died with the bubble open; abandoning it", next_bubble_id_ - 1,
+            open_bubble_stream());
+  abandon(next_bubble_id_ - 1);
+  return true;
 }
 
 void BubbleTracker::push(const BubbleMessage& message) {

@@ -21,13 +21,16 @@ namespace pipefill::core {
 class BubbleTracker {
  public:
   // `harvested_upto`: every bubble id <= it is harvested (its event pair may be reused).
+  // `ended_upto`: written here once a bubble's end event is recorded.
   BubbleTracker(const RuntimeOptions& options, Device& device, const FillResources& resources,
-                MessageRing& ring, const std::atomic<uint64_t>& harvested_upto)
+                MessageRing& ring, const std::atomic<uint64_t>& harvested_upto,
+                std::atomic<uint64_t>& ended_upto)
       : options_(options),
         device_(device),
         resources_(resources),
         ring_(ring),
-        harvested_upto_(harvested_upto) {}
+        harvested_upto_(harvested_upto),
+        ended_upto_(ended_upto) {}
 
   // The pump that makes room when the ring is full (set before the first bubble).
   void set_pump(MessagePump* pump) { pump_ = pump; }
@@ -36,8 +39,14 @@ class BubbleTracker {
   pfResult_t end(void* stream);
   pfResult_t iteration_end();
 
+  // Shutdown with a bubble open: when the bubble's stream died meanwhile, the bubble is abandoned
+  // (as pfBubbleEnd would) and true is returned; false when the bubble is still live.
+  bool abandon_if_stream_died();
+
   // Any thread.
   bool in_bubble() const { return in_bubble_.load(std::memory_order_acquire); }
+  // The stream of the open bubble (nullptr when none).
+  void* open_bubble_stream() const { return bubble_stream_.load(std::memory_order_acquire); }
   uint64_t open_bubble_id() const { return next_bubble_id_ - 1; }
   uint64_t iterations() const { return iterations_.load(std::memory_order_relaxed); }
   // Mean host cost of a begin+end pair over the timed pairs (0 when none).
@@ -45,12 +54,15 @@ class BubbleTracker {
 
  private:
   void push(const BubbleMessage& message);
+  // Closes the open bubble without its end event; the executor counts it as not timed.
+  void abandon(uint64_t id);
 
   const RuntimeOptions& options_;
   Device& device_;
   const FillResources& resources_;
   MessageRing& ring_;
   const std::atomic<uint64_t>& harvested_upto_;
+  std::atomic<uint64_t>& ended_upto_;
   MessagePump* pump_ = nullptr;
 
   // User-thread state (one caller at a time).
@@ -59,8 +71,9 @@ class BubbleTracker {
   bool current_timed_ = false;
   uint64_t timing_counter_ = 0;
   static constexpr uint64_t kTimingSample = 64;  // one begin+end pair in 64 is timed
-  void* bubble_stream_ = nullptr;
-  uint64_t next_bubble_id_ = 1;
+  std::atomic<void*> bubble_stream_{nullptr};
+  bool lent_memory_warned_ = false;
+  std::atomic<uint64_t> next_bubble_id_{1};  // read by other threads for messages
   uint64_t index_in_iteration_ = 0;
   uint64_t begin_ns_pending_ = 0;
   std::atomic<uint64_t> iterations_{0};

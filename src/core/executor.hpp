@@ -41,12 +41,20 @@ class Executor final : public MessageHandler {
   // pfRuntimeSynchronize after the pump drained: waits for the fill stream and the end events of
   // ended bubbles, then harvests.
   pfResult_t synchronize(RuntimeState& s) EXCLUDES(s.mu);
+  // Waits for the fill stream; every slice enqueued before has ended, so quarantined ones are
+  // released.
+  pfResult_t drain_fill_stream(RuntimeState& s) EXCLUDES(s.mu);
 
  private:
   void handle_begin(RuntimeState& s, const BubbleMessage& m) REQUIRES(s.mu);
   void handle_end(RuntimeState& s, const BubbleMessage& m) REQUIRES(s.mu);
   void harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begin_us, double end_us)
       REQUIRES(s.mu);
+  // Releases the quarantined slices enqueued before `before_sequence` (the fill stream passed
+  // them).
+  void release_quarantined(RuntimeState& s, uint64_t before_sequence) REQUIRES(s.mu);
+  // Moves a job to Running / Completed after its counts changed; tears it down when due.
+  void settle_job(RuntimeState& s, JobState& job) REQUIRES(s.mu);
 
   const RuntimeOptions& options_;
   Device& device_;

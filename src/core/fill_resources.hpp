@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/config.hpp"
@@ -13,9 +14,8 @@
 
 namespace pipefill::core {
 
-// Fixed pool sizes (docs/architecture.md, "Objects of a runtime").
-inline constexpr size_t kBubbleEventSlots = 512;   // begin/end event pairs: bubble id % 512
-inline constexpr size_t kSliceEventSlots = 1024;   // start/end pairs + host read-back words
+// Fixed pool sizes (docs/architecture.md, "Objects of a runtime"). The event pools default to
+// RuntimeOptions::bubble_event_slots (512) and slice_slots (1024).
 inline constexpr size_t kMaxJobs = 256;            // live jobs (device word slots)
 inline constexpr size_t kQueueCapacity = 4096;     // bubble messages in flight
 
@@ -29,6 +29,7 @@ struct FillResources {
   uint64_t* host_words = nullptr;    // one per slice slot (cursor read-back)
   void* arena_base = nullptr;
   size_t arena_bytes = 0;
+  std::string shared_partition_key;  // non-empty: this runtime holds a shared partition
 
   Event begin_event(uint64_t bubble_id) const {
     return bubble_begin_events[bubble_id % bubble_begin_events.size()];
@@ -48,7 +49,9 @@ pfResult_t create_fill_resources(Device& device, RuntimeOptions* options, FillRe
 // Failures are logged, never returned: nothing else can be done about them at teardown.
 void release_fill_resources(Device& device, FillResources* resources);
 
-// The arena made when arena_bytes is left unset (0).
+// The arena made when arena_bytes is left unset (0): CUDA min(2 GiB, free / 8) - room for fill
+// jobs without crowding the main job, which keeps growing (NCCL buffers, allocator caches); the
+// other devices min(1 GiB, free).
 size_t default_arena_bytes(pfBackend_t backend, size_t free_bytes, size_t total_bytes);
 
 }  // namespace pipefill::core

@@ -18,6 +18,7 @@ SliceAccounting account_slice(double begin_us, double end_us, const SliceObserva
     a.items_completed_after = std::min(s.item_count, s.items_completed_before + s.planned_items);
     a.items_done = a.items_completed_after - std::min(a.items_completed_after, s.items_completed_before);
   }
+  a.late = s.start_us >= end_us;
   a.ran_work = a.items_done > 0 || s.kind != pfJobTicket;
   if (a.ran_work) {
     a.filled_us = std::max(0.0, std::min(s.end_us, end_us) - std::max(s.start_us, begin_us));

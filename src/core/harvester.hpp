@@ -11,7 +11,10 @@
 //    closed or the budget spent): it counts neither as filled time nor as overrun, even when its
 //    completion event is long after the bubble end;
 //  - otherwise filled time = overlap of [start, end] of the slice with the bubble, overrun = how
-//    far the slice ended past the bubble end, busy time = the slice's length.
+//    far the slice ended past the bubble end, busy time = the slice's length;
+//  - a slice that started at or after the bubble's end is late (enqueued after the bubble ended,
+//    or a zero-length bubble): a ticket slice then runs no item (the gate is closed), and so is
+//    neither fill nor overrun by the rule above.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +38,7 @@ struct SliceAccounting {
   uint64_t items_done = 0;               // newly completed by this slice
   uint64_t items_completed_after = 0;    // the job's completed items after it
   bool ran_work = false;                 // counts as fill work (filled/overrun/busy)
+  bool late = false;                     // started at or after the bubble's end
   double filled_us = 0.0;
   double overrun_us = 0.0;               // > 0 when the slice ended after the bubble
   double busy_us = 0.0;

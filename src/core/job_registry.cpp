@@ -4,8 +4,10 @@
 #include <chrono>
 #include <cmath>
 
+#include "common/callback_scope.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "core/handles.hpp"
 
 namespace pipefill::core {
 namespace {
@@ -26,16 +28,20 @@ pfResult_t setup_allocate(void* context, size_t bytes, size_t alignment, void** 
                 alignment);
   }
   JobState& job = *ctx->job;
-  const uintptr_t start = job.resident_block + job.resident_used;
-  const uintptr_t aligned = (start + alignment - 1) & ~(static_cast<uintptr_t>(alignment) - 1);
-  const size_t end_offset = (aligned - job.resident_block) + bytes;
-  if (job.resident_block == 0 || end_offset > job.resident_reserved) {
+  auto exceeds = [&] {
     return fail(pfErrorOutOfMemory,
-                "job '{}': allocating {} bytes exceeds its resident share ({} of {} bytes used)",
-                job.name, bytes, job.resident_used, job.resident_reserved);
-  }
-  job.resident_used = end_offset;
-  *device_ptr = reinterpret_cast<void*>(aligned);
+                "job '{}': allocating {} bytes aligned to {} exceeds its resident share ({} of {} "
+                "bytes used)",
+                job.name, bytes, alignment, job.resident_used, job.resident_reserved);
+  };
+  // Offsets within the share, compared by subtraction so no sum can wrap around.
+  if (job.resident_block == 0 || alignment > job.resident_reserved) return exceeds();
+  const uintptr_t start = job.resident_block + job.resident_used;
+  const uintptr_t padding = (alignment - start % alignment) % alignment;
+  const size_t left = job.resident_reserved - job.resident_used;
+  if (padding > left || bytes > left - padding) return exceeds();
+  job.resident_used += padding + bytes;
+  *device_ptr = reinterpret_cast<void*>(start + padding);
   return pfSuccess;
 }
 
@@ -59,6 +65,13 @@ pfResult_t configs_from_desc(const pfJobDesc_t& desc, const std::string& name,
   for (int i = 0; i < desc.config_count; ++i) {
     const pfJobConfig_t& in = desc.configs[i];
     JobConfigModel c;
+    // 0 takes the description's hint; anything else must be a real cost.
+    if (in.item_cost_us != 0.0 && !(in.item_cost_us > 0 && std::isfinite(in.item_cost_us))) {
+      return fail(pfErrorInvalidArgument,
+                  "pfJobCreate: job '{}': configs[{}].item_cost_us = {} must be > 0 and finite (or "
+                  "0 to use item_cost_hint_us)",
+                  name, i, in.item_cost_us);
+    }
     c.item_cost_us = in.item_cost_us > 0 ? in.item_cost_us : desc.item_cost_hint_us;
     if (!(c.item_cost_us > 0) || !std::isfinite(c.item_cost_us)) {
       return fail(pfErrorInvalidArgument,
@@ -90,6 +103,7 @@ pfResult_t configs_from_desc(const pfJobDesc_t& desc, const std::string& name,
 void run_teardown(JobState& job) {
   if (job.teardown == nullptr) return;
   try {
+    CallbackScope scope("teardown");
     job.teardown(job.user);
   } catch (...) {
     log::warn("job '{}': teardown threw; ignored", job.name);
@@ -121,7 +135,26 @@ void end_job(RuntimeState& s, JobState& job, pfJobStatus_t status, pfResult_t er
 void maybe_teardown(RuntimeState& s, JobState& job) {
   if (job.torn_down || !is_terminal(job.status) || job.slices_in_flight > 0) return;
   job.torn_down = true;
-  run_teardown(job);
+  // Not here: this may be the executor thread, inside the simulated world's run or while the
+  // user thread is inside a bubble, with the state lock held. run_pending_teardowns runs it.
+  for (const auto& attached : s.jobs) {
+    if (attached.get() == &job) {
+      s.teardowns.push_back(attached);
+      s.teardowns_pending.store(true, std::memory_order_release);
+      return;
+    }
+  }
+}
+
+void JobRegistry::run_pending_teardowns(RuntimeState& s) {
+  if (!s.teardowns_pending.load(std::memory_order_acquire)) return;
+  std::vector<std::shared_ptr<JobState>> due;
+  {
+    MutexLock lock(s.mu);
+    due.swap(s.teardowns);
+    s.teardowns_pending.store(false, std::memory_order_release);
+  }
+  for (const auto& job : due) run_teardown(*job);
 }
 
 std::string JobRegistry::attached_names(const RuntimeState& s) {
@@ -219,6 +252,7 @@ pfResult_t JobRegistry::create(RuntimeState& s, Runtime* owner, const pfJobDesc_
     pfResult_t setup_result = pfErrorInternal;
     std::string why;
     try {
+      CallbackScope scope("setup");
       setup_result = job->setup(job->user, &allocator, job->setup_config);
       if (setup_result != pfSuccess) why = last_error_message();
     } catch (const std::exception& e) {
@@ -234,10 +268,15 @@ pfResult_t JobRegistry::create(RuntimeState& s, Runtime* owner, const pfJobDesc_
         return fail(pfErrorOutOfMemory, "pfJobCreate: job '{}': setup ran out of memory: {}",
                     job->name, why);
       }
+      const bool known = setup_result > pfSuccess && setup_result < pfResultCount;
       return fail(pfErrorJobFailed, "pfJobCreate: job '{}': setup returned {}{}{}", job->name,
-                  result_name(setup_result), why.empty() ? "" : ": ", why);
+                  known ? std::string(result_name(setup_result))
+                        : fmt::format("{} (not a pfResult_t)", static_cast<int>(setup_result)),
+                  why.empty() ? "" : ": ", why);
     }
   }
+  // The handle exists before the executor can see the job (its slices carry it).
+  publish_job(job);
   {
     MutexLock lock(s.mu);
     s.jobs.push_back(job);
@@ -259,9 +298,6 @@ pfResult_t JobRegistry::info(RuntimeState& s, JobState& job, pfJobInfo_t* out) {
   out->busy_time_us = job.busy_time_us;
   out->config_index = job.last_config;
   out->error = job.error;
-  if (job.status == pfJobFailed && !job.error_message.empty()) {
-    set_error(job.error, job.error_message);  // the "message" pfJobGetStatus exposes
-  }
   return pfSuccess;
 }
 
@@ -277,10 +313,11 @@ pfResult_t JobRegistry::wait(RuntimeState& s, JobState& job, double timeout_us) 
     s.mu.assert_held();
     return is_terminal(job.status);
   };
-  if (timeout_us < 0) {
+  if (timeout_us < 0 || !(timeout_us <= kForeverUs)) {  // also INFINITY
     s.job_changed.wait(s.mu, finished);
-  } else if (!s.job_changed.wait_for(s.mu, std::chrono::duration<double, std::micro>(timeout_us),
-                                     finished)) {
+  } else if (!s.job_changed.wait_for(
+                 s.mu, std::chrono::microseconds(static_cast<int64_t>(std::ceil(timeout_us))),
+                 finished)) {
     return fail(pfErrorTimeout,
                 "pfJobWait: job '{}' did not finish within {} us ({} of {} items done){}",
                 job.name, timeout_us, job.items_completed, job.item_count,
@@ -298,17 +335,21 @@ pfResult_t JobRegistry::wait(RuntimeState& s, JobState& job, double timeout_us) 
 }
 
 bool JobRegistry::begin_destroy(RuntimeState& s, JobState& job) {
+  unpublish_job(job);  // no new call can reach the job; calls in flight finish normally
   MutexLock lock(s.mu);
   end_job(s, job, pfJobCancelled, pfSuccess, "");
   return job.slices_in_flight > 0;
 }
 
 void JobRegistry::finish_destroy(RuntimeState& s, JobState& job) {
-  job.detached = true;
-  if (!job.torn_down) {
+  if (!job.torn_down) {  // a slice of it is still in flight (its end could not be tracked)
     job.torn_down = true;
-    run_teardown(job);
+    for (const auto& attached : s.jobs) {
+      if (attached.get() == &job) s.teardowns.push_back(attached);
+    }
+    s.teardowns_pending.store(true, std::memory_order_release);
   }
+  job.detached = true;
   if (job.resident_block != 0) s.arena.release(job.resident_block);
   job.resident_block = 0;
   s.job_slot_used[static_cast<size_t>(job.slot)] = false;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/handles.hpp"
 #include "core/planner.hpp"
 #include "pipefill/pipefill.h"
 
@@ -20,6 +21,14 @@ namespace pipefill::core {
 class Runtime;
 
 struct JobState {
+  JobState() = default;
+  JobState(const JobState&) = delete;
+  JobState& operator=(const JobState&) = delete;
+  ~JobState() { magic = 0; }
+
+  uint64_t magic = kJobMagic;          // checked on every call through the handle
+  pfJob_t handle = nullptr;            // the C handle (core/handles.hpp), set before attaching
+
   // ---- Description (immutable after creation) ----------------------------------------------
   Runtime* runtime = nullptr;
   uint64_t sequence = 0;
@@ -53,9 +62,14 @@ struct JobState {
   double bubble_time_us = 0.0;
   double busy_time_us = 0.0;
   int last_config = -1;
-  bool torn_down = false;
+  // Ticket slices in a row that ran while their bubble was open and completed no item: a launch
+  // callback that enqueues nothing. The job fails when this reaches kMaxSlicesWithoutProgress.
+  uint32_t slices_without_progress = 0;
+  bool torn_down = false;              // teardown taken (queued or run): it runs exactly once
   bool detached = false;               // pfJobDestroy ran: harvest only updates stats
 };
+
+inline constexpr uint32_t kMaxSlicesWithoutProgress = 8;
 
 inline bool is_terminal(pfJobStatus_t s) {
   return s == pfJobCompleted || s == pfJobFailed || s == pfJobCancelled;

@@ -19,13 +19,12 @@ struct BubbleMessage {
   enum class Type : uint8_t { Begin, End };
   Type type = Type::Begin;
   bool tracked = false;  // events recorded for it (an event pair was free)
+  bool abandoned = false;  // End: the stream died; no end event was recorded
   int kind = pfBubbleOther;
   uint64_t bubble_id = 0;
   uint64_t iteration = 0;
   uint64_t index_in_iteration = 0;
   double expected_us = 0.0;
-  size_t lent_bytes = 0;
-  void* lent_memory = nullptr;
   char label[64] = {0};
 };
 

@@ -12,9 +12,14 @@ pfResult_t Runtime::create(const pfConfig_t* config, std::unique_ptr<Runtime>* o
 }
 
 pfResult_t Runtime::create(const RuntimeOptions& options, std::unique_ptr<Runtime>* out) {
+  return create(options, nullptr, out);
+}
+
+pfResult_t Runtime::create(const RuntimeOptions& options, std::unique_ptr<Device> device,
+                           std::unique_ptr<Runtime>* out) {
   log::set_level(options.log_level);
   std::unique_ptr<Runtime> runtime(new Runtime());
-  const pfResult_t result = runtime->init(options);
+  const pfResult_t result = runtime->init(options, std::move(device));
   if (result != pfSuccess) {
     const std::string message = last_error_message();
     runtime->stop_and_release();
@@ -24,7 +29,7 @@ pfResult_t Runtime::create(const RuntimeOptions& options, std::unique_ptr<Runtim
   return pfSuccess;
 }
 
-pfResult_t Runtime::init(const RuntimeOptions& requested) {
+pfResult_t Runtime::init(const RuntimeOptions& requested, std::unique_ptr<Device> device) {
   options_ = requested;
   if (options_.backend == pfBackendAuto) {
     const int gpus = cuda_device_count();
@@ -32,13 +37,17 @@ pfResult_t Runtime::init(const RuntimeOptions& requested) {
     log::info("backend auto: {} ({} CUDA device(s) found)",
               options_.backend == pfBackendCuda ? "cuda" : "sim", gpus);
   }
-  PF_TRY(make_device(options_, &device_));
+  if (device != nullptr) {
+    device_ = std::move(device);
+  } else {
+    PF_TRY(make_device(options_, &device_));
+  }
   // Every device object the executor will ever use is made here, never inside a bubble.
   PF_TRY(create_fill_resources(*device_, &options_, &resources_));
   {
     MutexLock lock(state_.mu);
-    state_.free_slice_slots.reserve(kSliceEventSlots);
-    for (size_t i = kSliceEventSlots; i-- > 0;) state_.free_slice_slots.push_back(i);
+    state_.free_slice_slots.reserve(options_.slice_slots);
+    for (size_t i = options_.slice_slots; i-- > 0;) state_.free_slice_slots.push_back(i);
     state_.job_slot_used.assign(kMaxJobs, false);
     state_.arena.reset(reinterpret_cast<uintptr_t>(resources_.arena_base),
                        resources_.arena_bytes);
@@ -47,9 +56,9 @@ pfResult_t Runtime::init(const RuntimeOptions& requested) {
 
   ring_ = std::make_unique<MessageRing>(kQueueCapacity);
   executor_ = std::make_unique<Executor>(options_, *device_, resources_, state_);
-  jobs_ = std::make_unique<JobRegistry>(options_, *device_, resources_);
+  jobs_ = std::make_unique<JobRegistry>(*device_, resources_);
   tracker_ = std::make_unique<BubbleTracker>(options_, *device_, resources_, *ring_,
-                                             state_.harvested_upto);
+                                             state_.harvested_upto, state_.ended_upto);
   DrivenClock* driven = device_->driven_clock();
   // On a device whose clock the caller drives (the simulator) the messages are handled in its
   // pre-run hook, on the thread that runs it, rather than by the executor thread: the simulator
@@ -80,9 +89,10 @@ pfResult_t Runtime::init(const RuntimeOptions& requested) {
 Runtime::~Runtime() {
   // shutdown() normally ran already; this is the path for a failed create or a forced cleanup.
   stop_and_release();
+  magic_ = 0;
 }
 
-pfResult_t Runtime::shutdown() {
+pfResult_t Runtime::check_can_shut_down() {
   {
     MutexLock lock(state_.mu);
     if (!state_.jobs.empty()) {
@@ -90,13 +100,29 @@ pfResult_t Runtime::shutdown() {
                   state_.jobs.size(), JobRegistry::attached_names(state_));
     }
   }
-  if (tracker_ && tracker_->in_bubble()) {
+  // A bubble whose stream died meanwhile is abandoned rather than wedging the runtime.
+  if (tracker_ && tracker_->in_bubble() && !tracker_->abandon_if_stream_died()) {
     return fail(pfErrorInvalidState,
                 "bubble {} is still open (pfBubbleBegin without pfBubbleEnd); end it first",
                 tracker_->open_bubble_id());
   }
+  return pfSuccess;
+}
+
+pfResult_t Runtime::shutdown() {
+  PF_TRY(check_can_shut_down());
   stop_and_release();
   return pfSuccess;
+}
+
+pfResult_t Runtime::iteration_end() {
+  PF_TRY(tracker_->iteration_end());
+  JobRegistry::run_pending_teardowns(state_);
+  return pfSuccess;
+}
+
+void Runtime::run_teardowns_outside_bubbles() {
+  if (!tracker_->in_bubble()) JobRegistry::run_pending_teardowns(state_);
 }
 
 void Runtime::stop_and_release() {
@@ -114,7 +140,9 @@ void Runtime::wait_for_executor() { pump_->drain(); }
 
 pfResult_t Runtime::synchronize() {
   wait_for_executor();
-  return executor_->synchronize(state_);
+  PF_TRY(executor_->synchronize(state_));
+  run_teardowns_outside_bubbles();
+  return pfSuccess;
 }
 
 pfResult_t Runtime::get_stats(pfStats_t* stats) {
@@ -146,6 +174,11 @@ pfResult_t Runtime::destroy_stream(void* stream) {
     return fail(pfErrorInvalidArgument,
                 "pfStreamDestroy: stream {} is not a main-job stream of this runtime", stream);
   }
+  if (tracker_->in_bubble() && tracker_->open_bubble_stream() == stream) {
+    return fail(pfErrorInvalidState,
+                "pfStreamDestroy: bubble {} is open on stream {} (call pfBubbleEnd first)",
+                tracker_->open_bubble_id(), stream);
+  }
   return device_->destroy_stream(stream);
 }
 
@@ -160,18 +193,34 @@ pfResult_t Runtime::job_info(JobState* job, pfJobInfo_t* info) {
 pfResult_t Runtime::cancel_job(JobState* job) { return jobs_->cancel(state_, *job); }
 
 pfResult_t Runtime::wait_job(JobState* job, double timeout_us) {
-  return jobs_->wait(state_, *job, timeout_us);
+  const pfResult_t result = jobs_->wait(state_, *job, timeout_us);
+  run_teardowns_outside_bubbles();
+  return result;
 }
 
 pfResult_t Runtime::destroy_job(JobState* job) {
+  std::shared_ptr<JobState> keep;
+  {
+    MutexLock lock(state_.mu);
+    for (const auto& attached : state_.jobs) {
+      if (attached.get() == job) keep = attached;
+    }
+  }
   if (jobs_->begin_destroy(state_, *job)) {
     // Its slices run on the fill stream: once that drained, nothing uses the job's memory.
     wait_for_executor();
-    PF_TRY(device_->synchronize_stream(resources_.fill_stream));
+    if (const pfResult_t r = executor_->drain_fill_stream(state_); r != pfSuccess) {
+      if (keep) republish_job(keep);  // still attached: the handle stays valid
+      return r;
+    }
   }
-  MutexLock lock(state_.mu);
-  executor_->harvest(state_);
-  jobs_->finish_destroy(state_, *job);
+  {
+    MutexLock lock(state_.mu);
+    executor_->harvest(state_);
+    jobs_->finish_destroy(state_, *job);
+  }
+  // Its teardown (and any other that came due) on this thread, outside the lock.
+  JobRegistry::run_pending_teardowns(state_);
   return pfSuccess;
 }
 

@@ -20,6 +20,7 @@
 #include "core/config.hpp"
 #include "core/executor.hpp"
 #include "core/fill_resources.hpp"
+#include "core/handles.hpp"
 #include "core/job_registry.hpp"
 #include "core/message_pump.hpp"
 #include "core/message_ring.hpp"
@@ -36,11 +37,21 @@ class Runtime {
   static pfResult_t create(const pfConfig_t* config, std::unique_ptr<Runtime>* out);
   // From already resolved options (C++ callers and tests).
   static pfResult_t create(const RuntimeOptions& options, std::unique_ptr<Runtime>* out);
+  // On a device made by the caller (tests: a device with injected faults or latches).
+  static pfResult_t create(const RuntimeOptions& options, std::unique_ptr<Device> device,
+                           std::unique_ptr<Runtime>* out);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
-  // pfErrorBusy while jobs are attached; otherwise stops the executor and frees everything.
+  // pfErrorBusy while jobs are attached, pfErrorInvalidState inside a live bubble; changes
+  // nothing then.
+  pfResult_t check_can_shut_down();
+  // check_can_shut_down(), then stops the executor and frees everything.
   pfResult_t shutdown();
+
+  // Handle bookkeeping (core/handles.hpp).
+  uint64_t magic() const { return magic_; }
+  std::atomic<int>& calls_in_flight() { return calls_in_flight_; }
 
   const RuntimeOptions& options() const { return options_; }
   Device& device() { return *device_; }
@@ -52,7 +63,8 @@ class Runtime {
     return tracker_->begin(stream, hint);
   }
   pfResult_t bubble_end(void* stream) { return tracker_->end(stream); }
-  pfResult_t iteration_end() { return tracker_->iteration_end(); }
+  // Also runs the teardowns that came due (it is outside any bubble by definition).
+  pfResult_t iteration_end();
 
   // ---- any thread -------------------------------------------------------------------------
   pfResult_t synchronize();
@@ -74,9 +86,14 @@ class Runtime {
 
  private:
   Runtime() = default;
-  pfResult_t init(const RuntimeOptions& options);
+  pfResult_t init(const RuntimeOptions& options, std::unique_ptr<Device> device);
   void stop_and_release();
+  // Runs due teardowns on this thread unless the user thread is inside a bubble (then the next
+  // pfIterationEnd, pfJobWait, pfRuntimeSynchronize or pfJobDestroy runs them).
+  void run_teardowns_outside_bubbles();
 
+  uint64_t magic_ = kRuntimeMagic;
+  std::atomic<int> calls_in_flight_{0};
   RuntimeOptions options_;
   std::unique_ptr<Device> device_;
   FillResources resources_;
@@ -92,5 +109,5 @@ class Runtime {
 
 }  // namespace pipefill::core
 
-// The C handles (pfRuntime_t, pfJob_t) are these objects' addresses, cast at the C boundary
-// (src/capi); the handle structs themselves are never defined.
+// The C handles (pfRuntime_t, pfJob_t) are keys of core/handles.hpp's tables; the handle
+// structs themselves are never defined.

@@ -32,6 +32,16 @@ struct SliceRecord {
   int config_index = 0;
   double granted_us = 0.0;
   uintptr_t workspace = 0;      // arena block to release at harvest (0: none)
+  uint64_t sequence = 0;        // order of the slice on the fill stream
+  bool launch_failed = false;   // the callback failed: tracked only so its resources wait
+};
+
+// A slice whose launch callback ran but whose read-back or end event could not be enqueued: its
+// kernel is queued, so its slot, workspace and the job's share stay taken until the fill stream
+// is known to have passed it (a later slice's end event completed, or the stream was drained).
+struct QuarantinedSlice {
+  SliceRecord slice;
+  uint64_t bubble_id = 0;
 };
 
 // A bubble whose Begin message the executor handled, until it is harvested.
@@ -43,6 +53,7 @@ struct BubbleRecord {
   int kind = pfBubbleOther;
   bool tracked = false;          // its begin/end events were recorded (an event pair was free)
   bool ended = false;            // its End message was handled
+  bool abandoned = false;        // its stream died before the end: no end event, not timed
   double predicted_us = 0.0;     // prediction used for planning (0: none)
   std::vector<SliceRecord> slices;
   std::string skip_reason;
@@ -57,12 +68,17 @@ struct RuntimeState {
   BubblePredictor predictor GUARDED_BY(mu);
   std::deque<BubbleRecord> pending GUARDED_BY(mu);  // in bubble order
   std::vector<size_t> free_slice_slots GUARDED_BY(mu);
+  std::vector<QuarantinedSlice> quarantined GUARDED_BY(mu);
+  uint64_t next_slice_sequence GUARDED_BY(mu) = 1;
   ArenaAllocator arena GUARDED_BY(mu);
 
   // Jobs (job_registry.cpp).
   std::vector<std::shared_ptr<JobState>> jobs GUARDED_BY(mu);  // attached, creation order
   std::vector<bool> job_slot_used GUARDED_BY(mu);
   uint64_t next_job_sequence GUARDED_BY(mu) = 0;
+  // Jobs whose teardown is due, run outside the lock by run_pending_teardowns().
+  std::vector<std::shared_ptr<JobState>> teardowns GUARDED_BY(mu);
+  std::atomic<bool> teardowns_pending{false};
 
   // Statistics and trace (harvest).
   pfStats_t stats GUARDED_BY(mu){};
@@ -76,6 +92,9 @@ struct RuntimeState {
 
   // Every bubble id <= this is harvested (read by the user thread to reuse event pairs).
   std::atomic<uint64_t> harvested_upto{0};
+  // The user thread recorded the end event of every bubble id <= this (so the executor may query
+  // it for bubbles it handles late).
+  std::atomic<uint64_t> ended_upto{0};
 };
 
 // Records the first asynchronous error of the runtime (later ones are only logged).

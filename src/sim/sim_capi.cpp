@@ -3,6 +3,7 @@
 #include <exception>
 #include <new>
 
+#include "common/callback_scope.hpp"
 #include "common/error.hpp"
 #include "pipefill/pipefill.h"
 #include "sim/sim_world.hpp"
@@ -46,6 +47,16 @@ pfResult_t find_event_world(const void* event, World** world) {
   *world = World::world_of_event(event);
   if (*world == nullptr) {
     return fail(pfErrorInvalidArgument, "event {} is not a live simulated event", event);
+  }
+  return pfSuccess;
+}
+
+// Running the world from inside a job callback (its launch runs in the world's pre-run hook)
+// would deadlock on the hooks: refused, naming the callback.
+pfResult_t refuse_run_inside_callback(const char* function) {
+  if (const char* callback = pipefill::CallbackScope::active()) {
+    return fail(pfErrorInvalidState, "{}: called from inside a {} callback; the world cannot be "
+                "run from a callback", function, callback);
   }
   return pfSuccess;
 }
@@ -192,6 +203,7 @@ PF_API pfResult_t pfSimLaunchOpaque(void* stream, uint64_t first_item, uint64_t 
 
 PF_API pfResult_t pfSimRunUntilIdle(pfSimWorld_t handle) {
   return c_boundary("pfSimRunUntilIdle", [&]() -> pfResult_t {
+    PF_TRY(refuse_run_inside_callback("pfSimRunUntilIdle"));
     World* world = nullptr;
     PF_TRY(find_world(handle, &world));
     return world->run_until_idle();
@@ -200,6 +212,7 @@ PF_API pfResult_t pfSimRunUntilIdle(pfSimWorld_t handle) {
 
 PF_API pfResult_t pfSimRunUntil(pfSimWorld_t handle, double time_us) {
   return c_boundary("pfSimRunUntil", [&]() -> pfResult_t {
+    PF_TRY(refuse_run_inside_callback("pfSimRunUntil"));
     World* world = nullptr;
     PF_TRY(find_world(handle, &world));
     return world->run_until(time_us);

@@ -38,6 +38,7 @@ TEST(Harvester, TicketSliceInsideTheBubble) {
   EXPECT_EQ(a.items_done, 30u);
   EXPECT_EQ(a.items_completed_after, 50u);
   EXPECT_TRUE(a.ran_work);
+  EXPECT_FALSE(a.late);
   EXPECT_DOUBLE_EQ(a.filled_us, 80.0);
   EXPECT_DOUBLE_EQ(a.busy_us, 80.0);
   EXPECT_LE(a.overrun_us, 0.0);
@@ -61,9 +62,19 @@ TEST(Harvester, TicketSliceThatRanNoItemIsNeitherFillNorOverrun) {
   const BubbleAccounting b = account_bubble(0, 0, slices);
   EXPECT_EQ(b.slices[0].items_done, 0u);
   EXPECT_FALSE(b.slices[0].ran_work);
+  EXPECT_TRUE(b.slices[0].late);
   EXPECT_DOUBLE_EQ(b.filled_us, 0.0);
   EXPECT_DOUBLE_EQ(b.overrun_us, 0.0);
   EXPECT_DOUBLE_EQ(b.slices[0].busy_us, 0.0);
+}
+
+TEST(Harvester, SliceEnqueuedAfterTheBubbleEndedIsLate) {
+  // Bubble [0, 100]; the executor enqueued the slice at 130: its blocks found the gate closed.
+  const SliceAccounting a = account_slice(0, 100, ticket(130, 131, 40, 40));
+  EXPECT_TRUE(a.late);
+  EXPECT_FALSE(a.ran_work);
+  EXPECT_EQ(a.items_done, 0u);
+  EXPECT_DOUBLE_EQ(a.overrun_us, 0.0);
 }
 
 TEST(Harvester, ReadBackIsCappedAtTheItemCount) {
