@@ -3,7 +3,7 @@
 # The CUDA toolkit is optional: without nvcc the CUDA backend is simply not built.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev
-      libgtest-dev libgmock-dev googletest libbenchmark-dev python3)
+      libgtest-dev libgmock-dev googletest libbenchmark-dev python3 clang-14)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -10,8 +10,8 @@
 
 namespace pipefill::core {
 
-SliceLauncher::Observed SliceLauncher::observe(const RuntimeState& s,
-                                               const BubbleRecord& bubble) {
+SliceLauncher::Observed SliceLauncher::observe(const RuntimeState& s, const BubbleRecord& bubble,
+                                               bool elapsed) {
   Observed o;
   bool done = false;
   double t = 0.0;
@@ -23,6 +23,7 @@ SliceLauncher::Observed SliceLauncher::observe(const RuntimeState& s,
     return o;
   }
   clear_last_error();
+  if (!elapsed) return o;
   if (device_.query_event(resources_.begin_event(bubble.id), &done, &t) == pfSuccess && done) {
     o.elapsed_us = std::max(0.0, device_.now_us() - t);
   }
@@ -37,7 +38,7 @@ void SliceLauncher::fill(RuntimeState& s, BubbleRecord& bubble, const FillReques
   // Every launched slice's expected time comes off both budgets.
   double gated_budget = usable(in.gated_predicted_us);
   double ungated_budget = in.ungated_predicted_us > 0 ? usable(in.ungated_predicted_us) : 0.0;
-  if (observe(s, bubble).ended) {
+  if (observe(s, bubble, /*elapsed=*/false).ended) {
     bubble.skip_reason = "the bubble had ended before the executor handled it";
     return;
   }
@@ -76,7 +77,7 @@ void SliceLauncher::fill(RuntimeState& s, BubbleRecord& bubble, const FillReques
           }
           continue;
         }
-        const Observed now = observe(s, bubble);
+        const Observed now = observe(s, bubble, /*elapsed=*/true);
         if (now.ended) {
           if (bubble.skip_reason.empty()) {
             bubble.skip_reason = fmt::format("job '{}': the bubble ended before its opaque slice "

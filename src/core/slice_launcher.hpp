@@ -45,7 +45,8 @@ class SliceLauncher {
     bool ended = false;     // its end event completed
     double elapsed_us = 0;  // since its begin event completed (0 when it has not)
   };
-  Observed observe(const RuntimeState& s, const BubbleRecord& bubble);
+  // `elapsed`: also the time since the begin event (one more query).
+  Observed observe(const RuntimeState& s, const BubbleRecord& bubble, bool elapsed);
   Launched launch(RuntimeState& s, BubbleRecord& bubble, const std::shared_ptr<JobState>& job,
                   const SlicePlan& plan, uintptr_t workspace_block) REQUIRES(s.mu);
 
