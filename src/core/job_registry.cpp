@@ -249,11 +249,11 @@ pfResult_t JobRegistry::create(RuntimeState& s, Runtime* owner, const pfJobDesc_
     SetupAllocatorContext context{job.get()};
     const pfArenaAllocator_t allocator{&context, &setup_allocate};
     clear_last_error();
-    pfResult_t setup_result = pfErrorInternal;
+    int setup_result = pfErrorInternal;  // an int: the callback may return a non-enum value
     std::string why;
     try {
       CallbackScope scope("setup");
-      setup_result = job->setup(job->user, &allocator, job->setup_config);
+      setup_result = static_cast<int>(job->setup(job->user, &allocator, job->setup_config));
       if (setup_result != pfSuccess) why = last_error_message();
     } catch (const std::exception& e) {
       setup_result = pfErrorJobFailed;
@@ -270,8 +270,8 @@ pfResult_t JobRegistry::create(RuntimeState& s, Runtime* owner, const pfJobDesc_
       }
       const bool known = setup_result > pfSuccess && setup_result < pfResultCount;
       return fail(pfErrorJobFailed, "pfJobCreate: job '{}': setup returned {}{}{}", job->name,
-                  known ? std::string(result_name(setup_result))
-                        : fmt::format("{} (not a pfResult_t)", static_cast<int>(setup_result)),
+                  known ? std::string(result_name(static_cast<pfResult_t>(setup_result)))
+                        : fmt::format("{} (not a pfResult_t)", setup_result),
                   why.empty() ? "" : ": ", why);
     }
   }

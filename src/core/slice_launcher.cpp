@@ -163,11 +163,13 @@ SliceLauncher::Launched SliceLauncher::launch(RuntimeState& s, BubbleRecord& bub
   slice.workspace_bytes = workspace_block != 0 ? plan.workspace_bytes : 0;
 
   clear_last_error();
-  pfResult_t launched = pfErrorInternal;
+  // Held as an int: a callback may return a value outside the enum (reading such a value
+  // through the enum type is undefined behaviour).
+  int launched = pfErrorInternal;
   std::string why;
   try {
     CallbackScope scope("launch");
-    launched = job.launch(job.user, &slice, fill);
+    launched = static_cast<int>(job.launch(job.user, &slice, fill));
     if (launched != pfSuccess) why = last_error_message();
   } catch (const std::exception& e) {
     launched = pfErrorJobFailed;
@@ -179,12 +181,13 @@ SliceLauncher::Launched SliceLauncher::launch(RuntimeState& s, BubbleRecord& bub
   const bool failed = launched != pfSuccess;
   if (failed) {
     const bool known = launched > pfSuccess && launched < pfResultCount;
-    const std::string code = known ? std::string(result_name(launched))
-                                   : fmt::format("{} (not a pfResult_t)", static_cast<int>(launched));
+    const pfResult_t code = known ? static_cast<pfResult_t>(launched) : pfErrorJobFailed;
+    const std::string code_text = known ? std::string(result_name(code))
+                                        : fmt::format("{} (not a pfResult_t)", launched);
     const std::string message = fmt::format("job '{}': launch callback returned {} in bubble {}{}{}",
-                                            job.name, code, bubble.id, why.empty() ? "" : ": ", why);
+                                            job.name, code_text, bubble.id, why.empty() ? "" : ": ", why);
     log::warn("{}", message);
-    end_job(s, job, pfJobFailed, known ? launched : pfErrorJobFailed, message);
+    end_job(s, job, pfJobFailed, code, message);
     record_async_error(s, pfErrorJobFailed, message);
   }
 
