@@ -388,14 +388,11 @@ TEST_F(HostRuntime, BubblesShorterThanTheExecutorsReactionTime) {
 // ended; the next job is opaque (ungated). Its slice must not run past the gate: the runtime
 // has to refuse it (or bound it to the time left), since the device cannot stop it.
 //
-// DISABLED: exposes a bug in src/core (runtime.cpp as of 4e407b8, Runtime::fill_bubble /
-// launch_slice): the runtime sizes and launches an opaque slice from the bubble's prediction
-// alone. It neither subtracts the time already elapsed since the bubble's begin event nor checks
-// whether the bubble's end event has completed, so an opaque slice enqueued by a late executor
-// runs entirely after the bubble ended (here: 5 of 5 opaque slices, 576 items started after
-// their bubble's end; the gate cannot stop ungated work). Enable once the core refuses opaque
-// slices of ended bubbles (or caps them to the predicted time left).
-TEST_F(HostRuntime, DISABLED_OpaqueSlicesArrivingLateDoNotRunPastTheGate) {
+// This was the bug the test found (the runtime sized opaque slices from the prediction alone,
+// so a late executor's 5 of 5 opaque slices ran entirely after their bubbles); the slice
+// launcher now refuses opaque slices once the bubble's end event has completed and sizes them to
+// the prediction minus the time since the begin event.
+TEST_F(HostRuntime, OpaqueSlicesArrivingLateDoNotRunPastTheGate) {
   HostJob blocker(4);  // one round of 4 items: leaves most of each bubble to the opaque job
   blocker.name = "late-ticket";
   blocker.flags = &flags_;
