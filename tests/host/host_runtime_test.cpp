@@ -342,13 +342,19 @@ TEST_F(HostRuntime, SlicesEnqueuedAfterTheirBubbleEndedRunNothing) {
   pfJobDesc_t d = job.desc();
   pfJob_t handle = nullptr;
   PF_ASSERT_OK(pfJobCreate(rt_, &d, &handle));
-  for (int i = 0; i < 8; ++i) bubble(/*delay_us=*/300.0, /*expected_us=*/2000.0);
-  PF_ASSERT_OK(pfHostStreamSynchronize(main_));
+  for (int i = 0; i < 8; ++i) {
+    // 3 ms: long enough for the executor to handle the begin before the end, even loaded.
+    bubble(/*delay_us=*/3000.0, /*expected_us=*/2000.0);
+    PF_ASSERT_OK(pfHostStreamSynchronize(main_));
+  }
   PF_ASSERT_OK(pfRuntimeSynchronize(rt_));
-  EXPECT_EQ(job.launches.load(), bubbles_);  // a slice was launched for every bubble ...
-  EXPECT_EQ(job.executed.load(), 0u);         // ... and none ran an item
+  // A slice was launched for the bubbles the executor reached before they ended (on a loaded
+  // machine it can react only after a bubble ended, and then skips it) ...
+  EXPECT_GT(job.launches.load(), 0u);
+  EXPECT_LE(job.launches.load(), bubbles_);
+  EXPECT_EQ(job.executed.load(), 0u);  // ... and none ran an item
   pfStats_t s = stats();
-  EXPECT_EQ(s.slices_launched, bubbles_);
+  EXPECT_EQ(s.slices_launched, job.launches.load());
   EXPECT_EQ(s.items_completed, 0u);
   EXPECT_EQ(s.filled_time_us, 0.0);
   EXPECT_EQ(s.overrun_time_us, 0.0);
