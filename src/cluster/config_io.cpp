@@ -239,11 +239,25 @@ pfResult_t parse_sim_config(const json& doc, const std::string& base_dir, SimCon
   PF_TRY(fill.number("min_bubble_us", &f.min_bubble_us, 0));
   PF_TRY(fill.boolean("gated", &f.gated));
   PF_TRY(fill.boolean("fill_optimizer_bubble", &f.fill_optimizer_bubble));
+  std::string strategy;
+  PF_TRY(fill.string("strategy", &strategy));
+  if (!strategy.empty() && !parse_strategy(strategy, &f.strategy))
+    return fail(pfErrorInvalidArgument, "fill.strategy must be {}, got '{}'", strategy_choices(), strategy);
+  PF_TRY(fill.integer("reserved_sms", &f.reserved_sms, 0));
+  PF_TRY(fill.number("gate_visibility_us", &f.gate_visibility_us, 0, 1e9));
+  PF_TRY(fill.number("max_arena_gib", &f.max_arena_gib, 0, 1 << 20));
   std::string jobs_file;
   PF_TRY(fill.string("jobs_file", &jobs_file));
   PF_TRY(fill.finish());
   root.raw("fill");
   if (!jobs_file.empty()) cfg.jobs_file = resolve(jobs_file, base_dir);
+
+  Section inter(nullptr, "interference");
+  PF_TRY(Section::open(doc, "", "interference", &inter, &present));
+  PF_TRY(inter.number("mem_slowdown", &sim.interference.mem_slowdown, 0, 100));
+  PF_TRY(inter.number("comm_slowdown", &sim.interference.comm_slowdown, 0, 100));
+  PF_TRY(inter.finish());
+  root.raw("interference");
 
   Section wl(nullptr, "workload");
   PF_TRY(Section::open(doc, "", "workload", &wl, &present));

@@ -1,5 +1,9 @@
 #include "cluster/run_plan.hpp"
 
+#include <cmath>
+#include <cstdlib>
+#include <map>
+
 #include <fmt/format.h>
 
 #include "common/error.hpp"
@@ -47,6 +51,45 @@ pfResult_t plan_runs(const SimConfig& config, const RunOverrides& o, std::vector
   if (o.no_fill) sim.fill.enabled = false;
   if (!o.policy.empty() && !parse_policy(o.policy.c_str(), &sim.fill.policy))
     return fail(pfErrorInvalidArgument, "--policy must be fifo, priority, srpt or fair, got '{}'", o.policy);
+  auto real = [](const char* flag, const std::optional<double>& v, double lo, double hi, double* dst) -> pfResult_t {
+    if (!v) return pfSuccess;
+    if (!std::isfinite(*v) || *v < lo || *v > hi)
+      return fail(pfErrorInvalidArgument, "{} must be in [{}, {}], got {}", flag, lo, hi, *v);
+    *dst = *v;
+    return pfSuccess;
+  };
+  PF_TRY(real("--mem-interference", o.mem_interference, 0, 100, &sim.interference.mem_slowdown));
+  PF_TRY(real("--comm-interference", o.comm_interference, 0, 100, &sim.interference.comm_slowdown));
+  PF_TRY(real("--min-bubble-us", o.min_bubble_us, 0, 1e15, &sim.fill.min_bubble_us));
+  PF_TRY(real("--max-arena-gib", o.max_arena_gib, 0, 1 << 20, &sim.fill.max_arena_gib));
+  PF_TRY(real("--arrivals-per-gpu-hour", o.arrivals_per_gpu_hour, 0, 1e9, &sim.workload.arrivals_per_gpu_hour));
+  if (o.reserved_sms) {
+    if (*o.reserved_sms < 0) return fail(pfErrorInvalidArgument, "--reserved-sms must be >= 0, got {}", *o.reserved_sms);
+    sim.fill.reserved_sms = *o.reserved_sms;
+  }
+  if (o.no_optimizer_fill) sim.fill.fill_optimizer_bubble = false;
+  if (!o.strategy.empty() && !parse_strategy(o.strategy, &sim.fill.strategy))
+    return fail(pfErrorInvalidArgument, "--strategy must be {}, got '{}'", strategy_choices(), o.strategy);
+  if (!o.mix.empty()) {
+    std::map<std::string, double> mix;
+    size_t pos = 0;
+    while (pos <= o.mix.size()) {
+      const size_t comma = std::min(o.mix.find(',', pos), o.mix.size());
+      const std::string item = o.mix.substr(pos, comma - pos);
+      const size_t eq = item.find('=');
+      char* end = nullptr;
+      const double w = eq == std::string::npos ? -1.0 : std::strtod(item.c_str() + eq + 1, &end);
+      if (eq == std::string::npos || eq == 0 || end == nullptr || *end != '\0' || !std::isfinite(w) || w < 0)
+        return fail(pfErrorInvalidArgument, "--mix entries must be name=weight with weight >= 0, got '{}'", item);
+      const std::string name = item.substr(0, eq);
+      bool known = false;
+      for (const auto& t : sim.job_types) known = known || t.name == name;
+      if (!known) return fail(pfErrorInvalidArgument, "--mix names unknown job type '{}'", name);
+      mix[name] = w;
+      pos = comma + 1;
+    }
+    sim.workload.mix = std::move(mix);
+  }
   sim.bounds = o.bounds;
 
   // Schedules: --schedule-csv, --schedule, the config's sweep, its CSV, its schedule.

@@ -20,6 +20,12 @@ struct RunOverrides {
       microbatch_group_size;
   std::optional<uint64_t> seed;
   std::optional<double> jitter, efficiency;
+  // Issue 11: the strategy, the interference and the sensitivity knobs of docs/results.md.
+  std::optional<double> mem_interference, comm_interference, min_bubble_us, max_arena_gib, arrivals_per_gpu_hour;
+  std::optional<int> reserved_sms;
+  bool no_optimizer_fill = false;
+  std::string strategy;      // --strategy
+  std::string mix;           // --mix "name=weight,..." (replaces the config's mix)
   bool no_fill = false;
   std::string schedule;      // --schedule (overrides the config's schedule and sweep)
   std::string schedule_csv;  // --schedule-csv (a PyTorch CSV op order)

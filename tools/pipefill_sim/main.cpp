@@ -5,6 +5,7 @@
 //                [--schedule-csv pytorch.csv] [--csv out.csv] [--json out.json]
 //                [--svg-utilisation u.svg] [--svg-timeline t.svg] [--trace trace.json]
 //                [--iterations N] [--seed S] [--max-sim-events N] [--quiet]
+//                [--compare [--no-sensitivity]] [--strategy S] [--mem-interference B] [--comm-interference G]
 #include <unistd.h>
 
 #include <chrono>
@@ -20,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cluster/cluster_sim.hpp"
+#include "cluster/compare.hpp"
 #include "cluster/config_io.hpp"
 #include "cluster/report.hpp"
 #include "cluster/run_plan.hpp"
@@ -85,6 +87,22 @@ int run_main(int argc, char** argv) {
   app.add_option("--efficiency", o.efficiency, "fill throughput in a bubble vs a dedicated GPU (0, 1]");
   app.add_option("--record-iteration", o.record_iteration, "iteration recorded for --svg-timeline/--trace (default: last)");
   app.add_flag("--no-fill", o.no_fill, "schedule only: no fill jobs");
+  bool compare = false, no_sensitivity = false;
+  app.add_option("--strategy", o.strategy, std::string("fill strategy: ") + strategy_choices());
+  app.add_flag("--compare", compare,
+               "run no fill and every strategy on the same pipeline, jobs and seed; print the side-by-side table, the "
+               "ratios to ours, an interference sensitivity table and the targets (met / missed)");
+  app.add_flag("--no-sensitivity", no_sensitivity, "with --compare: skip the interference sensitivity runs");
+  app.add_option("--mem-interference", o.mem_interference,
+                 "beta: main work beside fill runs (1 + beta x SM share x mem_intensity) times longer (default 0.6)");
+  app.add_option("--comm-interference", o.comm_interference,
+                 "gamma: the transfer part of a comm kernel beside fill, the same form (default 0.5)");
+  app.add_option("--reserved-sms", o.reserved_sms, "ours: SMs kept free for the main job");
+  app.add_option("--min-bubble-us", o.min_bubble_us, "bubbles shorter than this are not filled");
+  app.add_option("--max-arena-gib", o.max_arena_gib, "cap on the memory a fill job may use per GPU (0: none)");
+  app.add_option("--arrivals-per-gpu-hour", o.arrivals_per_gpu_hour, "fill-job arrivals per GPU-hour");
+  app.add_option("--mix", o.mix, "fill-job mix, name=weight,... (replaces the config's workload.mix)");
+  app.add_flag("--no-optimizer-fill", o.no_optimizer_fill, "do not fill the DP all-reduce window");
   app.add_option("--max-schedule-ops", max_schedule_ops,
                  fmt::format("refuse schedules with more compute ops per iteration (default {})", o.bounds.max_schedule_ops));
   app.add_option("--max-sim-events", max_sim_events,
@@ -137,6 +155,14 @@ int run_main(int argc, char** argv) {
     bar.update(done_before);
     runs.push_back(std::move(rec));
   }
+  if (compare) {
+    for (const PlannedRun& planned : plan) {
+      if (!planned.error.empty()) continue;
+      Comparison c;
+      if (run_comparison(planned.spec, !no_sensitivity, &c) != pfSuccess) return error_exit(last_error_message());
+      if (!quiet) std::printf("%s\n", comparison_report(c).c_str());
+    }
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 
   const RunRecord* last_ok = nullptr;
@@ -149,8 +175,10 @@ int run_main(int argc, char** argv) {
       std::printf("\n%d iterations per run; bubble%% = pipeline bubbles / pipeline time; idle%% adds the all-reduce "
                   "window; main%% = training compute / GPU time; filled%% = fill busy time / fillable bubble time; "
                   "+fill%% = useful fill work in dedicated-GPU time / GPU time; gain%% = +fill / main (relative "
-                  "utilisation gain); slowdown%% = modelled gate overrun (max over GPUs) / iteration.\n%s.\nSimulated in %.2f s.\n",
-                  r.iterations, r.note.c_str(), seconds);
+                  "utilisation gain); slowdown%% = main time lost to the fill (waiting for SMs, co-running, stretched "
+                  "transfers; max over GPUs) / iteration.\nstrategy %s; %s.\n%s.\nSimulated in %.2f s.\n",
+                  r.iterations, r.strategy.c_str(), interference_statement(r.interference, r).c_str(), r.note.c_str(),
+                  seconds);
     }
   }
   const auto& types = cfg.sim.job_types;
