@@ -89,8 +89,8 @@ int main(int argc, char** argv) {
     std::printf("[%s] 8192 GPUs x %d iterations with the fill-job queue: %.2f s (target <= 10 s)\n",
                 g_fill_s[8192] <= 10.0 ? "met   " : "MISSED", kIterations, g_fill_s[8192]);
 
-  // The side-by-side comparison (PIPEFILL_BENCH_COMPARE_ITERATIONS, default 200, 0 skips it).
-  int compare_iterations = 200;
+  // The side-by-side comparison (PIPEFILL_BENCH_COMPARE_ITERATIONS, default 100, 0 skips it).
+  int compare_iterations = 100;
   if (const char* env = std::getenv("PIPEFILL_BENCH_COMPARE_ITERATIONS")) compare_iterations = std::atoi(env);
   if (compare_iterations > 0) {
     ClusterSimSpec spec;

@@ -111,9 +111,12 @@ std::vector<TargetCheck> check_targets(const Comparison& c, const Targets& t) {
     const bool slower = r.slowdown_fraction < b.slowdown_fraction ||
                         (r.slowdown_fraction == b.slowdown_fraction && r.slowdown_fraction == 0.0);
     const bool fills = r.filled_share >= b.filled_share;
+    const bool behind = b.slowdown_fraction <= r.slowdown_fraction && b.filled_share >= r.filled_share;
+    const char* verdict = slower && fills ? "ahead" : behind ? "behind" : fills ? "fills more, loses more" : "loses less, fills less";
     out.push_back({fmt::format("ours ahead of {} on slowdown at equal or better filled share", row.name),
-                   fmt::format("slowdown {:.3f}% vs {:.3f}%, filled {:.2f}% vs {:.2f}%", 100 * r.slowdown_fraction,
-                               100 * b.slowdown_fraction, 100 * r.filled_share, 100 * b.filled_share),
+                   fmt::format("{}: slowdown {:.3f}% vs {:.3f}%, filled {:.2f}% vs {:.2f}%", verdict,
+                               100 * r.slowdown_fraction, 100 * b.slowdown_fraction, 100 * r.filled_share,
+                               100 * b.filled_share),
                    slower && fills});
   }
   return out;
@@ -158,6 +161,14 @@ std::string comparison_report(const Comparison& c, const Targets& targets) {
          "work (dedicated-GPU time) / fillable bubble time; fill-rate = the same / fill running time; start = bubble end "
          "-> first block of the main kernel starts; own = -> the main kernel owns every SM it needs; lost = main time "
          "lost at that bubble end; p50/p99 over bubble visits, us.\n";
+  out += "\nWhere the main job's time goes (mean per GPU, % of the iteration; slowdown% above is the max over GPUs):\n";
+  out += fmt::format("{:<15}{:>12}{:>12}{:>12}{:>12}\n", "strategy", "wait SMs", "co-run", "transfers", "total");
+  for (const auto& row : c.rows) {
+    if (!row.fill) continue;
+    const ClusterResult& r = row.result;
+    out += fmt::format("{:<15}{:>12.3f}{:>12.3f}{:>12.3f}{:>12.3f}\n", row.name, 100 * r.yield_fraction,
+                       100 * r.corun_fraction, 100 * r.comm_fraction, 100 * r.mean_gpu_overrun_fraction);
+  }
   if (!c.sensitivity.empty()) {
     out += "\nSensitivity to interference (main-job slowdown%, same runs otherwise):\n";
     out += fmt::format("{:<12}{:>6}{:>6}", "setting", "beta", "gamma");
