@@ -1,5 +1,6 @@
 // pipefill-sim configuration parsing: shipped configs load, bad values are named.
 #include "cluster/config_io.hpp"
+#include "cluster/run_plan.hpp"
 
 #include <gtest/gtest.h>
 
@@ -109,6 +110,75 @@ TEST(Config, IntListParsing) {
   EXPECT_EQ(parse_int_list("12x", "--sweep-gpus", &v), pfErrorInvalidArgument);
   EXPECT_NE(last_error_message().find("'12x'"), std::string::npos);
   EXPECT_EQ(parse_int_list("0", "--sweep-gpus", &v), pfErrorInvalidArgument);
+}
+
+}  // namespace
+}  // namespace pipefill::cluster
+
+namespace pipefill::cluster {
+namespace {
+
+TEST(Config, StrategyInterferenceAndOverrides) {
+  json d = minimal();
+  d["fill"]["strategy"] = "tally";
+  d["fill"]["reserved_sms"] = 8;
+  d["fill"]["max_arena_gib"] = 12.5;
+  d["interference"] = {{"mem_slowdown", 0.25}, {"comm_slowdown", 1.5}};
+  SimConfig cfg;
+  ASSERT_EQ(parse_sim_config(d, "/base", &cfg), pfSuccess) << last_error_message();
+  EXPECT_EQ(cfg.sim.fill.strategy, FillStrategy::Tally);
+  EXPECT_EQ(cfg.sim.fill.reserved_sms, 8);
+  EXPECT_DOUBLE_EQ(cfg.sim.fill.max_arena_gib, 12.5);
+  EXPECT_DOUBLE_EQ(cfg.sim.interference.mem_slowdown, 0.25);
+  EXPECT_DOUBLE_EQ(cfg.sim.interference.comm_slowdown, 1.5);
+  // Absent: the calibrated defaults (beta 0.6, gamma 0.5), not zero.
+  SimConfig plain;
+  ASSERT_EQ(parse_sim_config(minimal(), "/base", &plain), pfSuccess);
+  EXPECT_DOUBLE_EQ(plain.sim.interference.mem_slowdown, 0.6);
+  EXPECT_DOUBLE_EQ(plain.sim.interference.comm_slowdown, 0.5);
+
+  d = minimal();
+  d["fill"]["strategy"] = "freerider";
+  EXPECT_NE(parse_error(d).find("fill.strategy must be ours, naive"), std::string::npos);
+  d = minimal();
+  d["interference"] = {{"beta", 0.6}};
+  EXPECT_NE(parse_error(d).find("unknown field 'interference.beta'"), std::string::npos);
+  d = minimal();
+  d["interference"] = {{"comm_slowdown", -0.1}};
+  EXPECT_NE(parse_error(d).find("interference.comm_slowdown"), std::string::npos);
+
+  // Command-line overrides: applied, and refused naming the flag.
+  SimConfig base;
+  ASSERT_EQ(parse_sim_config(minimal(), "/base", &base), pfSuccess);
+  FillJobType a;
+  a.name = "a";
+  base.sim.job_types = {a};
+  RunOverrides o;
+  o.mem_interference = 1.6;
+  o.comm_interference = 2.2;
+  o.strategy = "paper";
+  o.mix = "a=3";
+  o.no_optimizer_fill = true;
+  std::vector<PlannedRun> runs;
+  ASSERT_EQ(plan_runs(base, o, &runs), pfSuccess) << last_error_message();
+  ASSERT_FALSE(runs.empty());
+  EXPECT_DOUBLE_EQ(runs[0].spec.interference.mem_slowdown, 1.6);
+  EXPECT_DOUBLE_EQ(runs[0].spec.interference.comm_slowdown, 2.2);
+  EXPECT_EQ(runs[0].spec.fill.strategy, FillStrategy::PaperStyle);
+  EXPECT_FALSE(runs[0].spec.fill.fill_optimizer_bubble);
+  EXPECT_DOUBLE_EQ(runs[0].spec.workload.mix.at("a"), 3.0);
+  RunOverrides bad;
+  bad.mix = "b=1";
+  EXPECT_EQ(plan_runs(base, bad, &runs), pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("--mix names unknown job type 'b'"), std::string::npos);
+  bad = RunOverrides{};
+  bad.mem_interference = -1;
+  EXPECT_EQ(plan_runs(base, bad, &runs), pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("--mem-interference"), std::string::npos);
+  bad = RunOverrides{};
+  bad.strategy = "gpu";
+  EXPECT_EQ(plan_runs(base, bad, &runs), pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("--strategy"), std::string::npos);
 }
 
 }  // namespace
