@@ -142,7 +142,17 @@ json json_report(const std::vector<RunRecord>& runs, const std::vector<FillJobTy
                  {"gpu_equivalents", r.fill_gpu_equivalents}, {"utilisation_gain", r.utilisation_gain},
                  {"slowdown_fraction", r.slowdown_fraction},
                  {"mean_gpu_overrun_fraction", r.mean_gpu_overrun_fraction}, {"slices", r.slices},
-                 {"overrun_slices", r.overrun_slices}};
+                 {"overrun_slices", r.overrun_slices}, {"strategy", r.strategy}, {"reserved_sms", r.reserved_sms},
+                 {"post_bubble_us", r.post_us}, {"fill_rate", r.fill_rate},
+                 {"fill_per_bubble_second", r.fill_per_bubble_second},
+                 {"loss_fractions", {{"wait_sms", r.yield_fraction}, {"co_run", r.corun_fraction},
+                                     {"transfers", r.comm_fraction}}},
+                 {"bubble_end_to_main_us",
+                  {{"first_block_p50", r.first_block_p50_us}, {"first_block_p99", r.first_block_p99_us},
+                   {"owns_sms_p50", r.sm_own_p50_us}, {"owns_sms_p99", r.sm_own_p99_us},
+                   {"lost_p50", r.end_delay_p50_us}, {"lost_p99", r.end_delay_p99_us}}}};
+    j["interference"] = {{"mem_slowdown", r.interference.mem_slowdown},
+                         {"comm_slowdown", r.interference.comm_slowdown}};
     json per_type = json::object();
     for (size_t t = 0; t < r.completed_per_type.size(); ++t) per_type[type_name(types, static_cast<int>(t))] = r.completed_per_type[t];
     j["jobs"] = {{"generated", r.jobs_generated}, {"arrived", r.jobs_arrived}, {"started", r.jobs_started},

@@ -310,6 +310,9 @@ TEST(Report, OutputsCoverEveryRunOpAndSlice) {
   const auto j = json_report(runs, spec.job_types);
   ASSERT_EQ(j.size(), 2u);
   EXPECT_EQ(j[0]["stages"].size(), 4u);
+  // The assumptions travel with the figures.
+  EXPECT_EQ(j[0]["interference"]["mem_slowdown"].get<double>(), spec.interference.mem_slowdown);
+  EXPECT_EQ(j[0]["fill"]["strategy"].get<std::string>(), "ours");
   EXPECT_FALSE(j[1]["ok"].get<bool>());
   EXPECT_EQ(write_text_file("/nonexistent-dir/x.csv", csv), pfErrorIo);
 }
