@@ -53,6 +53,7 @@ struct JobState {
 
 struct GpuState {
   int job = -1;                 // index into jobs, -1: idle
+  int type = -1;                // its type (cached: the jobs array is large and read at random)
 };
 
 // An iteration longer than this (11.6 days) means a nonsensical config; it would also make the
@@ -481,6 +482,9 @@ pfResult_t run_cluster_sim_impl(const ClusterSimSpec& spec, ClusterResult* out, 
     const std::vector<std::vector<int>>* setup = nullptr;
     const std::vector<FillJobType>* types = nullptr;
     const std::vector<double>* intensity = nullptr;
+    // The job view of each (type, stage) with a setup config, all but remaining_work.
+    const std::vector<JobView>* views = nullptr;
+    size_t stages = 0;
     std::function<CachedPlan(int type, double consumed)> planner;
     GpuState* gpu = nullptr;
     int stage = 0;
@@ -493,22 +497,14 @@ pfResult_t run_cluster_sim_impl(const ClusterSimSpec& spec, ClusterResult* out, 
       if (gpu->job < 0) {
         gpu->job = take(stage, bubble_abs_us + at_us);
         if (gpu->job < 0) return false;
+        gpu->type = (*jobs)[gpu->job].type;
       }
-      const int type = (*jobs)[gpu->job].type;
-      const int k = (*setup)[type][stage];
-      const JobConfigModel& m = (*models)[type][k];
-      const FillJobType& jt = (*types)[type];
-      out->item_us = m.item_cost_us;
-      out->dedicated_item_us = jt.configs[k].item_us;
-      out->work_per_item = m.work_per_item;
+      *out = (*views)[static_cast<size_t>(gpu->type) * stages + stage];
       out->remaining_work = (*state)[gpu->job].remaining;
-      out->mem_intensity = (*intensity)[type];
-      out->kernel_us = jt.kernel_us;
-      out->block_us = jt.block_us;
       return true;
     }
     PlannedSegment plan(double consumed_us) override {
-      const CachedPlan c = planner((*jobs)[gpu->job].type, consumed_us);
+      const CachedPlan c = planner(gpu->type, consumed_us);
       PlannedSegment seg;
       seg.fill = c.fill;
       seg.items = c.items;
@@ -540,7 +536,23 @@ pfResult_t run_cluster_sim_impl(const ClusterSimSpec& spec, ClusterResult* out, 
       recorded(fs);
     }
   };
+  std::vector<JobView> job_views(type_count * static_cast<size_t>(p));
+  for (size_t t = 0; t < type_count; ++t) {
+    for (int s = 0; s < p; ++s) {
+      const int k = setup[t][s];
+      if (k < 0) continue;
+      JobView& v = job_views[t * p + s];
+      v.item_us = models[t][k].item_cost_us;
+      v.dedicated_item_us = spec.job_types[t].configs[k].item_us;
+      v.work_per_item = models[t][k].work_per_item;
+      v.mem_intensity = intensity[t];
+      v.kernel_us = spec.job_types[t].kernel_us;
+      v.block_us = spec.job_types[t].block_us;
+    }
+  }
   GpuQueue queue;
+  queue.views = &job_views;
+  queue.stages = static_cast<size_t>(p);
   queue.take = take_job;
   queue.completed = [&](int type, double) {
     ++r.jobs_completed;
