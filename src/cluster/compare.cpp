@@ -39,7 +39,7 @@ struct Metric {
 const Metric kMetrics[] = {
     {"slowdown%", [](const ClusterResult& r) { return 100 * r.slowdown_fraction; }, "{:>10.3f}"},
     {"filled%", [](const ClusterResult& r) { return 100 * r.filled_share; }, "{:>10.2f}"},
-    {"fill/bub-s", [](const ClusterResult& r) { return r.fill_per_bubble_second; }, "{:>10.3f}"},
+    {"fill/bub", [](const ClusterResult& r) { return r.fill_per_bubble_second; }, "{:>10.3f}"},
     {"fill-rate", [](const ClusterResult& r) { return r.fill_rate; }, "{:>10.3f}"},
     {"start p50", [](const ClusterResult& r) { return r.first_block_p50_us; }, "{:>10.1f}"},
     {"start p99", [](const ClusterResult& r) { return r.first_block_p99_us; }, "{:>10.1f}"},
@@ -157,7 +157,7 @@ std::string comparison_report(const Comparison& c, const Targets& targets) {
     out += "\n";
   }
   out += "\nslowdown% = main time lost to the fill (waiting for SMs + co-running beta + stretched transfers gamma), max "
-         "over GPUs, / iteration; filled% = fill busy time in bubbles / fillable bubble time; fill/bub-s = useful fill "
+         "over GPUs, / iteration; filled% = fill busy time in bubbles / fillable bubble time; fill/bub = useful fill "
          "work (dedicated-GPU time) / fillable bubble time; fill-rate = the same / fill running time; start = bubble end "
          "-> first block of the main kernel starts; own = -> the main kernel owns every SM it needs; lost = main time "
          "lost at that bubble end; p50/p99 over bubble visits, us.\n";
