@@ -339,7 +339,8 @@ void Executor::harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begi
       // A ticket slice that started while its bubble was open and still claimed nothing: its
       // launch callback enqueued nothing (or no block ever got an SM). Many in a row end the job
       // instead of letting it take bubble time forever.
-      if (job.kind == pfJobTicket && timed && !a.late && !job.detached) {
+      const bool late = a.late || slice.enqueued_after_end;
+      if (job.kind == pfJobTicket && timed && !late && !job.detached) {
         job.slices_without_progress = a.items_done > 0 ? 0 : job.slices_without_progress + 1;
         if (job.slices_without_progress >= kMaxSlicesWithoutProgress) {
           const std::string message = fmt::format(
@@ -352,7 +353,7 @@ void Executor::harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begi
         }
       }
       s.trace.add(TraceSlice{bubble.id, job.name, observations[i].start_us,
-                             observations[i].end_us, a.items_done, slice.config_index, a.late});
+                             observations[i].end_us, a.items_done, slice.config_index, late});
     }
     if (slice.workspace != 0) s.arena.release(slice.workspace);
     if (job.last_slice_slot == slice.event_slot) job.last_slice_slot = SIZE_MAX;

@@ -37,6 +37,10 @@ struct SliceRecord {
   int stream = 0;               // index into FillResources::fill_streams
   int sms = 0;                  // SMs granted (the slice's max_blocks)
   bool launch_failed = false;   // the callback failed: tracked only so its resources wait
+  // The bubble's end event had completed when the launch callback returned: the gate was closed
+  // before the slice's kernel was queued, so it ran nothing through no fault of the job (the
+  // slice's start event, recorded before the callback, can still lie inside the bubble).
+  bool enqueued_after_end = false;
 };
 
 // One slice of a bubble's plan: which job, how much, on which fill stream.

@@ -291,6 +291,7 @@ SliceLauncher::Launched SliceLauncher::launch(RuntimeState& s, BubbleRecord& bub
   record.stream = stream;
   record.sms = plan.workers;
   record.launch_failed = failed;
+  record.enqueued_after_end = !failed && observe(s, bubble, /*elapsed=*/false).ended;
   ++job.slices_in_flight;
   job.items_in_flight += record.planned_items;
   job.last_stream = stream;
