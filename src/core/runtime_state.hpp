@@ -48,6 +48,10 @@ struct PackedSlice {
   std::shared_ptr<JobState> job;
   SlicePlan plan;
   int stream = 0;
+  // Opaque slices: the usable time from the bubble's begin they were planned against. Nothing
+  // stops opaque work, so the launcher re-checks the time left right before the launch (the
+  // launches before it may have taken long: the bubble may have ended meanwhile).
+  double opaque_budget_us = 0.0;
 };
 
 // A bubble's slices packed by time x SMs x memory, in policy order (slice_launcher.cpp).

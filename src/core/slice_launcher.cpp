@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 
 #include "common/callback_scope.hpp"
 #include "common/error.hpp"
@@ -151,7 +152,9 @@ BubblePlan SliceLauncher::plan(RuntimeState& s, const FillRequest& in,
     streams_taken |= uint64_t{1} << stream;
     free_sms -= slice.workers;
     planned_bytes += slice.workspace_bytes;
-    out.slices.push_back(PackedSlice{job, std::move(slice), stream});
+    const double opaque_budget =
+        job->kind == pfJobOpaque ? std::min(gated_budget, ungated_budget) : 0.0;
+    out.slices.push_back(PackedSlice{job, std::move(slice), stream, opaque_budget});
   }
   return out;
 }
@@ -174,6 +177,29 @@ void SliceLauncher::enqueue(RuntimeState& s, BubbleRecord& bubble, const BubbleP
           (plan.items + static_cast<uint64_t>(plan.workers) - 1) / static_cast<uint64_t>(plan.workers);
       plan.expected_us = static_cast<double>(rounds) * c.item_cost_us;
       plan.workspace_bytes = c.workspace_bytes_per_item * static_cast<size_t>(plan.workers);
+    }
+    if (job.kind == pfJobOpaque && tails == nullptr) {
+      // Executor mode: the slices launched before this one may have taken long (a slow launch
+      // callback, a late executor). Opaque work gets only the time left now, none once the
+      // bubble ended.
+      const Observed now = observe(s, bubble, /*elapsed=*/true);
+      const JobConfigModel& c = job.configs[static_cast<size_t>(plan.config_index)];
+      const double left = p.opaque_budget_us - now.elapsed_us - resources_.launch_overhead_us;
+      const double rounds_left = now.ended ? 0.0 : std::floor(left / c.item_cost_us + 1e-9);
+      if (rounds_left < 1) {
+        if (bubble.skip_reason.empty()) {
+          bubble.skip_reason = fmt::format(
+              "job '{}': the bubble {} before its opaque slice could be launched", job.name,
+              now.ended ? "ended" : "had too little time left");
+        }
+        continue;
+      }
+      const uint64_t workers = static_cast<uint64_t>(plan.workers);
+      const uint64_t rounds = (plan.items + workers - 1) / workers;
+      if (static_cast<double>(rounds) > rounds_left) {
+        plan.items = std::min<uint64_t>(plan.items, static_cast<uint64_t>(rounds_left) * workers);
+        plan.expected_us = rounds_left * c.item_cost_us;
+      }
     }
     if (s.free_slice_slots.empty()) {
       bubble.skip_reason = "slice event pool exhausted";
@@ -366,9 +392,11 @@ pfResult_t SliceLauncher::warm_up(const JobState& job) {
     }
   }
   // Every stream, also after a failure: what the earlier launches queued must have run before
-  // the caller releases the job's memory.
+  // the caller releases the job's memory, and an asynchronous failure of the warm-up shows here.
+  // Not on a driven clock (the simulator): its launches are checked when enqueued and load
+  // nothing, and synchronizing would run the caller's simulated world forward.
   const std::string failure = result != pfSuccess ? last_error_message() : std::string();
-  for (size_t i = 0; i < streams; ++i) {
+  for (size_t i = 0; i < streams && device_.driven_clock() == nullptr; ++i) {
     const pfResult_t r = device_.synchronize_stream(resources_.fill_streams[i]);
     if (r != pfSuccess && result == pfSuccess) {
       return fail(r, "pfJobCreate: job '{}': synchronizing fill stream {} of {} after its warm-up "

@@ -63,6 +63,7 @@ class TestDevice final : public Device {
 
   // ---- knobs ------------------------------------------------------------------------------
   bool hide_driven_clock = false;       // the runtime then uses the executor thread
+  bool single_queue = false;            // reports one hardware queue (auto launch -> inline)
   std::atomic<int> fail_copy_word{0};   // the next N copy_word_to_host calls fail
   std::atomic<int> fail_slice_end_record{0};  // the next N records on the fill stream after a copy
   std::atomic<int> copies{0};           // copy_word_to_host calls so far
@@ -174,6 +175,7 @@ class TestDevice final : public Device {
     std::lock_guard lock(capture_mutex);
     return capturing.count(stream) > 0;
   }
+  bool single_hardware_queue() const override { return single_queue; }
   DrivenClock* driven_clock() override {
     return hide_driven_clock ? nullptr : inner_->driven_clock();
   }
@@ -199,7 +201,8 @@ class TestDevice final : public Device {
 // `core_runtime` (optional) receives the C++ object, e.g. to wait for the executor.
 inline pfRuntime_t make_test_runtime(pfSimWorld_t world, pfConfig_t config, TestDevice** device,
                                      bool hide_driven_clock, bool executor_thread,
-                                     core::Runtime** core_runtime = nullptr) {
+                                     core::Runtime** core_runtime = nullptr,
+                                     bool single_hardware_queue = false) {
   config.sim_world = world;
   RuntimeOptions options;
   EXPECT_EQ(resolve_config(&config, &options), pfSuccess) << pfGetLastErrorMessage();
@@ -208,6 +211,7 @@ inline pfRuntime_t make_test_runtime(pfSimWorld_t world, pfConfig_t config, Test
   EXPECT_EQ(make_sim_device(options, &sim), pfSuccess) << pfGetLastErrorMessage();
   auto test = std::make_unique<TestDevice>(std::move(sim));
   test->hide_driven_clock = hide_driven_clock;
+  test->single_queue = single_hardware_queue;
   *device = test.get();
   std::unique_ptr<core::Runtime> rt;
   EXPECT_EQ(core::Runtime::create(options, std::move(test), &rt), pfSuccess)
