@@ -116,7 +116,10 @@ void Executor::begin_bubble(const BubbleMessage& m, SliceTails* tails) {
       if (prepared.class_key != bubble.class_key) continue;
       bubble.predicted_us = prepared.predicted_us;
       bubble.skip_reason = prepared.plan.skip_reason;
-      launcher_.enqueue(s, bubble, prepared.plan, tails);
+      FillRequest request;
+      request.gated_predicted_us = prepared.predicted_us;
+      request.ungated_predicted_us = prepared.predicted_us;
+      launcher_.fill_packed(s, bubble, request, prepared.plan, /*observed=*/false, tails);
       return;
     }
     // No measured history yet (a hint, or nothing): plan here.
@@ -129,7 +132,7 @@ void Executor::begin_bubble(const BubbleMessage& m, SliceTails* tails) {
     }
     const BubblePlan packed = launcher_.plan(s, request, /*observed=*/nullptr);
     bubble.skip_reason = packed.skip_reason;
-    launcher_.enqueue(s, bubble, packed, tails);
+    launcher_.fill_packed(s, bubble, request, packed, /*observed=*/false, tails);
   } catch (const std::exception& e) {
     record_async_error(s, pfErrorInternal, fmt::format("inline launch: {}", e.what()));
   } catch (...) {

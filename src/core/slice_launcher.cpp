@@ -55,11 +55,11 @@ void SliceLauncher::fill(RuntimeState& s, BubbleRecord& bubble, const FillReques
   }
   const BubblePlan packed = plan(s, request, &bubble);
   bubble.skip_reason = packed.skip_reason;
-  enqueue(s, bubble, packed, /*tails=*/nullptr);
+  fill_packed(s, bubble, request, packed, /*observed=*/true, /*tails=*/nullptr);
 }
 
 BubblePlan SliceLauncher::plan(RuntimeState& s, const FillRequest& in,
-                               const BubbleRecord* observed) {
+                               const BubbleRecord* observed, const Packed* so_far) {
   BubblePlan out;
   const auto usable = [&](double predicted) {
     return predicted * (1.0 - options_.safety_margin_fraction) - options_.safety_margin_us;
@@ -89,14 +89,19 @@ BubblePlan SliceLauncher::plan(RuntimeState& s, const FillRequest& in,
   const std::vector<size_t> order = schedule_order(options_.policy, views);
 
   const size_t streams = resources_.fill_streams.size();
-  uint64_t streams_taken = 0;  // bit i: fill stream i holds a slice of this bubble
-  int free_sms = fill_sms;
+  // bit i: fill stream i holds a slice of this bubble
+  uint64_t streams_taken = so_far != nullptr ? so_far->streams_taken : 0;
+  int free_sms = fill_sms - (so_far != nullptr ? so_far->sms_taken : 0);
   size_t planned_bytes = 0;
   bool looked = false;
   Observed now;
   for (const size_t index : order) {
     const std::shared_ptr<JobState>& job = s.jobs[index];
-    if (out.slices.size() >= streams) {
+    if (so_far != nullptr && std::find(so_far->jobs.begin(), so_far->jobs.end(), job.get()) !=
+                                 so_far->jobs.end()) {
+      continue;  // already holds (or was refused) a slice of this bubble
+    }
+    if (static_cast<size_t>(std::popcount(streams_taken)) >= streams) {
       note(fmt::format("job '{}': all {} fill streams hold a slice of this bubble", job->name,
                        streams));
       break;
@@ -159,14 +164,40 @@ BubblePlan SliceLauncher::plan(RuntimeState& s, const FillRequest& in,
   return out;
 }
 
-void SliceLauncher::enqueue(RuntimeState& s, BubbleRecord& bubble, const BubblePlan& packed,
-                            SliceTails* tails) {
+void SliceLauncher::fill_packed(RuntimeState& s, BubbleRecord& bubble, const FillRequest& request,
+                                const BubblePlan& first, bool observed, SliceTails* tails) {
+  Packed done;
+  BubblePlan next;
+  const BubblePlan* current = &first;
+  // A slice that could not be launched (its callback failed, its workspace no longer fits, a
+  // device call failed) leaves its SMs and stream free: the jobs not yet packed get them. Each
+  // round excludes the jobs it tried, so this ends.
+  for (size_t round = 0; round <= s.jobs.size(); ++round) {
+    if (!enqueue(s, bubble, *current, tails, &done)) return;
+    next = plan(s, request, observed ? &bubble : nullptr, &done);
+    if (next.slices.empty()) return;
+    current = &next;
+  }
+}
+
+bool SliceLauncher::enqueue(RuntimeState& s, BubbleRecord& bubble, const BubblePlan& packed,
+                            SliceTails* tails, Packed* done) {
   bool launched_any = false;
+  bool left_unused = false;
   for (const PackedSlice& p : packed.slices) {
     JobState& job = *p.job;
-    if (job.detached || is_terminal(job.status)) continue;
+    done->jobs.push_back(&job);
+    // Taken by the launch below; given back (left_unused) when the slice does not go out.
+    const auto unused = [&] { left_unused = true; };
+    if (job.detached || is_terminal(job.status)) {
+      unused();
+      continue;
+    }
     const uint64_t remaining = remaining_items(job);
-    if (remaining == 0) continue;  // never an empty slice inside a bubble
+    if (remaining == 0) {  // never an empty slice inside a bubble
+      unused();
+      continue;
+    }
     SlicePlan plan = p.plan;
     if (plan.items > remaining) {
       // A prepared plan older than the job's last slice: fewer items, on fewer workers.
@@ -192,6 +223,7 @@ void SliceLauncher::enqueue(RuntimeState& s, BubbleRecord& bubble, const BubbleP
               "job '{}': the bubble {} before its opaque slice could be launched", job.name,
               now.ended ? "ended" : "had too little time left");
         }
+        unused();
         continue;
       }
       const uint64_t workers = static_cast<uint64_t>(plan.workers);
@@ -211,13 +243,19 @@ void SliceLauncher::enqueue(RuntimeState& s, BubbleRecord& bubble, const BubbleP
         bubble.skip_reason = fmt::format("job '{}': {} workspace bytes do not fit the arena now",
                                          job.name, plan.workspace_bytes);
       }
+      unused();
       continue;
     }
     if (launch(s, bubble, p.job, plan, p.stream, workspace_block, tails) != Launched::No) {
       launched_any = true;
+      done->sms_taken += plan.workers;
+      done->streams_taken |= uint64_t{1} << p.stream;
+    } else {
+      unused();
     }
   }
   if (launched_any) s.plans_dirty = true;  // items in flight changed: prepared plans are stale
+  return left_unused;
 }
 
 int SliceLauncher::launch_slice_work(const JobState& job, const pfSliceDesc_t& slice,

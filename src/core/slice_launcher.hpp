@@ -32,6 +32,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "core/config.hpp"
 #include "core/fill_resources.hpp"
@@ -64,15 +65,29 @@ class SliceLauncher {
   // Packs the bubble (no side effect on the jobs). `observed`: the bubble as the executor sees
   // it (a late begin: opaque work gets only the time left, none once it ended); nullptr when the
   // plan is made before the bubble began (inline mode, prepared plans).
-  BubblePlan plan(RuntimeState& s, const FillRequest& request, const BubbleRecord* observed)
-      REQUIRES(s.mu);
+  // What a bubble's earlier packing rounds took (fill_packed): SMs, streams, and the jobs tried.
+  struct Packed {
+    int sms_taken = 0;
+    uint64_t streams_taken = 0;
+    std::vector<const JobState*> jobs;
+  };
+  // so_far: pack only the SMs, streams and jobs earlier rounds left (nullptr: the whole bubble).
+  BubblePlan plan(RuntimeState& s, const FillRequest& request, const BubbleRecord* observed,
+                  const Packed* so_far = nullptr) REQUIRES(s.mu);
 
   // Enqueues the plan's slices for `bubble`, re-checking each against the jobs as they are now
   // (a prepared plan may be older than the last launch): ended jobs are skipped, items clamped
   // to what is left, workspace and a slice slot taken. tails == nullptr: each slice's tail right
   // after it; otherwise the tails are described in *tails for enqueue_tails.
-  void enqueue(RuntimeState& s, BubbleRecord& bubble, const BubblePlan& plan, SliceTails* tails)
-      REQUIRES(s.mu);
+  // Returns true when a planned slice did not go out (its SMs are free again); *done collects
+  // what went out and every job tried.
+  bool enqueue(RuntimeState& s, BubbleRecord& bubble, const BubblePlan& plan, SliceTails* tails,
+               Packed* done) REQUIRES(s.mu);
+  // Enqueues `first`, then re-packs what slices that did not go out left free, until every
+  // planned slice went out or no job is left. observed: plan with the bubble as the executor
+  // sees it (executor mode).
+  void fill_packed(RuntimeState& s, BubbleRecord& bubble, const FillRequest& request,
+                   const BubblePlan& first, bool observed, SliceTails* tails) REQUIRES(s.mu);
 
   // Inline mode, after the gate write: the read-back and end record of every slice in *tails.
   // Returns the ones that failed (their slices must be quarantined).
