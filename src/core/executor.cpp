@@ -87,8 +87,8 @@ void Executor::refresh_plans(RuntimeState& s) {
 }
 
 void Executor::begin_bubble(const BubbleMessage& m, SliceTails* tails) {
-  MutexLock lock(state_.mu);
   RuntimeState& s = state_;
+  MutexLock lock(s.mu);
   tails->bubble_id = m.bubble_id;
   tails->count = 0;
   try {
