@@ -240,8 +240,8 @@ pfResult_t JobRegistry::create(RuntimeState& s, Runtime* owner, const pfJobDesc_
     s.job_slot_used[static_cast<size_t>(job->slot)] = false;
   };
   // A reused slot may hold an old cursor: reset it in fill-stream order, before any slice.
-  // (Every slice of a job waits for its previous one, so fill_streams[0]'s order is enough: the
-  // warm-up below synchronizes every fill stream before the first slice can be enqueued.)
+  // (On fill stream 0: the warm-up below synchronizes that stream before the job is attached,
+  // so the reset has landed before a slice of the job on any fill stream claims an item.)
   const pfResult_t reset = device_.write_word(resources_.fill_streams[0], job->cursor, 0);
   if (reset != pfSuccess) {
     release_reservation();

@@ -430,11 +430,15 @@ pfResult_t SliceLauncher::warm_up(const JobState& job) {
     }
   }
   // Every stream, also after a failure: what the earlier launches queued must have run before
-  // the caller releases the job's memory, and an asynchronous failure of the warm-up shows here.
-  // Not on a driven clock (the simulator): its launches are checked when enqueued and load
-  // nothing, and synchronizing would run the caller's simulated world forward.
+  // the caller releases the job's memory, an asynchronous failure of the warm-up shows here, and
+  // the job's cursor reset (queued on fill stream 0 by pfJobCreate) has landed before any slice
+  // of the job, on whichever fill stream, can claim an item. On a driven clock (the simulator)
+  // only stream 0, for the reset: its launches are checked when enqueued and load nothing, and
+  // synchronizing a stream runs the caller's simulated world forward (usually not at all: a
+  // fill stream is idle between runs).
+  const bool driven = device_.driven_clock() != nullptr;
   const std::string failure = result != pfSuccess ? last_error_message() : std::string();
-  for (size_t i = 0; i < streams && device_.driven_clock() == nullptr; ++i) {
+  for (size_t i = 0; i < (driven ? std::min<size_t>(streams, 1) : streams); ++i) {
     const pfResult_t r = device_.synchronize_stream(resources_.fill_streams[i]);
     if (r != pfSuccess && result == pfSuccess) {
       return fail(r, "pfJobCreate: job '{}': synchronizing fill stream {} of {} after its warm-up "

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -101,6 +102,10 @@ TEST(ConcurrentFill, JobsOfParallelismOneAndSixtyFourShareOneBubble) {
   EXPECT_NEAR(s.filled_sm_us, items_sm_us, 1e-6);
   EXPECT_NEAR(s.capacity_sm_us, capacity, 1e-6);
   EXPECT_GE(items_sm_us, 0.9 * capacity);
+  std::printf("[ figure ] fill_streams=4: filled %.3f of %.3f SM-us (%.1f%%), items %llu + %llu\n",
+              s.filled_sm_us, s.capacity_sm_us, 100.0 * s.filled_sm_us / s.capacity_sm_us,
+              static_cast<unsigned long long>(t.narrow.items_run()),
+              static_cast<unsigned long long>(t.wide.items_run()));
   EXPECT_EQ(s.items_completed, t.narrow.items_run() + t.wide.items_run());
   EXPECT_EQ(s.slices_launched, 2u);  // one slice per job, side by side
   EXPECT_NEAR(s.filled_time_us, kBubbleUs, 1e-6);  // concurrent slices do not count twice
@@ -121,6 +126,10 @@ TEST(ConcurrentFill, OneFillStreamRunsOneJobPerBubble) {
   const pfStats_t s = stats_v2(t.rt);
   EXPECT_EQ(s.slices_launched, 1u);
   EXPECT_LT(s.filled_sm_us, s.capacity_sm_us);
+  std::printf("[ figure ] fill_streams=1: filled %.3f of %.3f SM-us (%.1f%%), items %llu + %llu\n",
+              s.filled_sm_us, s.capacity_sm_us, 100.0 * s.filled_sm_us / s.capacity_sm_us,
+              static_cast<unsigned long long>(t.narrow.items_run()),
+              static_cast<unsigned long long>(t.wide.items_run()));
   t.destroy();
 }
 
