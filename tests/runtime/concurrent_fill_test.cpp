@@ -186,6 +186,48 @@ TEST(ConcurrentFill, EveryItemRunsExactlyOnceAcrossConcurrentSlices) {
   t.destroy();
 }
 
+// Packed by memory too: the second job's slice gets only the workers whose workspace still fits
+// next to the first one's. Arena 1 MiB; A: 32 workers x 16 KiB = 512 KiB; B (parallelism 33,
+// 32 KiB per item) fits (1 MiB - 512 KiB) / 32 KiB = 16 workers, not 33, though 33 SMs are free.
+TEST(ConcurrentFill, WorkspaceLimitsTheWorkersOfALaterJob) {
+  ManualStage stage;
+  ASSERT_NO_FATAL_FAILURE(stage.init(kSms));
+  stage.comm_sms = kReserved;
+  pfConfig_t c = sim_config(stage.world.get(), 0, 1, kReserved);
+  c.arena_bytes = size_t{1} << 20;
+  c.policy = pfPolicyFifo;
+  pfRuntime_t rt = stage.runtime(&c);
+  ASSERT_NE(rt, nullptr);
+  CountingJob a, b;
+  a.name = "a";
+  b.name = "b";
+  a.items = b.items = 100000;
+  pfJobConfig_t ac = config_with_parallelism(32), bc = config_with_parallelism(33);
+  ac.workspace_bytes_per_item = size_t{16} << 10;
+  bc.workspace_bytes_per_item = size_t{32} << 10;
+  pfJobDesc_t ad = a.desc(), bd = b.desc();
+  ad.configs = &ac;
+  ad.config_count = 1;
+  bd.configs = &bc;
+  bd.config_count = 1;
+  pfJob_t ah = nullptr, bh = nullptr;
+  PF_ASSERT_OK(pfJobCreate(rt, &ad, &ah));
+  PF_ASSERT_OK(pfJobCreate(rt, &bd, &bh));
+  const pfBubbleHint_t hint = hint_of(100.0);
+  stage.step(rt, 100.0, &hint);
+  PF_ASSERT_OK(pfRuntimeSynchronize(rt));
+  const uint64_t b_workers = ((size_t{1} << 20) - 32 * ac.workspace_bytes_per_item) /
+                             bc.workspace_bytes_per_item;
+  ASSERT_EQ(b_workers, 16u);
+  EXPECT_EQ(a.items_run(), 32u * 10u);
+  EXPECT_EQ(b.items_run(), b_workers * 10u);
+  const pfStats_t s = stats_v2(rt);
+  EXPECT_NEAR(s.filled_sm_us, static_cast<double>(a.items_run() + b.items_run()) * kItemUs, 1e-6);
+  PF_ASSERT_OK(pfJobDestroy(ah));
+  PF_ASSERT_OK(pfJobDestroy(bh));
+  PF_ASSERT_OK(pfRuntimeDestroy(rt));
+}
+
 // pfRuntimeGetStats keeps writing the 0.1 layout only; the V2 call honours the caller's size.
 TEST(ConcurrentFill, StatsV2HonoursTheCallersSize) {
   TwoJobs t;
