@@ -105,6 +105,11 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   const FillPartition& partition() const override { return partition_; }
   const PartitionOutcome& partition_outcome() const override { return outcome_; }
   bool single_connection() const override { return single_connection_; }
+  // One connection only matters where the fill streams share the primary context's queue: in
+  // green-context mode they belong to another context (docs/cuda-backend.md).
+  bool single_hardware_queue() const override {
+    return single_connection_ && !partition_.hardware_confined;
+  }
 
   // ---- Streams ------------------------------------------------------------------------------
   pfResult_t priority_range(int* lowest, int* highest) override {

@@ -117,16 +117,28 @@ typedef enum pfLogLevel_t {
  *   PIPEFILL_DEBUG=off|error|warn|info|debug|trace   (log level)
  *   PIPEFILL_CUPTI=0|1                  PIPEFILL_SIM_SEED=<uint64>
  *   PIPEFILL_SIM_SMS=<int>              PIPEFILL_SIM_MEMORY_BYTES=<size>
+ *   PIPEFILL_FILL_STREAMS=<1..64>       PIPEFILL_LAUNCH=auto|executor|inline   (version 3)
  */
 /* Version 2: the "unset" values below are ones no caller passes on purpose (in version 1 they were
  * -1 / -1.0, so a margin of -1.0 silently meant "default"). A version 1 config (a caller built
  * against the 0.1.0 header) is still accepted, with its -1 / -1.0 meaning "unset". `size` is
  * honoured both ways: a smaller (older) layout gets defaults for the fields it lacks, and
  * pfRuntimeGetConfig writes only the bytes the caller's `size` holds. */
-#define PF_CONFIG_VERSION 2
+/* Version 3 appends fill_streams and launch_mode; a version 2 layout (size and version of the
+ * 0.1 header with version 2) gets their defaults. */
+#define PF_CONFIG_VERSION 3
 #define PF_UNSET_INT INT_MIN
 #define PF_UNSET_DOUBLE (-DBL_MAX)
 #define PF_UNSET_SIZE SIZE_MAX
+
+/* Who enqueues a bubble's fill slices (pfConfig_t::launch_mode, PIPEFILL_LAUNCH). */
+typedef enum pfLaunchMode_t {
+  pfLaunchAuto = 0,     /* inline when the device feeds every stream through one hardware queue
+                           (CUDA_DEVICE_MAX_CONNECTIONS=1 in grid-cap mode), else executor */
+  pfLaunchExecutor = 1, /* the executor thread, after pfBubbleBegin returned (asynchronous) */
+  pfLaunchInline = 2    /* pfBubbleBegin itself, on the caller's thread, before it returns; the
+                           slices' read-backs are enqueued by pfBubbleEnd after the gate write */
+} pfLaunchMode_t;
 
 typedef struct pfConfig_t {
   size_t size;     /* sizeof(pfConfig_t): lets the library accept older layouts */
@@ -149,6 +161,9 @@ typedef struct pfConfig_t {
   uint64_t sim_seed;      /* jitter seed for a private world (0 = unset) */
   int sim_sm_count;       /* SMs of a private world's device */
   size_t sim_memory_bytes; /* memory of a private world's device */
+  /* Version 3. */
+  int fill_streams; /* fill streams (slices of one bubble run side by side, one per stream) */
+  int launch_mode;  /* pfLaunchMode_t */
 } pfConfig_t;
 
 #define PF_CONFIG_INITIALIZER                                                              \
@@ -156,7 +171,7 @@ typedef struct pfConfig_t {
     sizeof(pfConfig_t), PF_CONFIG_VERSION, PF_UNSET_INT, PF_UNSET_INT, PF_UNSET_INT,        \
         PF_UNSET_INT, PF_UNSET_INT, PF_UNSET_DOUBLE, PF_UNSET_DOUBLE, PF_UNSET_SIZE,        \
         PF_UNSET_DOUBLE, PF_UNSET_INT, PF_UNSET_INT, PF_UNSET_INT, PF_UNSET_INT, NULL, 0,   \
-        PF_UNSET_INT, PF_UNSET_SIZE                                                         \
+        PF_UNSET_INT, PF_UNSET_SIZE, PF_UNSET_INT, PF_UNSET_INT                             \
   }
 
 /* Same as assigning PF_CONFIG_INITIALIZER. */
@@ -297,8 +312,12 @@ typedef struct pfJobDesc_t {
   void* user;
   /* Called once, outside any bubble, from pfJobCreate: allocate resident memory. Optional. */
   pfResult_t (*setup)(void* user, const pfArenaAllocator_t* allocator, int config_index);
-  /* Called from the executor thread to enqueue one slice on `stream` (fill stream). Must not
-   * allocate, synchronise or load modules. Required. */
+  /* Called from the executor thread (inline launch mode: from pfBubbleBegin's thread) to
+   * enqueue one slice on `stream` (one of the fill streams). Must not allocate, synchronise or
+   * load modules. Required. pfJobCreate also calls it once per fill stream with an empty slice
+   * (max_items == 0, bubble_id 0, outside any bubble) to warm up: load kernels and library
+   * handles into the fill stream's context, enqueue nothing that claims items or writes output.
+   * A bubble's slice always has max_items >= 1. */
   pfResult_t (*launch)(void* user, const pfSliceDesc_t* slice, void* stream);
   /* Called once when the job ends (completed, failed, cancelled, destroyed). Optional. */
   void (*teardown)(void* user);
@@ -318,8 +337,10 @@ typedef struct pfJobInfo_t {
   pfResult_t error;         /* why it failed (pfSuccess otherwise) */
 } pfJobInfo_t;
 
-/* Registers a job; runs setup (arena allocations). A job whose resident memory cannot fit the
- * arena is refused with pfErrorOutOfMemory; running jobs are unaffected. */
+/* Registers a job; runs setup (arena allocations), then the warm-up launches (one empty slice
+ * per fill stream) and synchronizes the fill streams. A job whose resident memory cannot fit the
+ * arena is refused with pfErrorOutOfMemory; a failing warm-up with pfErrorJobFailed (teardown
+ * runs, nothing else changes); running jobs are unaffected. */
 PF_API pfResult_t pfJobCreate(pfRuntime_t runtime, const pfJobDesc_t* desc, pfJob_t* job);
 PF_API pfResult_t pfJobGetStatus(pfJob_t job, pfJobInfo_t* info);
 /* Stops scheduling the job; slices in flight finish (ticket slices at the next gate check). */
@@ -349,9 +370,21 @@ typedef struct pfStats_t {
   uint64_t jobs_completed;
   uint64_t jobs_failed;
   double host_begin_end_ns;    /* mean host cost of pfBubbleBegin+pfBubbleEnd */
+  /* ---- Appended in 0.2: only pfRuntimeGetStatsV2 writes the fields below ---- */
+  double filled_sm_us;         /* sum over slices of (overlap with the bubble) x (SMs granted) */
+  double capacity_sm_us;       /* sum over timed bubbles of duration x fill SMs of the partition */
 } pfStats_t;
 
+/* The bytes of the 0.1 layout (what pfRuntimeGetStats writes). */
+#define PF_STATS_V1_SIZE (offsetof(pfStats_t, host_begin_end_ns) + sizeof(double))
+
+/* Writes the 0.1 fields only (PF_STATS_V1_SIZE bytes), so a caller built against the 0.1 header,
+ * whose pfStats_t ends at host_begin_end_ns, is never written past its struct. */
 PF_API pfResult_t pfRuntimeGetStats(pfRuntime_t runtime, pfStats_t* stats);
+/* Size-checked form: writes min(stats_size, sizeof(pfStats_t)) bytes and zeroes the rest of the
+ * caller's stats_size bytes (fields a newer header has and this library does not know read 0).
+ * Pass sizeof(pfStats_t). stats_size < PF_STATS_V1_SIZE: pfErrorInvalidArgument. */
+PF_API pfResult_t pfRuntimeGetStatsV2(pfRuntime_t runtime, pfStats_t* stats, size_t stats_size);
 
 /* Writes a Chrome trace (JSON, opens in Perfetto / chrome://tracing) of the bubbles and fill
  * slices harvested so far. Byte-identical for identical simulated runs. */

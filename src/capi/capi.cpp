@@ -2,6 +2,8 @@
 // (src/sim/sim_capi.cpp). Each call clears this thread's error message, refuses calls from inside
 // job callbacks, looks its handles up in the live-handle tables (core/handles.hpp) and catches
 // every exception, so nothing throws across the boundary and no freed object is ever touched.
+#include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <exception>
 #include <memory>
@@ -264,7 +266,32 @@ PF_API pfResult_t pfRuntimeGetStats(pfRuntime_t runtime, pfStats_t* stats) {
     RuntimeRef rt;
     PF_TRY(pipefill::core::acquire_runtime(runtime, "pfRuntimeGetStats", &rt));
     if (stats == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeGetStats: stats is NULL");
-    return rt->get_stats(stats);
+    pfStats_t all{};
+    PF_TRY(rt->get_stats(&all));
+    std::memcpy(stats, &all, PF_STATS_V1_SIZE);  // a 0.1 caller's struct ends there
+    return pfSuccess;
+  });
+}
+
+PF_API pfResult_t pfRuntimeGetStatsV2(pfRuntime_t runtime, pfStats_t* stats, size_t stats_size) {
+  return guarded(__func__, [&] {
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfRuntimeGetStatsV2", &rt));
+    if (stats == nullptr) {
+      return fail(pfErrorInvalidArgument, "pfRuntimeGetStatsV2: stats is NULL");
+    }
+    if (stats_size < PF_STATS_V1_SIZE) {
+      return fail(pfErrorInvalidArgument,
+                  "pfRuntimeGetStatsV2: stats_size = {} is below the smallest layout ({} bytes)",
+                  stats_size, PF_STATS_V1_SIZE);
+    }
+    pfStats_t all{};
+    PF_TRY(rt->get_stats(&all));
+    const size_t known = std::min(stats_size, sizeof(pfStats_t));
+    std::memcpy(stats, &all, known);
+    // Fields of a newer header this library does not know read 0.
+    if (stats_size > known) std::memset(reinterpret_cast<char*>(stats) + known, 0, stats_size - known);
+    return pfSuccess;
   });
 }
 

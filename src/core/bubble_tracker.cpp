@@ -84,6 +84,8 @@ pfResult_t BubbleTracker::begin(void* stream, const pfBubbleHint_t* hint) {
   m.bubble_id = id;
   m.iteration = iterations_.load(std::memory_order_relaxed);
   m.index_in_iteration = index_in_iteration_;
+  // Inline mode: the slices go on the fill streams now, before the caller enqueues the wait.
+  if (inline_fill_ != nullptr) inline_fill_->begin_bubble(m, &tails_);
   push(m);
   current_tracked_ = m.tracked;
   bubble_stream_.store(stream, std::memory_order_release);
@@ -148,6 +150,8 @@ pfResult_t BubbleTracker::end(void* stream) {
     }
     ended_upto_.store(id, std::memory_order_release);
   }
+  // Inline mode: the slices' read-backs, behind the gate write in every queue.
+  if (inline_fill_ != nullptr) inline_fill_->end_bubble(&tails_);
   BubbleMessage m;
   m.type = BubbleMessage::Type::End;
   m.bubble_id = id;
@@ -185,6 +189,8 @@ void BubbleTracker::abandon(uint64_t id) {
   // The gate is not written elsewhere: a write on another stream could land after a later
   // bubble's close and move the gate back. The bubble's ticket slices stop at the next bubble's
   // gate write, or at their budget (the planned share of the prediction) - bounded either way.
+  // Their tails still go on the fill streams: the harvest needs every slice's end.
+  if (inline_fill_ != nullptr) inline_fill_->end_bubble(&tails_);
   BubbleMessage m;
   m.type = BubbleMessage::Type::End;
   m.bubble_id = id;

@@ -1,7 +1,9 @@
 // The user-thread bubble tracker: pfBubbleBegin, pfBubbleEnd and pfIterationEnd. They validate,
 // enqueue their stream operations on the main stream (begin: record the begin event; end: close
 // the gate, record the end event) and push a fixed-size message into the ring. They never wait
-// for the device or the executor; a rejected call enqueues nothing.
+// for the device or the executor; a rejected call enqueues nothing. In the inline launch mode
+// (inline_fill.hpp) begin also enqueues the bubble's fill slices, and end their read-backs after
+// the gate write.
 //
 // Thread affinity: one caller at a time per runtime (the engine's CPU thread), by contract. The
 // tracker's own state is therefore not locked; what other threads read of it is atomic.
@@ -12,6 +14,7 @@
 
 #include "core/config.hpp"
 #include "core/fill_resources.hpp"
+#include "core/inline_fill.hpp"
 #include "core/message_pump.hpp"
 #include "core/message_ring.hpp"
 #include "device/device.hpp"
@@ -34,6 +37,9 @@ class BubbleTracker {
 
   // The pump that makes room when the ring is full (set before the first bubble).
   void set_pump(MessagePump* pump) { pump_ = pump; }
+  // Inline launch mode (set before the first bubble): begin enqueues the bubble's slices through
+  // it, end their tails after the gate write. nullptr: executor mode.
+  void set_inline_fill(InlineFill* fill) { inline_fill_ = fill; }
 
   pfResult_t begin(void* stream, const pfBubbleHint_t* hint);
   pfResult_t end(void* stream);
@@ -64,6 +70,8 @@ class BubbleTracker {
   const std::atomic<uint64_t>& harvested_upto_;
   std::atomic<uint64_t>& ended_upto_;
   MessagePump* pump_ = nullptr;
+  InlineFill* inline_fill_ = nullptr;
+  SliceTails tails_;  // inline mode: the open bubble's slices whose tails pfBubbleEnd enqueues
 
   // User-thread state (one caller at a time).
   std::atomic<bool> in_bubble_{false};

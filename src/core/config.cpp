@@ -19,7 +19,10 @@ namespace {
 // The size of each version's layout (index = version). Versions 1 and 2 have the same fields;
 // version 2 changed the "unset" values. A later version appends fields: a caller built against
 // an older header passes its smaller size, and the fields it lacks take their defaults.
-constexpr size_t kConfigSizeOfVersion[] = {0, sizeof(pfConfig_t), sizeof(pfConfig_t)};
+// Version 3 appended fill_streams and launch_mode.
+constexpr size_t kConfigSizeOfVersion2 = offsetof(pfConfig_t, fill_streams);
+constexpr size_t kConfigSizeOfVersion[] = {0, kConfigSizeOfVersion2, kConfigSizeOfVersion2,
+                                           sizeof(pfConfig_t)};
 static_assert(sizeof(kConfigSizeOfVersion) / sizeof(kConfigSizeOfVersion[0]) ==
               PF_CONFIG_VERSION + 1);
 // Enough of any layout to read its size and version.
@@ -73,7 +76,24 @@ const char* backend_name(pfBackend_t backend) {
   return "unknown";
 }
 
+const char* launch_mode_name(pfLaunchMode_t mode) {
+  switch (mode) {
+    case pfLaunchAuto: return "auto";
+    case pfLaunchExecutor: return "executor";
+    case pfLaunchInline: return "inline";
+  }
+  return "unknown";
+}
+
 namespace {
+
+bool parse_launch_mode(const char* text, pfLaunchMode_t* out) {
+  if (strcasecmp(text, "auto") == 0) *out = pfLaunchAuto;
+  else if (strcasecmp(text, "executor") == 0) *out = pfLaunchExecutor;
+  else if (strcasecmp(text, "inline") == 0) *out = pfLaunchInline;
+  else return false;
+  return true;
+}
 
 bool parse_backend(const char* text, pfBackend_t* out) {
   if (strcasecmp(text, "auto") == 0) *out = pfBackendAuto;
@@ -342,6 +362,26 @@ pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out) {
                 source_of(c.sim_memory_bytes != PF_UNSET_SIZE, "sim_memory_bytes",
                           "PIPEFILL_SIM_MEMORY_BYTES"));
   }
+  PF_TRY(resolve_int(c.fill_streams, "fill_streams", "PIPEFILL_FILL_STREAMS", &o.fill_streams));
+  if (o.fill_streams < 1 || o.fill_streams > kMaxFillStreams) {
+    return fail(pfErrorInvalidArgument, "{} = {} is outside [1, {}]",
+                source_of(c.fill_streams != PF_UNSET_INT, "fill_streams", "PIPEFILL_FILL_STREAMS"),
+                o.fill_streams, kMaxFillStreams);
+  }
+  if (c.launch_mode != PF_UNSET_INT) {
+    if (c.launch_mode < pfLaunchAuto || c.launch_mode > pfLaunchInline) {
+      return fail(pfErrorInvalidArgument,
+                  "config.launch_mode = {} is not a pfLaunchMode_t (0 auto, 1 executor, 2 inline)",
+                  c.launch_mode);
+    }
+    o.launch_mode = static_cast<pfLaunchMode_t>(c.launch_mode);
+  } else if (const char* text = env("PIPEFILL_LAUNCH")) {
+    if (!parse_launch_mode(text, &o.launch_mode)) {
+      return fail(pfErrorInvalidArgument,
+                  "environment variable PIPEFILL_LAUNCH='{}' is not auto|executor|inline", text);
+    }
+  }
+
   // A private simulated world's SM count is known now; a shared world's or a GPU's is checked
   // when the device is configured.
   if (o.backend == pfBackendSim && o.sim_world == nullptr && o.reserved_sms >= o.sim_sm_count) {
@@ -364,6 +404,8 @@ pfResult_t export_config(const RuntimeOptions& o, pfConfig_t* out) {
   const size_t bytes = std::min(out->size, sizeof(pfConfig_t));
   pfConfig_t c = PF_CONFIG_INITIALIZER;
   c.size = bytes;
+  // The newest version whose layout the caller's bytes hold, so the struct is valid input again.
+  c.version = bytes >= sizeof(pfConfig_t) ? PF_CONFIG_VERSION : 2;
   c.backend = o.backend;
   c.device = o.device;
   c.stage_id = o.stage_id;
@@ -381,6 +423,8 @@ pfResult_t export_config(const RuntimeOptions& o, pfConfig_t* out) {
   c.sim_seed = o.sim_seed;
   c.sim_sm_count = o.sim_sm_count;
   c.sim_memory_bytes = o.sim_memory_bytes;
+  c.fill_streams = o.fill_streams;
+  c.launch_mode = o.launch_mode;
   std::memcpy(out, &c, bytes);  // never beyond the caller's layout
   return pfSuccess;
 }

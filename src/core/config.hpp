@@ -27,6 +27,10 @@ struct RuntimeOptions {
   uint64_t sim_seed = 1;
   int sim_sm_count = 132;
   size_t sim_memory_bytes = size_t{141} << 30;
+  // Fill streams made at creation; a bubble's slices run side by side, one per stream.
+  int fill_streams = 4;
+  // Who enqueues a bubble's slices; auto resolves when the device is known (Runtime::init).
+  pfLaunchMode_t launch_mode = pfLaunchAuto;
   // Simulated backend: handle bubble messages in the world's pre-run hook on the thread that
   // runs the world (deterministic; the default) instead of on the executor thread. Not in
   // pfConfig_t: only tests of the threaded executor turn it off.
@@ -46,5 +50,9 @@ pfResult_t export_config(const RuntimeOptions& options, pfConfig_t* out);
 bool parse_size(const char* text, size_t* out);
 // "auto", "cuda", "sim" or "host" (logs and messages).
 const char* backend_name(pfBackend_t backend);
+// "auto", "executor" or "inline".
+const char* launch_mode_name(pfLaunchMode_t mode);
+// Fill streams a runtime may make (pfConfig_t::fill_streams, PIPEFILL_FILL_STREAMS).
+inline constexpr int kMaxFillStreams = 64;
 
 }  // namespace pipefill

@@ -1,6 +1,7 @@
 #include "core/executor.hpp"
 
 #include <algorithm>
+#include <array>
 #include <exception>
 
 #include "common/error.hpp"
@@ -26,6 +27,7 @@ void Executor::handle_messages(std::span<const BubbleMessage> batch) {
         handle_end(state_, m);
       }
     }
+    refresh_plans(state_);
   } catch (const std::exception& e) {
     record_async_error(state_, pfErrorInternal, fmt::format("executor: {}", e.what()));
   } catch (...) {
@@ -37,6 +39,7 @@ void Executor::poll_completions() {
   MutexLock lock(state_.mu);
   try {
     harvest(state_);
+    refresh_plans(state_);
   } catch (const std::exception& e) {
     record_async_error(state_, pfErrorInternal, fmt::format("executor: {}", e.what()));
   } catch (...) {
@@ -44,10 +47,132 @@ void Executor::poll_completions() {
   }
 }
 
+FillRequest Executor::request_for(RuntimeState& s, const std::string& class_key,
+                                  double expected_us, std::string* why) {
+  const BubblePrediction prediction = s.predictor.predict(class_key, options_.prediction_quantile);
+  FillRequest request;
+  const bool measured = prediction.ready && prediction.count > 0;
+  if (measured) {
+    request.gated_predicted_us = prediction.quantile_us;
+    request.ungated_predicted_us = prediction.quantile_us;
+  } else if (expected_us > 0) {
+    // A hint is trusted for gated work only: the gate bounds a wrong hint to one item of
+    // overrun, while ungated work sized from it could hold the SMs far past the bubble.
+    request.gated_predicted_us = expected_us;
+  }
+  if (request.gated_predicted_us <= 0) {
+    *why = fmt::format("class {} has {} of {} samples and no expected duration", class_key,
+                       prediction.count, options_.min_samples);
+  }
+  return request;
+}
+
+void Executor::refresh_plans(RuntimeState& s) {
+  if (options_.launch_mode != pfLaunchInline || !s.plans_dirty) return;
+  s.plans_dirty = false;
+  s.prepared_plans.clear();
+  for (const std::string& key : s.predictor.class_keys()) {
+    const BubblePrediction prediction = s.predictor.predict(key, options_.prediction_quantile);
+    if (!prediction.ready || prediction.count == 0 || !(prediction.quantile_us > 0)) continue;
+    PreparedPlan prepared;
+    prepared.class_key = key;
+    prepared.predicted_us = prediction.quantile_us;
+    FillRequest request;
+    request.gated_predicted_us = prediction.quantile_us;
+    request.ungated_predicted_us = prediction.quantile_us;
+    // Made before the bubble begins: nothing of it has gone yet (observed = none).
+    prepared.plan = launcher_.plan(s, request, /*observed=*/nullptr);
+    s.prepared_plans.push_back(std::move(prepared));
+  }
+}
+
+void Executor::begin_bubble(const BubbleMessage& m, SliceTails* tails) {
+  RuntimeState& s = state_;
+  MutexLock lock(s.mu);
+  tails->bubble_id = m.bubble_id;
+  tails->count = 0;
+  try {
+    // On a driven clock (the simulator) harvest what completed and plan from it, as the executor
+    // would when handling the begin: same-seed runs stay identical. Elsewhere the plan the
+    // executor prepared after its last harvest is used as it is (a stale one is re-checked
+    // against the jobs when enqueued), keeping pfBubbleBegin's host cost small.
+    if (device_.driven_clock() != nullptr) {
+      harvest(s);
+      refresh_plans(s);
+    }
+    s.pending.emplace_back();
+    BubbleRecord& bubble = s.pending.back();
+    bubble.id = m.bubble_id;
+    bubble.iteration = m.iteration;
+    bubble.index_in_iteration = m.index_in_iteration;
+    bubble.class_key = bubble_class_key(m.index_in_iteration, m.label);
+    bubble.kind = m.kind;
+    bubble.tracked = m.tracked;
+    if (!m.tracked) {
+      bubble.skip_reason = "bubble event pool exhausted";
+      return;
+    }
+    for (const PreparedPlan& prepared : s.prepared_plans) {
+      if (prepared.class_key != bubble.class_key) continue;
+      bubble.predicted_us = prepared.predicted_us;
+      bubble.skip_reason = prepared.plan.skip_reason;
+      FillRequest request;
+      request.gated_predicted_us = prepared.predicted_us;
+      request.ungated_predicted_us = prepared.predicted_us;
+      launcher_.fill_packed(s, bubble, request, prepared.plan, /*observed=*/false, tails);
+      return;
+    }
+    // No measured history yet (a hint, or nothing): plan here.
+    std::string why;
+    const FillRequest request = request_for(s, bubble.class_key, m.expected_us, &why);
+    bubble.predicted_us = request.gated_predicted_us;
+    if (bubble.predicted_us <= 0) {
+      bubble.skip_reason = why;
+      return;
+    }
+    const BubblePlan packed = launcher_.plan(s, request, /*observed=*/nullptr);
+    bubble.skip_reason = packed.skip_reason;
+    launcher_.fill_packed(s, bubble, request, packed, /*observed=*/false, tails);
+  } catch (const std::exception& e) {
+    record_async_error(s, pfErrorInternal, fmt::format("inline launch: {}", e.what()));
+  } catch (...) {
+    record_async_error(s, pfErrorInternal, "inline launch: unknown exception");
+  }
+}
+
+void Executor::end_bubble(SliceTails* tails) {
+  if (tails->count == 0) return;
+  const std::vector<FailedTail> failed = launcher_.enqueue_tails(*tails);
+  tails->count = 0;
+  if (failed.empty()) return;
+  MutexLock lock(state_.mu);
+  for (const FailedTail& f : failed) quarantine_slice(state_, tails->bubble_id, f.slot, f.why);
+}
+
+void Executor::quarantine_slice(RuntimeState& s, uint64_t bubble_id, size_t slot,
+                                const std::string& why) {
+  for (BubbleRecord& bubble : s.pending) {
+    if (bubble.id != bubble_id) continue;
+    for (auto it = bubble.slices.begin(); it != bubble.slices.end(); ++it) {
+      if (it->event_slot != slot) continue;
+      record_async_error(s, pfErrorCudaFailure,
+                         fmt::format("fill slice of job '{}' in bubble {}: its end cannot be "
+                                     "tracked ({}); its resources stay taken until its fill "
+                                     "stream has passed it",
+                                     it->job->name, bubble_id, why));
+      s.quarantined.push_back(QuarantinedSlice{std::move(*it), bubble_id});
+      bubble.slices.erase(it);
+      return;
+    }
+  }
+}
+
 void Executor::handle_begin(RuntimeState& s, const BubbleMessage& m) {
   // Harvest first: on the simulated device this makes the prediction for this bubble depend
   // only on what completed before it was begun, hence deterministic.
   harvest(s);
+  // Inline mode: pfBubbleBegin made the bubble's record and enqueued its slices.
+  if (options_.launch_mode == pfLaunchInline) return;
   s.pending.emplace_back();
   BubbleRecord& bubble = s.pending.back();
   bubble.id = m.bubble_id;
@@ -60,22 +185,11 @@ void Executor::handle_begin(RuntimeState& s, const BubbleMessage& m) {
     bubble.skip_reason = "bubble event pool exhausted";
     return;
   }
-  const BubblePrediction prediction =
-      s.predictor.predict(bubble.class_key, options_.prediction_quantile);
-  FillRequest request;
-  const bool measured = prediction.ready && prediction.count > 0;
-  if (measured) {
-    request.gated_predicted_us = prediction.quantile_us;
-    request.ungated_predicted_us = prediction.quantile_us;
-  } else if (m.expected_us > 0) {
-    // A hint is trusted for gated work only: the gate bounds a wrong hint to one item of
-    // overrun, while ungated work sized from it could hold the SMs far past the bubble.
-    request.gated_predicted_us = m.expected_us;
-  }
+  std::string why;
+  const FillRequest request = request_for(s, bubble.class_key, m.expected_us, &why);
   bubble.predicted_us = request.gated_predicted_us;
   if (bubble.predicted_us <= 0) {
-    bubble.skip_reason = fmt::format("class {} has {} of {} samples and no expected duration",
-                                     bubble.class_key, prediction.count, options_.min_samples);
+    bubble.skip_reason = why;
     return;
   }
   launcher_.fill(s, bubble, request);
@@ -91,10 +205,10 @@ void Executor::handle_end(RuntimeState& s, const BubbleMessage& m) {
   }
 }
 
-void Executor::release_quarantined(RuntimeState& s, uint64_t before_sequence) {
+void Executor::release_quarantined(RuntimeState& s, int stream, uint64_t before_sequence) {
   auto it = s.quarantined.begin();
   while (it != s.quarantined.end()) {
-    if (it->slice.sequence >= before_sequence) {
+    if (it->slice.sequence >= before_sequence || (stream >= 0 && it->slice.stream != stream)) {
       ++it;
       continue;
     }
@@ -110,7 +224,9 @@ void Executor::release_quarantined(RuntimeState& s, uint64_t before_sequence) {
       if (!job.detached) s.stats.items_completed += job.items_completed - before;
     }
     if (slice.workspace != 0) s.arena.release(slice.workspace);
+    if (job.last_slice_slot == slice.event_slot) job.last_slice_slot = SIZE_MAX;
     s.free_slice_slots.push_back(slice.event_slot);
+    s.plans_dirty = true;
     settle_job(s, job);
     it = s.quarantined.erase(it);
   }
@@ -157,14 +273,21 @@ void Executor::harvest(RuntimeState& s) {
       if (!completed(resources_.slice_start_events[slice.event_slot], &t)) return;
       if (!completed(resources_.slice_end_events[slice.event_slot], &t)) return;
     }
-    uint64_t last_sequence = 0;
+    // Each fill stream runs in order: a completed slice end means every slice enqueued on that
+    // stream before it has ended too, including those whose own end could not be tracked.
+    std::array<uint64_t, kMaxFillStreams> last_sequence{};
     for (const SliceRecord& slice : bubble.slices) {
-      last_sequence = std::max(last_sequence, slice.sequence);
+      uint64_t& last = last_sequence[static_cast<size_t>(slice.stream)];
+      last = std::max(last, slice.sequence);
     }
     harvest_bubble(s, bubble, begin_us, end_us);
-    // The fill stream runs in order: a completed slice end means every slice enqueued before it
-    // has ended too, including those whose own end could not be tracked.
-    if (last_sequence > 0 && !s.quarantined.empty()) release_quarantined(s, last_sequence);
+    if (!s.quarantined.empty()) {
+      for (size_t stream = 0; stream < last_sequence.size(); ++stream) {
+        if (last_sequence[stream] > 0) {
+          release_quarantined(s, static_cast<int>(stream), last_sequence[stream]);
+        }
+      }
+    }
     s.harvested_upto.store(bubble.id, std::memory_order_release);
     s.pending.pop_front();
   }
@@ -189,12 +312,14 @@ void Executor::harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begi
     o.planned_items = slice.planned_items;
     o.items_completed_before = slice.job->items_completed;
     o.item_count = slice.job->item_count;
+    o.sms = slice.sms;
     observations.push_back(o);
   }
   if (!timed) {
     begin_us = end_us = observations.empty() ? 0.0 : observations.front().start_us;
   }
   const BubbleAccounting accounting = account_bubble(begin_us, end_us, observations);
+  s.plans_dirty = true;  // the predictor and the jobs' counts change
   if (timed) {
     s.predictor.add_sample(bubble.class_key, accounting.duration_us);
     ++s.stats.bubbles;
@@ -234,6 +359,7 @@ void Executor::harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begi
                              observations[i].end_us, a.items_done, slice.config_index, late});
     }
     if (slice.workspace != 0) s.arena.release(slice.workspace);
+    if (job.last_slice_slot == slice.event_slot) job.last_slice_slot = SIZE_MAX;
     s.free_slice_slots.push_back(slice.event_slot);
     settle_job(s, job);
   }
@@ -242,6 +368,8 @@ void Executor::harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begi
     return;
   }
   s.stats.filled_time_us += accounting.filled_us;
+  s.stats.filled_sm_us += accounting.filled_sm_us;
+  s.stats.capacity_sm_us += accounting.duration_us * resources_.partition.fill_sms;
   if (bubble.iteration > s.calibration_iteration) {
     s.calibration_iteration = bubble.iteration;
     collect_calibration(s);
@@ -284,20 +412,20 @@ void Executor::collect_calibration(RuntimeState& s) {
   }
 }
 
-pfResult_t Executor::drain_fill_stream(RuntimeState& s) {
+pfResult_t Executor::drain_fill_streams(RuntimeState& s) {
   uint64_t enqueued_before = 0;
   {
     MutexLock lock(s.mu);
     enqueued_before = s.next_slice_sequence;
   }
-  PF_TRY(device_.synchronize_stream(resources_.fill_stream));
+  for (Stream stream : resources_.fill_streams) PF_TRY(device_.synchronize_stream(stream));
   MutexLock lock(s.mu);
-  release_quarantined(s, enqueued_before);
+  release_quarantined(s, /*stream=*/-1, enqueued_before);
   return pfSuccess;
 }
 
 pfResult_t Executor::synchronize(RuntimeState& s) {
-  PF_TRY(drain_fill_stream(s));
+  PF_TRY(drain_fill_streams(s));
   MutexLock lock(s.mu);
   for (const BubbleRecord& b : s.pending) {
     if (b.ended && b.tracked) PF_TRY(device_.synchronize_event(resources_.end_event(b.id)));

@@ -4,15 +4,21 @@
 // blocking) queries the bubble's and its slices' events, runs the harvester's accounting
 // (harvester.hpp) and applies it to the statistics, the predictor, the jobs and the trace.
 //
+// Inline launch mode: the executor launches nothing; pfBubbleBegin makes the bubble's record and
+// enqueues its slices through begin_bubble (InlineFill), from the class's plan the executor
+// prepared after the last harvest (refresh_plans), and pfBubbleEnd enqueues their tails.
+//
 // Thread affinity: handle_messages on the pump's thread (executor thread or the thread running
 // the simulated world); poll_completions on the executor/poller thread; harvest also from
-// pfRuntimeSynchronize and pfJobDestroy. All with the state lock held.
+// pfRuntimeSynchronize and pfJobDestroy; begin_bubble/end_bubble on the user thread. All take or
+// hold the state lock.
 #pragma once
 
 #include <span>
 
 #include "core/config.hpp"
 #include "core/fill_resources.hpp"
+#include "core/inline_fill.hpp"
 #include "core/message_pump.hpp"
 #include "core/runtime_state.hpp"
 #include "core/slice_launcher.hpp"
@@ -20,7 +26,7 @@
 
 namespace pipefill::core {
 
-class Executor final : public MessageHandler {
+class Executor final : public MessageHandler, public InlineFill {
  public:
   Executor(const RuntimeOptions& options, Device& device, const FillResources& resources,
            RuntimeState& state)
@@ -33,6 +39,17 @@ class Executor final : public MessageHandler {
   void handle_messages(std::span<const BubbleMessage> batch) override EXCLUDES(state_.mu);
   void poll_completions() override EXCLUDES(state_.mu);
 
+  // InlineFill (inline launch mode, the user thread).
+  void begin_bubble(const BubbleMessage& begin, SliceTails* tails) override EXCLUDES(state_.mu);
+  void end_bubble(SliceTails* tails) override EXCLUDES(state_.mu);
+
+  // pfJobCreate's warm-up on every fill stream (no lock held).
+  pfResult_t warm_up(const JobState& job) { return launcher_.warm_up(job); }
+
+  // Inline mode: rebuilds the prepared plan of every bubble class with a measured prediction
+  // when something changed since the last build (a harvest, a launch, a job attached or ended).
+  void refresh_plans(RuntimeState& s) REQUIRES(s.mu);
+
   // Harvests every bubble whose events (and its slices' events) completed, in bubble order.
   void harvest(RuntimeState& s) REQUIRES(s.mu);
   // Calibration mode (enable_cupti): takes the device's activity records (CUPTI on CUDA, the
@@ -41,18 +58,25 @@ class Executor final : public MessageHandler {
   // pfRuntimeSynchronize after the pump drained: waits for the fill stream and the end events of
   // ended bubbles, then harvests.
   pfResult_t synchronize(RuntimeState& s) EXCLUDES(s.mu);
-  // Waits for the fill stream; every slice enqueued before has ended, so quarantined ones are
+  // Waits for every fill stream; every slice enqueued before has ended, so quarantined ones are
   // released.
-  pfResult_t drain_fill_stream(RuntimeState& s) EXCLUDES(s.mu);
+  pfResult_t drain_fill_streams(RuntimeState& s) EXCLUDES(s.mu);
 
  private:
   void handle_begin(RuntimeState& s, const BubbleMessage& m) REQUIRES(s.mu);
   void handle_end(RuntimeState& s, const BubbleMessage& m) REQUIRES(s.mu);
   void harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begin_us, double end_us)
       REQUIRES(s.mu);
-  // Releases the quarantined slices enqueued before `before_sequence` (the fill stream passed
-  // them).
-  void release_quarantined(RuntimeState& s, uint64_t before_sequence) REQUIRES(s.mu);
+  // The prediction of a bubble class as a fill request (measured history, else the hint for
+  // gated work only); *why says why there is none.
+  FillRequest request_for(RuntimeState& s, const std::string& class_key, double expected_us,
+                          std::string* why) REQUIRES(s.mu);
+  // Releases the quarantined slices on fill stream `stream` (-1: every stream) enqueued before
+  // `before_sequence` (the stream has passed them).
+  void release_quarantined(RuntimeState& s, int stream, uint64_t before_sequence) REQUIRES(s.mu);
+  // A tail (inline mode) could not be enqueued: its slice leaves the bubble for quarantine.
+  void quarantine_slice(RuntimeState& s, uint64_t bubble_id, size_t slot, const std::string& why)
+      REQUIRES(s.mu);
   // Moves a job to Running / Completed after its counts changed; tears it down when due.
   void settle_job(RuntimeState& s, JobState& job) REQUIRES(s.mu);
 

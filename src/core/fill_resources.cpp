@@ -120,7 +120,16 @@ pfResult_t create_fill_resources(Device& device, RuntimeOptions* options, FillRe
   }
   PF_TRY(configure_partition(device, reserved, reserved_unset, out));
   options->reserved_sms = out->partition.reserved_sms;
-  PF_TRY(device.create_fill_stream(&out->fill_stream));
+  if (options->fill_streams < 1 || options->fill_streams > kMaxFillStreams) {
+    return fail(pfErrorInvalidArgument, "fill_streams = {} is outside [1, {}]",
+                options->fill_streams, kMaxFillStreams);
+  }
+  out->fill_streams.reserve(static_cast<size_t>(options->fill_streams));
+  for (int i = 0; i < options->fill_streams; ++i) {
+    Stream stream = nullptr;
+    PF_TRY(device.create_fill_stream(&stream));
+    out->fill_streams.push_back(stream);
+  }
 
   PF_TRY(make_events(device, &out->bubble_begin_events, options->bubble_event_slots));
   PF_TRY(make_events(device, &out->bubble_end_events, options->bubble_event_slots));
@@ -149,7 +158,7 @@ void release_fill_resources(Device& device, FillResources* r) {
     }
   };
   // Fill work still queued may reference the words and the arena: drain it first.
-  if (r->fill_stream != nullptr) check(device.synchronize_stream(r->fill_stream), "fill sync");
+  for (Stream stream : r->fill_streams) check(device.synchronize_stream(stream), "fill sync");
   for (auto* events : {&r->bubble_begin_events, &r->bubble_end_events, &r->slice_start_events,
                        &r->slice_end_events}) {
     for (Event e : *events) check(device.destroy_event(e), "destroy_event");
@@ -158,13 +167,13 @@ void release_fill_resources(Device& device, FillResources* r) {
   if (r->words != nullptr) check(device.free_words(r->words), "free_words");
   if (r->host_words != nullptr) check(device.free_host_words(r->host_words), "free_host_words");
   if (r->arena_base != nullptr) check(device.free_arena(r->arena_base), "free_arena");
-  if (r->fill_stream != nullptr) {
-    check(device.destroy_stream(r->fill_stream), "destroy fill stream");
+  for (Stream stream : r->fill_streams) {
+    check(device.destroy_stream(stream), "destroy fill stream");
   }
   r->words = nullptr;
   r->host_words = nullptr;
   r->arena_base = nullptr;
-  r->fill_stream = nullptr;
+  r->fill_streams.clear();
   release_partition(device, r);
   if (!saved.empty()) set_error(pfErrorInternal, saved);  // keep the caller's message
 }

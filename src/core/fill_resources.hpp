@@ -22,7 +22,9 @@ inline constexpr size_t kQueueCapacity = 4096;     // bubble messages in flight
 struct FillResources {
   FillPartition partition;
   double launch_overhead_us = 0.0;   // planner's fixed cost of starting one slice
-  Stream fill_stream = nullptr;
+  // options.fill_streams streams, all lowest priority inside the partition: the slices of one
+  // bubble run side by side, one per stream. fill_streams[0] also carries job cursor resets.
+  std::vector<Stream> fill_streams;
   std::vector<Event> bubble_begin_events, bubble_end_events;
   std::vector<Event> slice_start_events, slice_end_events;
   uint64_t* words = nullptr;         // [0] gate, then 2 per job slot (cursor, budget counter)
@@ -40,12 +42,18 @@ struct FillResources {
   uint64_t* gate() const { return words; }
   uint64_t* cursor_word(int slot) const { return &words[1 + 2 * slot]; }
   uint64_t* budget_word(int slot) const { return &words[2 + 2 * slot]; }
+  bool is_fill_stream(Stream stream) const {
+    for (Stream s : fill_streams) {
+      if (s == stream) return true;
+    }
+    return false;
+  }
 };
 
 // Creates everything on `device`. Writes the values it resolved back into *options
 // (reserved_sms, arena_bytes). On failure the caller releases what was made.
 pfResult_t create_fill_resources(Device& device, RuntimeOptions* options, FillResources* out);
-// Drains the fill stream, then frees everything; safe on a partly created set and twice.
+// Drains the fill streams, then frees everything; safe on a partly created set and twice.
 // Failures are logged, never returned: nothing else can be done about them at teardown.
 void release_fill_resources(Device& device, FillResources* resources);
 

@@ -1,6 +1,9 @@
 #include "core/harvester.hpp"
 
 #include <algorithm>
+#include <limits>
+#include <utility>
+#include <vector>
 
 namespace pipefill::core {
 
@@ -22,6 +25,7 @@ SliceAccounting account_slice(double begin_us, double end_us, const SliceObserva
   a.ran_work = a.items_done > 0 || s.kind != pfJobTicket;
   if (a.ran_work) {
     a.filled_us = std::max(0.0, std::min(s.end_us, end_us) - std::max(s.start_us, begin_us));
+    a.filled_sm_us = a.filled_us * std::max(0, s.sms);
     a.overrun_us = s.end_us - end_us;
     a.busy_us = std::max(0.0, s.end_us - s.start_us);
   }
@@ -33,11 +37,25 @@ BubbleAccounting account_bubble(double begin_us, double end_us,
   BubbleAccounting b;
   b.duration_us = std::max(0.0, end_us - begin_us);
   b.slices.reserve(slices.size());
+  // The filled parts of the bubble, to take their union (slices run side by side).
+  std::vector<std::pair<double, double>> filled;
+  filled.reserve(slices.size());
   for (const SliceObservation& s : slices) {
     const SliceAccounting a = account_slice(begin_us, end_us, s);
-    b.filled_us += a.filled_us;
+    if (a.filled_us > 0) {
+      const double from = std::max(s.start_us, begin_us);
+      filled.emplace_back(from, from + a.filled_us);
+    }
+    b.filled_sm_us += a.filled_sm_us;
     if (a.ran_work) b.overrun_us = std::max(b.overrun_us, a.overrun_us);
     b.slices.push_back(a);
+  }
+  std::sort(filled.begin(), filled.end());
+  double covered_to = -std::numeric_limits<double>::infinity();
+  for (const auto& [from, to] : filled) {
+    if (to <= covered_to) continue;
+    b.filled_us += to - std::max(from, covered_to);
+    covered_to = to;
   }
   return b;
 }

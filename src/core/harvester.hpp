@@ -10,8 +10,12 @@
 //  - a ticket slice that completed no item had no block running one (its blocks found the gate
 //    closed or the budget spent): it counts neither as filled time nor as overrun, even when its
 //    completion event is long after the bubble end;
-//  - otherwise filled time = overlap of [start, end] of the slice with the bubble, overrun = how
-//    far the slice ended past the bubble end, busy time = the slice's length;
+//  - otherwise a slice's filled time = overlap of its [start, end] with the bubble, its filled
+//    SM·µs = that overlap x the SMs it was granted, overrun = how far it ended past the bubble
+//    end, busy time = its length;
+//  - a bubble's filled time is the time at least one slice filled (the union of the slices'
+//    overlaps: concurrent slices on several fill streams do not count twice); its filled SM·µs
+//    the sum over its slices;
 //  - a slice that started at or after the bubble's end is late (enqueued after the bubble ended,
 //    or a zero-length bubble): a ticket slice then runs no item (the gate is closed), and so is
 //    neither fill nor overrun by the rule above.
@@ -32,6 +36,7 @@ struct SliceObservation {
   uint64_t planned_items = 0;
   uint64_t items_completed_before = 0;  // the job's completed items before this slice
   uint64_t item_count = 0;              // the job's total
+  int sms = 0;                          // SMs granted to the slice (its max_blocks)
 };
 
 struct SliceAccounting {
@@ -40,13 +45,15 @@ struct SliceAccounting {
   bool ran_work = false;                 // counts as fill work (filled/overrun/busy)
   bool late = false;                     // started at or after the bubble's end
   double filled_us = 0.0;
+  double filled_sm_us = 0.0;             // filled_us x the slice's SMs
   double overrun_us = 0.0;               // > 0 when the slice ended after the bubble
   double busy_us = 0.0;
 };
 
 struct BubbleAccounting {
   double duration_us = 0.0;
-  double filled_us = 0.0;
+  double filled_us = 0.0;                // union of the slices' overlaps with the bubble
+  double filled_sm_us = 0.0;             // sum of the slices' filled SM·µs
   double overrun_us = 0.0;               // the largest slice overrun (0 when none)
   std::vector<SliceAccounting> slices;   // one per observation, same order
 };

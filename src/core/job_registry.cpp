@@ -240,7 +240,9 @@ pfResult_t JobRegistry::create(RuntimeState& s, Runtime* owner, const pfJobDesc_
     s.job_slot_used[static_cast<size_t>(job->slot)] = false;
   };
   // A reused slot may hold an old cursor: reset it in fill-stream order, before any slice.
-  const pfResult_t reset = device_.write_word(resources_.fill_stream, job->cursor, 0);
+  // (On fill stream 0: the warm-up below synchronizes that stream before the job is attached,
+  // so the reset has landed before a slice of the job on any fill stream claims an item.)
+  const pfResult_t reset = device_.write_word(resources_.fill_streams[0], job->cursor, 0);
   if (reset != pfSuccess) {
     release_reservation();
     return reset;
@@ -275,8 +277,21 @@ pfResult_t JobRegistry::create(RuntimeState& s, Runtime* owner, const pfJobDesc_
                   why.empty() ? "" : ": ", why);
     }
   }
-  // The handle exists before the executor can see the job (its slices carry it).
+  // The handle exists before the executor can see the job (its slices carry it), and before
+  // the warm-up (its empty slices carry it too).
   publish_job(job);
+  if (warm_up_) {
+    // Outside any bubble: kernels and library handles load now, not in the first bubble.
+    const pfResult_t warmed = warm_up_(*job);
+    if (warmed != pfSuccess) {
+      const std::string message = last_error_message();
+      unpublish_job(*job);
+      run_teardown(*job);  // setup succeeded: the job frees what it made
+      release_reservation();
+      log::warn("{}", message);
+      return set_error(warmed, message);
+    }
+  }
   {
     MutexLock lock(s.mu);
     s.jobs.push_back(job);

@@ -4,6 +4,8 @@
 // executor's; they end jobs through end_job() below.
 #pragma once
 
+#include <functional>
+
 #include "core/config.hpp"
 #include "core/fill_resources.hpp"
 #include "core/runtime_state.hpp"
@@ -16,8 +18,14 @@ class JobRegistry {
   JobRegistry(Device& device, const FillResources& resources)
       : device_(device), resources_(resources) {}
 
-  // Validates `desc`, reserves a slot and the resident share, runs setup; on success the job is
-  // attached (visible to the executor) and *out points at it. A failure changes nothing.
+  // The warm-up pfJobCreate runs after setup (Executor::warm_up: one empty slice per fill
+  // stream, then the streams synchronized). Set once, before the first job.
+  using WarmUp = std::function<pfResult_t(const JobState&)>;
+  void set_warm_up(WarmUp warm_up) { warm_up_ = std::move(warm_up); }
+
+  // Validates `desc`, reserves a slot and the resident share, runs setup and the warm-up; on
+  // success the job is attached (visible to the executor) and *out points at it. A failure
+  // changes nothing (a failed warm-up runs the job's teardown: its setup had succeeded).
   pfResult_t create(RuntimeState& s, Runtime* owner, const pfJobDesc_t* desc, JobState** out)
       EXCLUDES(s.mu);
   // pfJobGetStatus. Succeeds (and leaves the thread's message empty) for a failed job too: the
@@ -45,6 +53,7 @@ class JobRegistry {
  private:
   Device& device_;
   const FillResources& resources_;
+  WarmUp warm_up_;
 };
 
 // Ends a job (completed, failed, cancelled) unless it already ended; its teardown comes due once

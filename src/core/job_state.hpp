@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -60,7 +61,13 @@ struct JobState {
   uint64_t slices_launched = 0;
   uint64_t slices_in_flight = 0;
   double bubble_time_us = 0.0;
+  double granted_sm_us = 0.0;          // sum of planned time x SMs of its slices (fair share)
   double busy_time_us = 0.0;
+  // The fill stream and slice slot of its latest slice while that slice is unharvested (a
+  // slice on another stream first waits for its end: one slice of a job runs at a time, so the
+  // cursor read-back after a slice counts only that slice's claims). -1 / SIZE_MAX: none.
+  int last_stream = -1;
+  size_t last_slice_slot = SIZE_MAX;
   int last_config = -1;
   // Ticket slices in a row that ran while their bubble was open and completed no item: a launch
   // callback that enqueues nothing. The job fails when this reaches kMaxSlicesWithoutProgress.

@@ -62,7 +62,10 @@ SlicePlan plan_slice(const PlanRequest& r, std::span<const JobConfigModel> confi
     const uint64_t capacity =
         static_cast<uint64_t>(std::min(per_worker_d, 1e15)) * static_cast<uint64_t>(workers);
     const uint64_t items = std::min<uint64_t>(capacity, r.remaining_items);
-    const int used = static_cast<int>(std::min<uint64_t>(items, static_cast<uint64_t>(workers)));
+    const uint64_t per_worker = static_cast<uint64_t>(std::min(per_worker_d, 1e15));
+    // Packed: the fewest workers that still run the items within the budget.
+    const uint64_t needed = r.pack_sms ? (items + per_worker - 1) / per_worker : items;
+    const int used = static_cast<int>(std::min<uint64_t>(needed, static_cast<uint64_t>(workers)));
     const uint64_t rounds = (items + static_cast<uint64_t>(used) - 1) / static_cast<uint64_t>(used);
     const double work = static_cast<double>(items) * work_of(c);
     // Highest planned work (= work per µs of this bubble); ties keep the lower index.

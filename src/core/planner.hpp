@@ -29,13 +29,18 @@ struct PlanRequest {
   // Configs whose resident bytes exceed this are not eligible (the job was set up with a
   // smaller resident share). Default: no limit.
   size_t resident_limit = SIZE_MAX;
+  // Concurrent fill (the runtime's slice launcher): the slice holds its SMs for the whole
+  // budget, so a job with fewer items than fill_sms x budget takes only the SMs it needs -
+  // ceil(items / items per worker) - and leaves the rest to the next job packed into the bubble.
+  // false (the cluster simulator's sequential model): every worker, for as few rounds as needed.
+  bool pack_sms = false;
 };
 
 struct SlicePlan {
   bool fill = false;
   int config_index = -1;
   uint64_t items = 0;          // item budget
-  int workers = 0;             // parallelism used
+  int workers = 0;             // parallelism used (SMs the slice may hold)
   double expected_us = 0.0;    // predicted execution time of the slice
   size_t workspace_bytes = 0;
   double work = 0.0;           // useful work units planned

@@ -54,6 +54,16 @@ BubblePrediction BubblePredictor::predict(const std::string& class_key, double q
   return p;
 }
 
+std::vector<std::string> BubblePredictor::class_keys() const {
+  std::vector<std::string> keys;
+  keys.reserve(classes_.size());
+  for (const auto& [key, history] : classes_) {
+    if (history.count > 0) keys.push_back(key);
+  }
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
 std::string bubble_class_key(uint64_t index_in_iteration, const char* label) {
   if (label != nullptr && *label != '\0') return std::string(label);
   return fmt::format("#{}", index_in_iteration);

@@ -30,6 +30,8 @@ class BubblePredictor {
   // Prediction for the class at quantile q in (0,1] (nearest-rank on the window).
   BubblePrediction predict(const std::string& class_key, double quantile) const;
   size_t class_count() const { return classes_.size(); }
+  // Every class with a sample, sorted (a deterministic order).
+  std::vector<std::string> class_keys() const;
   int min_samples() const { return min_samples_; }
 
  private:

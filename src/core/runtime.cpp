@@ -54,6 +54,12 @@ pfResult_t Runtime::init(const RuntimeOptions& requested, std::unique_ptr<Device
     state_.predictor = BubblePredictor(options_.min_samples);
   }
 
+  if (options_.launch_mode == pfLaunchAuto) {
+    // One in-order hardware queue for every stream: a slice enqueued after the main stream's
+    // wait would start only after the gate closed, so pfBubbleBegin enqueues it (inline).
+    options_.launch_mode =
+        device_->single_hardware_queue() ? pfLaunchInline : pfLaunchExecutor;
+  }
   ring_ = std::make_unique<MessageRing>(kQueueCapacity);
   executor_ = std::make_unique<Executor>(options_, *device_, resources_, state_);
   jobs_ = std::make_unique<JobRegistry>(*device_, resources_);
@@ -70,6 +76,8 @@ pfResult_t Runtime::init(const RuntimeOptions& requested, std::unique_ptr<Device
   pump_ = in_hook ? make_pre_run_hook_pump(*ring_, *executor_)
                   : make_executor_thread_pump(*ring_, *executor_);
   tracker_->set_pump(pump_.get());
+  if (options_.launch_mode == pfLaunchInline) tracker_->set_inline_fill(executor_.get());
+  jobs_->set_warm_up([this](const JobState& job) { return executor_->warm_up(job); });
   if (driven != nullptr) {
     sim_world_ = driven->world_handle();
     // Before the world runs, the fill work of every bubble already begun must be enqueued, or
@@ -79,10 +87,11 @@ pfResult_t Runtime::init(const RuntimeOptions& requested, std::unique_ptr<Device
   }
   pump_->start();
   log::info("runtime created: backend {}, device {} ({}), stage {}/{}, {} fill SMs of {} ({}), "
-            "arena {} bytes",
+            "arena {} bytes, {} fill stream(s), launch mode {}",
             backend_name(options_.backend), options_.device, device_->name(),
             options_.stage_id, options_.stage_count, resources_.partition.fill_sms,
-            resources_.partition.total_sms, resources_.partition.mode, resources_.arena_bytes);
+            resources_.partition.total_sms, resources_.partition.mode, resources_.arena_bytes,
+            resources_.fill_streams.size(), launch_mode_name(options_.launch_mode));
   return pfSuccess;
 }
 
@@ -170,7 +179,7 @@ pfResult_t Runtime::create_high_priority_stream(void** stream) {
 }
 
 pfResult_t Runtime::destroy_stream(void* stream) {
-  if (stream == resources_.fill_stream || !device_->is_valid_main_stream(stream)) {
+  if (resources_.is_fill_stream(stream) || !device_->is_valid_main_stream(stream)) {
     return fail(pfErrorInvalidArgument,
                 "pfStreamDestroy: stream {} is not a main-job stream of this runtime", stream);
   }
@@ -207,9 +216,9 @@ pfResult_t Runtime::destroy_job(JobState* job) {
     }
   }
   if (jobs_->begin_destroy(state_, *job)) {
-    // Its slices run on the fill stream: once that drained, nothing uses the job's memory.
+    // Its slices run on the fill streams: once they drained, nothing uses the job's memory.
     wait_for_executor();
-    if (const pfResult_t r = executor_->drain_fill_stream(state_); r != pfSuccess) {
+    if (const pfResult_t r = executor_->drain_fill_streams(state_); r != pfSuccess) {
       if (keep) republish_job(keep);  // still attached: the handle stays valid
       return r;
     }

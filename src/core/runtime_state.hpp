@@ -17,6 +17,7 @@
 #include "common/mutex.hpp"
 #include "core/arena.hpp"
 #include "core/job_state.hpp"
+#include "core/planner.hpp"
 #include "core/predictor.hpp"
 #include "core/trace_writer.hpp"
 #include "pipefill/pipefill.h"
@@ -32,12 +33,41 @@ struct SliceRecord {
   int config_index = 0;
   double granted_us = 0.0;
   uintptr_t workspace = 0;      // arena block to release at harvest (0: none)
-  uint64_t sequence = 0;        // order of the slice on the fill stream
+  uint64_t sequence = 0;        // enqueue order (over all fill streams)
+  int stream = 0;               // index into FillResources::fill_streams
+  int sms = 0;                  // SMs granted (the slice's max_blocks)
   bool launch_failed = false;   // the callback failed: tracked only so its resources wait
   // The bubble's end event had completed when the launch callback returned: the gate was closed
   // before the slice's kernel was queued, so it ran nothing through no fault of the job (the
   // slice's start event, recorded before the callback, can still lie inside the bubble).
   bool enqueued_after_end = false;
+};
+
+// One slice of a bubble's plan: which job, how much, on which fill stream.
+struct PackedSlice {
+  std::shared_ptr<JobState> job;
+  SlicePlan plan;
+  int stream = 0;
+  // Opaque slices: the usable time from the bubble's begin they were planned against. Nothing
+  // stops opaque work, so the launcher re-checks the time left right before the launch (the
+  // launches before it may have taken long: the bubble may have ended meanwhile).
+  double opaque_budget_us = 0.0;
+};
+
+// A bubble's slices packed by time x SMs x memory, in policy order (slice_launcher.cpp).
+struct BubblePlan {
+  std::vector<PackedSlice> slices;
+  std::string skip_reason;  // why a job got nothing (the first reason), for traces and logs
+};
+
+// Inline launch mode: the plan of a bubble class prepared by the executor after a harvest, so
+// pfBubbleBegin only checks and enqueues it (docs/architecture.md, "Launch modes").
+struct PreparedPlan {
+  std::string class_key;
+  bool indexed = false;      // the key is "#<index>" (no label)
+  uint64_t index = 0;
+  double predicted_us = 0.0;
+  BubblePlan plan;
 };
 
 // A slice whose launch callback ran but whose read-back or end event could not be enqueued: its
@@ -74,6 +104,10 @@ struct RuntimeState {
   std::vector<size_t> free_slice_slots GUARDED_BY(mu);
   std::vector<QuarantinedSlice> quarantined GUARDED_BY(mu);
   uint64_t next_slice_sequence GUARDED_BY(mu) = 1;
+  // Inline launch mode: per bubble class, rebuilt when dirty (a harvest, a job attached or
+  // ended) by the executor; read by pfBubbleBegin.
+  std::vector<PreparedPlan> prepared_plans GUARDED_BY(mu);
+  bool plans_dirty GUARDED_BY(mu) = true;
   ArenaAllocator arena GUARDED_BY(mu);
 
   // Jobs (job_registry.cpp).

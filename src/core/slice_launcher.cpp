@@ -1,6 +1,8 @@
 #include "core/slice_launcher.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 
 #include "common/callback_scope.hpp"
 #include "common/error.hpp"
@@ -9,6 +11,21 @@
 #include "core/scheduler.hpp"
 
 namespace pipefill::core {
+namespace {
+
+// "pfErrorJobFailed", or "999 (not a pfResult_t)" for a value a callback made up.
+std::string result_text(int result) {
+  const bool known = result > pfSuccess && result < pfResultCount;
+  return known ? std::string(result_name(static_cast<pfResult_t>(result)))
+               : fmt::format("{} (not a pfResult_t)", result);
+}
+
+// Workers a configuration may use in the partition (its parallelism, capped by the fill SMs).
+int workers_of(const JobConfigModel& c, int fill_sms) {
+  return std::max(1, c.parallelism > 0 ? std::min(c.parallelism, fill_sms) : fill_sms);
+}
+
+}  // namespace
 
 SliceLauncher::Observed SliceLauncher::observe(const RuntimeState& s, const BubbleRecord& bubble,
                                                bool elapsed) {
@@ -31,104 +48,243 @@ SliceLauncher::Observed SliceLauncher::observe(const RuntimeState& s, const Bubb
   return o;
 }
 
-void SliceLauncher::fill(RuntimeState& s, BubbleRecord& bubble, const FillRequest& in) {
-  const auto usable = [&](double predicted) {
-    return predicted * (1.0 - options_.safety_margin_fraction) - options_.safety_margin_us;
-  };
-  // Every launched slice's expected time comes off both budgets.
-  double gated_budget = usable(in.gated_predicted_us);
-  double ungated_budget = in.ungated_predicted_us > 0 ? usable(in.ungated_predicted_us) : 0.0;
+void SliceLauncher::fill(RuntimeState& s, BubbleRecord& bubble, const FillRequest& request) {
   if (observe(s, bubble, /*elapsed=*/false).ended) {
     bubble.skip_reason = "the bubble had ended before the executor handled it";
     return;
   }
-  const size_t job_count = s.jobs.size();
-  std::vector<bool> tried(job_count, false);
-  std::vector<JobSchedView> views(job_count);
+  const BubblePlan packed = plan(s, request, &bubble);
+  bubble.skip_reason = packed.skip_reason;
+  fill_packed(s, bubble, request, packed, /*observed=*/true, /*tails=*/nullptr);
+}
+
+BubblePlan SliceLauncher::plan(RuntimeState& s, const FillRequest& in,
+                               const BubbleRecord* observed, const Packed* so_far) {
+  BubblePlan out;
+  const auto usable = [&](double predicted) {
+    return predicted * (1.0 - options_.safety_margin_fraction) - options_.safety_margin_us;
+  };
+  const double gated_budget = usable(in.gated_predicted_us);
+  const double ungated_budget = in.ungated_predicted_us > 0 ? usable(in.ungated_predicted_us) : 0.0;
+  const auto note = [&](std::string reason) {
+    if (out.skip_reason.empty()) out.skip_reason = std::move(reason);
+  };
+
   const int fill_sms = resources_.partition.fill_sms;
-  while (gated_budget > 0) {
-    for (size_t i = 0; i < job_count; ++i) {
-      const JobState& job = *s.jobs[i];
-      JobSchedView& v = views[i];
-      v.sequence = job.sequence;
-      v.priority = job.priority;
-      const uint64_t remaining = remaining_items(job);
-      const JobConfigModel& c = job.configs[static_cast<size_t>(std::max(0, job.setup_config))];
-      const int workers =
-          std::max(1, c.parallelism > 0 ? std::min(c.parallelism, fill_sms) : fill_sms);
-      v.remaining_work_us = static_cast<double>(remaining) * c.item_cost_us / workers;
-      v.received_bubble_us = job.bubble_time_us;
-      v.runnable = !tried[i] && !is_terminal(job.status) && remaining > 0;
-    }
-    const std::vector<size_t> order = schedule_order(options_.policy, views);
-    bool launched = false;
-    for (const size_t index : order) {
-      tried[index] = true;
-      const std::shared_ptr<JobState> job = s.jobs[index];
-      PlanRequest request;
-      request.predicted_us = gated_budget;
-      if (job->kind == pfJobOpaque) {
-        // Nothing stops opaque work: only a measured prediction, and only the time left of it.
-        if (!(ungated_budget > 0)) {
-          if (bubble.skip_reason.empty()) {
-            bubble.skip_reason = fmt::format(
-                "job '{}': opaque work waits for a measured history of class {}", job->name,
-                bubble.class_key);
-          }
-          continue;
-        }
-        const Observed now = observe(s, bubble, /*elapsed=*/true);
-        if (now.ended) {
-          if (bubble.skip_reason.empty()) {
-            bubble.skip_reason = fmt::format("job '{}': the bubble ended before its opaque slice "
-                                             "could be launched",
-                                             job->name);
-          }
-          continue;
-        }
-        request.predicted_us = std::min(gated_budget, ungated_budget) - now.elapsed_us;
-      }
-      request.launch_overhead_us = resources_.launch_overhead_us;
-      request.free_bytes = s.arena.largest_free_block();
-      request.fill_sms = fill_sms;
-      request.remaining_items = remaining_items(*job);
-      request.gated = job->kind == pfJobTicket;
-      request.resident_limit = job->resident_reserved;
-      const SlicePlan plan = plan_slice(request, job->configs);
-      if (!plan.fill) {
-        if (bubble.skip_reason.empty()) {
-          bubble.skip_reason = fmt::format("job '{}': {}", job->name, plan.reason);
-        }
-        continue;
-      }
-      if (s.free_slice_slots.empty()) {
-        bubble.skip_reason = "slice event pool exhausted";
-        return;
-      }
-      uintptr_t workspace_block = 0;
-      if (plan.workspace_bytes > 0 &&
-          !s.arena.allocate(plan.workspace_bytes, 0, &workspace_block)) {
-        continue;
-      }
-      const Launched result = launch(s, bubble, job, plan, workspace_block);
-      if (result != Launched::No) {
-        // Queued, tracked or not: its time is spent.
-        gated_budget -= plan.expected_us + resources_.launch_overhead_us;
-        ungated_budget -= plan.expected_us + resources_.launch_overhead_us;
-        launched = true;
-        break;
-      }
-    }
-    if (!launched) break;
+  const size_t job_count = s.jobs.size();
+  std::vector<JobSchedView> views(job_count);
+  for (size_t i = 0; i < job_count; ++i) {
+    const JobState& job = *s.jobs[i];
+    JobSchedView& v = views[i];
+    v.sequence = job.sequence;
+    v.priority = job.priority;
+    const uint64_t remaining = remaining_items(job);
+    const JobConfigModel& c = job.configs[static_cast<size_t>(std::max(0, job.setup_config))];
+    v.remaining_work_us =
+        static_cast<double>(remaining) * c.item_cost_us / workers_of(c, fill_sms);
+    // Fair share in SM·µs: a 1-SM job given the whole bubble got 1/fill_sms of it.
+    v.received_bubble_us = job.granted_sm_us;
+    v.runnable = !is_terminal(job.status) && remaining > 0;
   }
+  const std::vector<size_t> order = schedule_order(options_.policy, views);
+
+  const size_t streams = resources_.fill_streams.size();
+  // bit i: fill stream i holds a slice of this bubble
+  uint64_t streams_taken = so_far != nullptr ? so_far->streams_taken : 0;
+  int free_sms = fill_sms - (so_far != nullptr ? so_far->sms_taken : 0);
+  size_t planned_bytes = 0;
+  bool looked = false;
+  Observed now;
+  for (const size_t index : order) {
+    const std::shared_ptr<JobState>& job = s.jobs[index];
+    if (so_far != nullptr && std::find(so_far->jobs.begin(), so_far->jobs.end(), job.get()) !=
+                                 so_far->jobs.end()) {
+      continue;  // already holds (or was refused) a slice of this bubble
+    }
+    if (static_cast<size_t>(std::popcount(streams_taken)) >= streams) {
+      note(fmt::format("job '{}': all {} fill streams hold a slice of this bubble", job->name,
+                       streams));
+      break;
+    }
+    if (free_sms <= 0) {
+      note(fmt::format("job '{}': every fill SM is packed", job->name));
+      break;
+    }
+    PlanRequest request;
+    request.predicted_us = gated_budget;
+    if (job->kind == pfJobOpaque) {
+      // Nothing stops opaque work: only a measured prediction, and only the time left of it.
+      if (!(ungated_budget > 0)) {
+        note(fmt::format("job '{}': opaque work waits for a measured history of the class",
+                         job->name));
+        continue;
+      }
+      if (observed != nullptr && !looked) {
+        now = observe(s, *observed, /*elapsed=*/true);
+        looked = true;
+      }
+      if (now.ended) {
+        note(fmt::format("job '{}': the bubble ended before its opaque slice could be launched",
+                         job->name));
+        continue;
+      }
+      request.predicted_us = std::min(gated_budget, ungated_budget) - now.elapsed_us;
+    }
+    // The k-th slice of the bubble is enqueued after k others: it starts that much later.
+    request.launch_overhead_us =
+        resources_.launch_overhead_us * static_cast<double>(out.slices.size() + 1);
+    const size_t largest = s.arena.largest_free_block();
+    request.free_bytes = largest > planned_bytes ? largest - planned_bytes : 0;
+    request.fill_sms = free_sms;
+    request.remaining_items = remaining_items(*job);
+    request.gated = job->kind == pfJobTicket;
+    request.resident_limit = job->resident_reserved;
+    request.pack_sms = true;
+    SlicePlan slice = plan_slice(request, job->configs);
+    if (!slice.fill) {
+      note(fmt::format("job '{}': {}", job->name, slice.reason));
+      continue;
+    }
+    // The job's last stream when free (no cross-stream wait for its previous slice), else the
+    // first free one.
+    int stream = -1;
+    if (job->last_stream >= 0 && static_cast<size_t>(job->last_stream) < streams &&
+        (streams_taken & (uint64_t{1} << job->last_stream)) == 0) {
+      stream = job->last_stream;
+    } else {
+      stream = std::countr_one(streams_taken);
+    }
+    streams_taken |= uint64_t{1} << stream;
+    free_sms -= slice.workers;
+    planned_bytes += slice.workspace_bytes;
+    const double opaque_budget =
+        job->kind == pfJobOpaque ? std::min(gated_budget, ungated_budget) : 0.0;
+    out.slices.push_back(PackedSlice{job, std::move(slice), stream, opaque_budget});
+  }
+  return out;
+}
+
+void SliceLauncher::fill_packed(RuntimeState& s, BubbleRecord& bubble, const FillRequest& request,
+                                const BubblePlan& first, bool observed, SliceTails* tails) {
+  Packed done;
+  BubblePlan next;
+  const BubblePlan* current = &first;
+  // A slice that could not be launched (its callback failed, its workspace no longer fits, a
+  // device call failed) leaves its SMs and stream free: the jobs not yet packed get them. Each
+  // round excludes the jobs it tried, so this ends.
+  for (size_t round = 0; round <= s.jobs.size(); ++round) {
+    if (!enqueue(s, bubble, *current, tails, &done)) return;
+    next = plan(s, request, observed ? &bubble : nullptr, &done);
+    if (next.slices.empty()) return;
+    current = &next;
+  }
+}
+
+bool SliceLauncher::enqueue(RuntimeState& s, BubbleRecord& bubble, const BubblePlan& packed,
+                            SliceTails* tails, Packed* done) {
+  bool launched_any = false;
+  bool left_unused = false;
+  for (const PackedSlice& p : packed.slices) {
+    JobState& job = *p.job;
+    done->jobs.push_back(&job);
+    // Taken by the launch below; given back (left_unused) when the slice does not go out.
+    const auto unused = [&] { left_unused = true; };
+    if (job.detached || is_terminal(job.status)) {
+      unused();
+      continue;
+    }
+    const uint64_t remaining = remaining_items(job);
+    if (remaining == 0) {  // never an empty slice inside a bubble
+      unused();
+      continue;
+    }
+    SlicePlan plan = p.plan;
+    if (plan.items > remaining) {
+      // A prepared plan older than the job's last slice: fewer items, on fewer workers.
+      const JobConfigModel& c = job.configs[static_cast<size_t>(plan.config_index)];
+      plan.items = remaining;
+      plan.workers = static_cast<int>(std::min<uint64_t>(plan.workers, plan.items));
+      const uint64_t rounds =
+          (plan.items + static_cast<uint64_t>(plan.workers) - 1) / static_cast<uint64_t>(plan.workers);
+      plan.expected_us = static_cast<double>(rounds) * c.item_cost_us;
+      plan.workspace_bytes = c.workspace_bytes_per_item * static_cast<size_t>(plan.workers);
+    }
+    if (job.kind == pfJobOpaque && tails == nullptr) {
+      // Executor mode: the slices launched before this one may have taken long (a slow launch
+      // callback, a late executor). Opaque work gets only the time left now, none once the
+      // bubble ended.
+      const Observed now = observe(s, bubble, /*elapsed=*/true);
+      const JobConfigModel& c = job.configs[static_cast<size_t>(plan.config_index)];
+      const double left = p.opaque_budget_us - now.elapsed_us - resources_.launch_overhead_us;
+      const double rounds_left = now.ended ? 0.0 : std::floor(left / c.item_cost_us + 1e-9);
+      if (rounds_left < 1) {
+        if (bubble.skip_reason.empty()) {
+          bubble.skip_reason = fmt::format(
+              "job '{}': the bubble {} before its opaque slice could be launched", job.name,
+              now.ended ? "ended" : "had too little time left");
+        }
+        unused();
+        continue;
+      }
+      const uint64_t workers = static_cast<uint64_t>(plan.workers);
+      const uint64_t rounds = (plan.items + workers - 1) / workers;
+      if (static_cast<double>(rounds) > rounds_left) {
+        plan.items = std::min<uint64_t>(plan.items, static_cast<uint64_t>(rounds_left) * workers);
+        plan.expected_us = rounds_left * c.item_cost_us;
+      }
+    }
+    if (s.free_slice_slots.empty()) {
+      bubble.skip_reason = "slice event pool exhausted";
+      break;
+    }
+    uintptr_t workspace_block = 0;
+    if (plan.workspace_bytes > 0 && !s.arena.allocate(plan.workspace_bytes, 0, &workspace_block)) {
+      if (bubble.skip_reason.empty()) {
+        bubble.skip_reason = fmt::format("job '{}': {} workspace bytes do not fit the arena now",
+                                         job.name, plan.workspace_bytes);
+      }
+      unused();
+      continue;
+    }
+    if (launch(s, bubble, p.job, plan, p.stream, workspace_block, tails) != Launched::No) {
+      launched_any = true;
+      done->sms_taken += plan.workers;
+      done->streams_taken |= uint64_t{1} << p.stream;
+    } else {
+      unused();
+    }
+  }
+  if (launched_any) s.plans_dirty = true;  // items in flight changed: prepared plans are stale
+  return left_unused;
+}
+
+int SliceLauncher::launch_slice_work(const JobState& job, const pfSliceDesc_t& slice,
+                                     Stream stream, std::string* why) {
+  clear_last_error();
+  // Held as an int: a callback may return a value outside the enum (reading such a value
+  // through the enum type is undefined behaviour).
+  int result = pfErrorInternal;
+  try {
+    CallbackScope scope("launch");
+    result = static_cast<int>(job.launch(job.user, &slice, stream));
+    if (result != pfSuccess) *why = last_error_message();
+  } catch (const std::exception& e) {
+    result = pfErrorJobFailed;
+    *why = fmt::format("launch threw: {}", e.what());
+  } catch (...) {
+    result = pfErrorJobFailed;
+    *why = "launch threw an unknown exception";
+  }
+  return result;
 }
 
 SliceLauncher::Launched SliceLauncher::launch(RuntimeState& s, BubbleRecord& bubble,
                                               const std::shared_ptr<JobState>& job_ptr,
-                                              const SlicePlan& plan, uintptr_t workspace_block) {
+                                              const SlicePlan& plan, int stream,
+                                              uintptr_t workspace_block, SliceTails* tails) {
   JobState& job = *job_ptr;
   const size_t slot = s.free_slice_slots.back();
-  const Stream fill = resources_.fill_stream;
+  const Stream fill = resources_.fill_streams[static_cast<size_t>(stream)];
   // Before the callback nothing of the job is queued: a failing device call drops the slice (an
   // asynchronous error of the runtime) and returns its workspace.
   auto not_queued = [&](pfResult_t code, const char* what) {
@@ -139,7 +295,14 @@ SliceLauncher::Launched SliceLauncher::launch(RuntimeState& s, BubbleRecord& bub
     if (workspace_block != 0) s.arena.release(workspace_block);
     return Launched::No;
   };
-  pfResult_t r = device_.write_word(fill, job.budget_counter, 0);
+  pfResult_t r = pfSuccess;
+  // One slice of a job at a time: its claims and read-back must not interleave with those of its
+  // previous slice, still unharvested on another fill stream.
+  if (job.slices_in_flight > 0 && job.last_stream != stream && job.last_slice_slot != SIZE_MAX) {
+    r = device_.stream_wait_event(fill, resources_.slice_end_events[job.last_slice_slot]);
+    if (r != pfSuccess) return not_queued(r, "waiting for the job's previous slice");
+  }
+  r = device_.write_word(fill, job.budget_counter, 0);
   if (r != pfSuccess) return not_queued(r, "zeroing the budget counter");
   r = device_.stream_wait_event(fill, resources_.begin_event(bubble.id));
   if (r != pfSuccess) return not_queued(r, "waiting for the begin event");
@@ -162,30 +325,15 @@ SliceLauncher::Launched SliceLauncher::launch(RuntimeState& s, BubbleRecord& bub
   slice.workspace = reinterpret_cast<void*>(workspace_block);
   slice.workspace_bytes = workspace_block != 0 ? plan.workspace_bytes : 0;
 
-  clear_last_error();
-  // Held as an int: a callback may return a value outside the enum (reading such a value
-  // through the enum type is undefined behaviour).
-  int launched = pfErrorInternal;
   std::string why;
-  try {
-    CallbackScope scope("launch");
-    launched = static_cast<int>(job.launch(job.user, &slice, fill));
-    if (launched != pfSuccess) why = last_error_message();
-  } catch (const std::exception& e) {
-    launched = pfErrorJobFailed;
-    why = fmt::format("launch threw: {}", e.what());
-  } catch (...) {
-    launched = pfErrorJobFailed;
-    why = "launch threw an unknown exception";
-  }
+  const int launched = launch_slice_work(job, slice, fill, &why);
   const bool failed = launched != pfSuccess;
   if (failed) {
     const bool known = launched > pfSuccess && launched < pfResultCount;
     const pfResult_t code = known ? static_cast<pfResult_t>(launched) : pfErrorJobFailed;
-    const std::string code_text = known ? std::string(result_name(code))
-                                        : fmt::format("{} (not a pfResult_t)", launched);
-    const std::string message = fmt::format("job '{}': launch callback returned {} in bubble {}{}{}",
-                                            job.name, code_text, bubble.id, why.empty() ? "" : ": ", why);
+    const std::string message =
+        fmt::format("job '{}': launch callback returned {} in bubble {}{}{}", job.name,
+                    result_text(launched), bubble.id, why.empty() ? "" : ": ", why);
     log::warn("{}", message);
     end_job(s, job, pfJobFailed, code, message);
     record_async_error(s, pfErrorJobFailed, message);
@@ -204,25 +352,36 @@ SliceLauncher::Launched SliceLauncher::launch(RuntimeState& s, BubbleRecord& bub
   record.granted_us = plan.expected_us;
   record.workspace = workspace_block;
   record.sequence = s.next_slice_sequence++;
+  record.stream = stream;
+  record.sms = plan.workers;
   record.launch_failed = failed;
   record.enqueued_after_end = !failed && observe(s, bubble, /*elapsed=*/false).ended;
   ++job.slices_in_flight;
   job.items_in_flight += record.planned_items;
+  job.last_stream = stream;
+  job.last_slice_slot = slot;
   if (!failed) {
     ++job.slices_launched;
     if (job.kind == pfJobOpaque) job.next_opaque_item += plan.items;
     job.bubble_time_us += plan.expected_us;
+    job.granted_sm_us += plan.expected_us * plan.workers;
     job.last_config = plan.config_index;
     ++s.stats.slices_launched;
   }
 
+  if (tails != nullptr) {
+    // Inline mode: the tail comes from pfBubbleEnd, after the gate write (inline_fill.hpp).
+    tails->items[tails->count++] = SliceTail{stream, job.cursor, slot, record.sequence};
+    bubble.slices.push_back(std::move(record));
+    return failed ? Launched::No : Launched::Yes;
+  }
   r = device_.copy_word_to_host(fill, job.cursor, &resources_.host_words[slot]);
   // The end event follows the read-back, so a completed end event means the host word is valid.
   if (r == pfSuccess) r = device_.record_event(resources_.slice_end_events[slot], fill);
   if (r != pfSuccess) {
     record_async_error(s, r,
                        fmt::format("fill slice of job '{}' in bubble {}: its end cannot be "
-                                   "tracked ({}); its resources stay taken until the fill stream "
+                                   "tracked ({}); its resources stay taken until its fill stream "
                                    "has passed it",
                                    job.name, bubble.id, last_error_message()));
     s.quarantined.push_back(QuarantinedSlice{std::move(record), bubble.id});
@@ -230,6 +389,65 @@ SliceLauncher::Launched SliceLauncher::launch(RuntimeState& s, BubbleRecord& bub
   }
   bubble.slices.push_back(std::move(record));
   return failed ? Launched::No : Launched::Yes;
+}
+
+std::vector<FailedTail> SliceLauncher::enqueue_tails(const SliceTails& tails) {
+  std::vector<FailedTail> failed;
+  for (size_t i = 0; i < tails.count; ++i) {
+    const SliceTail& t = tails.items[i];
+    const Stream fill = resources_.fill_streams[static_cast<size_t>(t.stream)];
+    pfResult_t r = device_.copy_word_to_host(fill, t.cursor, &resources_.host_words[t.slot]);
+    if (r == pfSuccess) r = device_.record_event(resources_.slice_end_events[t.slot], fill);
+    if (r != pfSuccess) failed.push_back(FailedTail{t.slot, last_error_message()});
+  }
+  return failed;
+}
+
+pfResult_t SliceLauncher::warm_up(const JobState& job) {
+  const JobConfigModel& c = job.configs[static_cast<size_t>(std::max(0, job.setup_config))];
+  pfSliceDesc_t slice{};
+  slice.job = job.handle;
+  slice.config_index = job.setup_config;
+  slice.bubble_id = 0;  // the gate (>= 0) reads closed: even a kernel ignoring max_items stops
+  slice.first_item_hint = 0;
+  slice.max_items = 0;
+  slice.total_items = job.item_count;
+  slice.max_blocks = workers_of(c, resources_.partition.fill_sms);
+  slice.time_budget_us = 0.0;
+  slice.gate = resources_.gate();
+  slice.cursor = job.cursor;
+  slice.budget_counter = job.budget_counter;
+  const size_t streams = resources_.fill_streams.size();
+  pfResult_t result = pfSuccess;
+  for (size_t i = 0; i < streams && result == pfSuccess; ++i) {
+    std::string why;
+    const int launched = launch_slice_work(job, slice, resources_.fill_streams[i], &why);
+    if (launched != pfSuccess) {
+      result = fail(pfErrorJobFailed,
+                    "pfJobCreate: job '{}': its warm-up launch (an empty slice, max_items = 0) on "
+                    "fill stream {} of {} returned {}{}{}",
+                    job.name, i, streams, result_text(launched), why.empty() ? "" : ": ", why);
+    }
+  }
+  // Every stream, also after a failure: what the earlier launches queued must have run before
+  // the caller releases the job's memory, an asynchronous failure of the warm-up shows here, and
+  // the job's cursor reset (queued on fill stream 0 by pfJobCreate) has landed before any slice
+  // of the job, on whichever fill stream, can claim an item. On a driven clock (the simulator)
+  // only stream 0, for the reset: its launches are checked when enqueued and load nothing, and
+  // synchronizing a stream runs the caller's simulated world forward (usually not at all: a
+  // fill stream is idle between runs).
+  const bool driven = device_.driven_clock() != nullptr;
+  const std::string failure = result != pfSuccess ? last_error_message() : std::string();
+  for (size_t i = 0; i < (driven ? std::min<size_t>(streams, 1) : streams); ++i) {
+    const pfResult_t r = device_.synchronize_stream(resources_.fill_streams[i]);
+    if (r != pfSuccess && result == pfSuccess) {
+      return fail(r, "pfJobCreate: job '{}': synchronizing fill stream {} of {} after its warm-up "
+                  "launch failed: {}",
+                  job.name, i, streams, last_error_message());
+    }
+  }
+  if (result != pfSuccess) return set_error(result, failure);
+  return pfSuccess;
 }
 
 }  // namespace pipefill::core

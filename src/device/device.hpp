@@ -133,6 +133,13 @@ class Device {
     return false;
   }
 
+  // ---- Hardware queues (optional) ---------------------------------------------------------
+  // Whether the main streams and the fill streams feed one in-order hardware queue, so an
+  // operation starts only after everything enqueued before it on any stream was dispatched (CUDA
+  // with CUDA_DEVICE_MAX_CONNECTIONS=1 in grid-cap mode). Then fill slices must be enqueued
+  // before the main stream's wait in a bubble: the runtime's auto launch mode goes inline.
+  virtual bool single_hardware_queue() const { return false; }
+
   // ---- Capabilities (optional) -----------------------------------------------------------
   // Non-null for a device whose clock is driven by the caller (the simulator).
   virtual DrivenClock* driven_clock() { return nullptr; }

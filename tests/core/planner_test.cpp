@@ -161,3 +161,32 @@ TEST(Planner, SetupConfigByThroughputWithinArena) {
 
 }  // namespace
 }  // namespace pipefill
+
+namespace pipefill {
+namespace {
+
+// Concurrent fill packs a job with few items into the fewest SMs that still run them within the
+// budget (the rest stay free for the next job); the sequential model spreads them over every
+// worker for as few rounds as possible.
+TEST(Planner, PackedSlicesTakeOnlyTheSmsTheirItemsNeed) {
+  const std::vector<JobConfigModel> configs = {config(10.0, 0)};
+  PlanRequest r = request(100.0, 64, 28);  // 10 items per SM fit the budget
+  SlicePlan spread = plan_slice(r, configs);
+  ASSERT_TRUE(spread.fill) << spread.reason;
+  EXPECT_EQ(spread.workers, 28);  // one round on 28 SMs
+  EXPECT_DOUBLE_EQ(spread.expected_us, 10.0);
+  r.pack_sms = true;
+  const SlicePlan packed = plan_slice(r, configs);
+  ASSERT_TRUE(packed.fill) << packed.reason;
+  EXPECT_EQ(packed.items, 28u);
+  EXPECT_EQ(packed.workers, 3);  // ceil(28 / 10)
+  EXPECT_DOUBLE_EQ(packed.expected_us, 100.0);  // ceil(28 / 3) = 10 rounds
+  // Enough items for every SM: packing changes nothing.
+  r.remaining_items = 100000;
+  const SlicePlan full = plan_slice(r, configs);
+  EXPECT_EQ(full.workers, 64);
+  EXPECT_EQ(full.items, 640u);
+}
+
+}  // namespace
+}  // namespace pipefill

@@ -151,7 +151,8 @@ TEST_P(Executor, JobsComeAndGoFromAnotherThread) {
   PF_ASSERT_OK(pfRuntimeDestroy(rt));
 }
 
-pfResult_t throwing_launch(void*, const pfSliceDesc_t*, void*) {
+pfResult_t throwing_launch(void*, const pfSliceDesc_t* slice, void*) {
+  if (slice->max_items == 0) return pfSuccess;  // pfJobCreate's warm-up loads nothing here
   throw std::runtime_error("boom in launch");
 }
 

@@ -69,6 +69,8 @@ struct HostJob {
 
   static pfResult_t launch(void* user, const pfSliceDesc_t* slice, void* stream) {
     auto* self = static_cast<HostJob*>(user);
+    // pfJobCreate's warm-up (an empty slice outside any bubble): nothing to load on the host.
+    if (slice->max_items == 0) return pfSuccess;
     const uint64_t bubble = slice->bubble_id;
     if (bubble >= kMaxBubbles) return pfErrorInvalidArgument;
     if (self->delay.load() == LaunchDelay::UntilBegan && self->flags != nullptr) {

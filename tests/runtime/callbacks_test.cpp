@@ -72,7 +72,7 @@ TEST_P(Callbacks, LaunchCallingBackIsRefused) {
   d.user = &r;
   d.launch = [](void* user, const pfSliceDesc_t* slice, void* stream) {
     auto* self = static_cast<Reentry*>(user);
-    if (!self->done) {
+    if (!self->done && slice->max_items > 0) {  // the first bubble slice, not the warm-up
       self->done = true;
       self->call_everything();
     }
@@ -207,7 +207,10 @@ TEST_P(Callbacks, LaunchResultOutsideTheEnumIsJobFailed) {
   ASSERT_NE(rt, nullptr);
   CountingJob counting;
   pfJobDesc_t d = counting.desc();
-  d.launch = [](void*, const pfSliceDesc_t*, void*) { return static_cast<pfResult_t>(999); };
+  d.launch = [](void*, const pfSliceDesc_t* slice, void*) {
+    // Succeeds at pfJobCreate's warm-up (an empty slice), fails in the bubble.
+    return slice->max_items == 0 ? pfSuccess : static_cast<pfResult_t>(999);
+  };
   pfJob_t job = nullptr;
   PF_ASSERT_OK(pfJobCreate(rt, &d, &job));
   pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
@@ -239,8 +242,8 @@ TEST_P(Callbacks, LaunchThatEnqueuesNothingEndsItsJob) {
   healthy.name = "healthy";
   healthy.items = 1u << 20;
   pfJobDesc_t d = idle.desc();
-  d.launch = [](void* user, const pfSliceDesc_t*, void*) {
-    ++static_cast<CountingJob*>(user)->launches;
+  d.launch = [](void* user, const pfSliceDesc_t* slice, void*) {
+    if (slice->max_items > 0) ++static_cast<CountingJob*>(user)->launches;
     return pfSuccess;
   };
   pfJob_t idle_job = nullptr, healthy_job = nullptr;

@@ -2,6 +2,7 @@
 // caller's layout; pfRuntimeCreate reads only those and defaults the rest.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -53,6 +54,36 @@ TEST(ConfigAbi, FullStructRoundTrips) {
   pfRuntime_t again = nullptr;
   PF_ASSERT_OK(pfRuntimeCreate(&got, &again));  // a config read back is valid input
   PF_ASSERT_OK(pfRuntimeDestroy(again));
+  PF_ASSERT_OK(pfRuntimeDestroy(rt));
+}
+
+// A caller built against the version 2 header (no fill_streams, no launch_mode): its struct is
+// read only up to its size, the new fields take their defaults, and reading the config back into
+// that layout writes nothing past it and says version 2.
+TEST(ConfigAbi, Version2LayoutGetsDefaultsForTheAppendedFields) {
+  ManualStage stage;
+  ASSERT_NO_FATAL_FAILURE(stage.init());
+  const size_t v2 = offsetof(pfConfig_t, fill_streams);
+  std::vector<unsigned char> buffer(sizeof(pfConfig_t) + 64, 0x5A);  // garbage past the layout
+  pfConfig_t base = sim_config(stage.world.get(), 0, 1, stage.comm_sms);
+  base.size = v2;
+  base.version = 2;
+  std::memcpy(buffer.data(), &base, v2);
+  pfRuntime_t rt = nullptr;
+  PF_ASSERT_OK(pfRuntimeCreate(reinterpret_cast<pfConfig_t*>(buffer.data()), &rt));
+  pfConfig_t full = PF_CONFIG_INITIALIZER;
+  PF_ASSERT_OK(pfRuntimeGetConfig(rt, &full));
+  EXPECT_EQ(full.fill_streams, 4);                 // the default, not the 0x5A bytes
+  EXPECT_EQ(full.launch_mode, pfLaunchExecutor);   // auto on the simulator
+  std::fill(buffer.begin(), buffer.end(), 0xAB);
+  auto* older = reinterpret_cast<pfConfig_t*>(buffer.data());
+  older->size = v2;
+  PF_ASSERT_OK(pfRuntimeGetConfig(rt, older));
+  EXPECT_EQ(older->version, 2);
+  EXPECT_EQ(older->reserved_sms, stage.comm_sms);
+  for (size_t i = v2; i < buffer.size(); ++i) {
+    ASSERT_EQ(buffer[i], 0xAB) << "byte " << i << " lies beyond the caller's size";
+  }
   PF_ASSERT_OK(pfRuntimeDestroy(rt));
 }
 

@@ -30,7 +30,9 @@ struct CountingJob {
   int kind = pfJobTicket;
   size_t resident_bytes = 0;
   std::vector<uint32_t> runs;  // per item
-  int launches = 0;
+  int launches = 0;            // launches of bubble slices (max_items >= 1)
+  int warm_ups = 0;            // empty warm-up launches from pfJobCreate (max_items == 0)
+  int fail_warm_up = 0;        // non-zero: warm-up launches return this result
   int setups = 0;
   int teardowns = 0;
   int fail_launch_at = -1;     // launch number that returns pfErrorJobFailed
@@ -46,6 +48,11 @@ struct CountingJob {
   }
   static pfResult_t launch(void* user, const pfSliceDesc_t* slice, void* stream) {
     auto* self = static_cast<CountingJob*>(user);
+    if (slice->max_items == 0) {
+      // pfJobCreate's warm-up: a real job loads its kernels here; nothing to enqueue.
+      ++self->warm_ups;
+      return static_cast<pfResult_t>(self->fail_warm_up);
+    }
     if (self->launches++ == self->fail_launch_at) return pfErrorJobFailed;
     if (self->kind == pfJobOpaque) {
       return pfSimLaunchOpaque(stream, slice->first_item_hint, slice->max_items,

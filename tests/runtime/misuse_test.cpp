@@ -98,7 +98,7 @@ RunRecord run(bool misuse) {
   EXPECT_EQ(stats.bubbles_filled, 4u);
   RunRecord record;
   record.main_operations = device->operations_on(stage.main);
-  record.fill_operations = device->operations_on(device->fill_stream);
+  record.fill_operations = device->operations_on_fill_streams();
   EXPECT_EQ(pfJobDestroy(handle), pfSuccess);
   EXPECT_EQ(pfRuntimeDestroy(rt), pfSuccess);
   const uint64_t main_id = sim::world_from_handle(stage.world.get())->stream_id(stage.main);

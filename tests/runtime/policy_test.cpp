@@ -14,7 +14,8 @@ std::vector<std::string>* g_launch_log = nullptr;
 
 struct LoggingJob : CountingJob {
   static pfResult_t launch_logged(void* user, const pfSliceDesc_t* slice, void* stream) {
-    g_launch_log->push_back(static_cast<LoggingJob*>(user)->name);
+    // pfJobCreate's warm-up (an empty slice) is not a bubble's slice: not logged.
+    if (slice->max_items > 0) g_launch_log->push_back(static_cast<LoggingJob*>(user)->name);
     return CountingJob::launch(user, slice, stream);
   }
 };

@@ -4,6 +4,7 @@
 // the caller (the executor thread then runs truly asynchronously against the world).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <condition_variable>
@@ -62,13 +63,18 @@ class TestDevice final : public Device {
 
   // ---- knobs ------------------------------------------------------------------------------
   bool hide_driven_clock = false;       // the runtime then uses the executor thread
+  bool single_queue = false;            // reports one hardware queue (auto launch -> inline)
   std::atomic<int> fail_copy_word{0};   // the next N copy_word_to_host calls fail
   std::atomic<int> fail_slice_end_record{0};  // the next N records on the fill stream after a copy
   std::atomic<int> copies{0};           // copy_word_to_host calls so far
   Latch query_latch;                    // armed: the next query_event blocks until opened
   mutable std::mutex capture_mutex;
   std::set<Stream> capturing;           // streams "being captured into a CUDA graph"
-  Stream fill_stream = nullptr;
+  Stream fill_stream = nullptr;         // the first fill stream
+  std::vector<Stream> fill_streams;     // every fill stream, in creation order (set at creation)
+  bool is_fill(Stream stream) const {
+    return std::find(fill_streams.begin(), fill_streams.end(), stream) != fill_streams.end();
+  }
 
   // Stream operations the runtime enqueued (event records and waits, word writes and copies),
   // per stream: the simulator's activity log has no record for those.
@@ -76,6 +82,12 @@ class TestDevice final : public Device {
     std::lock_guard lock(count_mutex_);
     const auto it = operations_.find(stream);
     return it == operations_.end() ? 0 : it->second;
+  }
+  // Summed over every fill stream.
+  size_t operations_on_fill_streams() {
+    size_t total = 0;
+    for (Stream s : fill_streams) total += operations_on(s);
+    return total;
   }
 
   // ---- Device -----------------------------------------------------------------------------
@@ -86,7 +98,10 @@ class TestDevice final : public Device {
   }
   pfResult_t create_fill_stream(Stream* out) override {
     const pfResult_t r = inner_->create_fill_stream(out);
-    if (r == pfSuccess) fill_stream = *out;
+    if (r == pfSuccess) {
+      if (fill_stream == nullptr) fill_stream = *out;
+      fill_streams.push_back(*out);
+    }
     return r;
   }
   pfResult_t create_stream(int priority, Stream* out) override {
@@ -103,7 +118,7 @@ class TestDevice final : public Device {
   pfResult_t destroy_event(Event event) override { return inner_->destroy_event(event); }
   pfResult_t record_event(Event event, Stream stream) override {
     count(stream);
-    if (stream == fill_stream) {
+    if (is_fill(stream)) {
       const bool slice_end = after_copy_.exchange(false);
       if (slice_end && fail_slice_end_record.load() > 0) {
         fail_slice_end_record.fetch_sub(1);
@@ -141,7 +156,7 @@ class TestDevice final : public Device {
       return fail(pfErrorCudaFailure, "injected: copying the cursor to the host failed");
     }
     const pfResult_t r = inner_->copy_word_to_host(stream, word, host);
-    if (stream == fill_stream) after_copy_ = r == pfSuccess;
+    if (is_fill(stream)) after_copy_ = r == pfSuccess;
     return r;
   }
   pfResult_t memory_info(size_t* free_bytes, size_t* total_bytes) override {
@@ -160,6 +175,7 @@ class TestDevice final : public Device {
     std::lock_guard lock(capture_mutex);
     return capturing.count(stream) > 0;
   }
+  bool single_hardware_queue() const override { return single_queue; }
   DrivenClock* driven_clock() override {
     return hide_driven_clock ? nullptr : inner_->driven_clock();
   }
@@ -185,7 +201,8 @@ class TestDevice final : public Device {
 // `core_runtime` (optional) receives the C++ object, e.g. to wait for the executor.
 inline pfRuntime_t make_test_runtime(pfSimWorld_t world, pfConfig_t config, TestDevice** device,
                                      bool hide_driven_clock, bool executor_thread,
-                                     core::Runtime** core_runtime = nullptr) {
+                                     core::Runtime** core_runtime = nullptr,
+                                     bool single_hardware_queue = false) {
   config.sim_world = world;
   RuntimeOptions options;
   EXPECT_EQ(resolve_config(&config, &options), pfSuccess) << pfGetLastErrorMessage();
@@ -194,6 +211,7 @@ inline pfRuntime_t make_test_runtime(pfSimWorld_t world, pfConfig_t config, Test
   EXPECT_EQ(make_sim_device(options, &sim), pfSuccess) << pfGetLastErrorMessage();
   auto test = std::make_unique<TestDevice>(std::move(sim));
   test->hide_driven_clock = hide_driven_clock;
+  test->single_queue = single_hardware_queue;
   *device = test.get();
   std::unique_ptr<core::Runtime> rt;
   EXPECT_EQ(core::Runtime::create(options, std::move(test), &rt), pfSuccess)

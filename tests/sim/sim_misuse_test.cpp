@@ -106,6 +106,7 @@ struct MainStreamTicketJob {
   std::atomic<uint64_t> items{0};
   static pfResult_t launch(void* user, const pfSliceDesc_t* slice, void*) {
     auto* self = static_cast<MainStreamTicketJob*>(user);
+    if (slice->max_items == 0) return pfSuccess;  // pfJobCreate's warm-up: not a bubble slice
     ++self->launches;
     return pfSimLaunchTicketKernel(self->main_stream, slice, slice->max_blocks, 10.0, &on_item,
                                    self);
