@@ -185,6 +185,23 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
     return fill_streams_.count(static_cast<cudaStream_t>(stream)) == 0;
   }
 
+  // cudaStreamIsCapturing: a stream under capture (or, for the legacy NULL stream, any global
+  // capture on the device: cudaErrorStreamCaptureImplicit) refuses bubble instructions.
+  bool is_capturing(Stream stream) const override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    const cudaError_t error = cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status);
+    if (error == cudaErrorStreamCaptureImplicit) {
+      (void)cudaGetLastError();  // not sticky: clear it so later calls do not report it
+      return true;
+    }
+    if (error != cudaSuccess) {
+      // Not a capture: the stream is invalid, and the next stream operation reports why.
+      (void)cudaGetLastError();
+      return false;
+    }
+    return status != cudaStreamCaptureStatusNone;
+  }
+
   pfResult_t synchronize_stream(Stream stream) override {
     PF_TRY(bind());
     PF_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));

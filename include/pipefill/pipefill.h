@@ -12,6 +12,8 @@
 #ifndef PIPEFILL_PIPEFILL_H_
 #define PIPEFILL_PIPEFILL_H_
 
+#include <float.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -116,10 +118,15 @@ typedef enum pfLogLevel_t {
  *   PIPEFILL_CUPTI=0|1                  PIPEFILL_SIM_SEED=<uint64>
  *   PIPEFILL_SIM_SMS=<int>              PIPEFILL_SIM_MEMORY_BYTES=<size>
  */
-#define PF_CONFIG_VERSION 1
-#define PF_UNSET_INT (-1)
-#define PF_UNSET_DOUBLE (-1.0)
-#define PF_UNSET_SIZE ((size_t)-1)
+/* Version 2: the "unset" values below are ones no caller passes on purpose (in version 1 they were
+ * -1 / -1.0, so a margin of -1.0 silently meant "default"). A version 1 config (a caller built
+ * against the 0.1.0 header) is still accepted, with its -1 / -1.0 meaning "unset". `size` is
+ * honoured both ways: a smaller (older) layout gets defaults for the fields it lacks, and
+ * pfRuntimeGetConfig writes only the bytes the caller's `size` holds. */
+#define PF_CONFIG_VERSION 2
+#define PF_UNSET_INT INT_MIN
+#define PF_UNSET_DOUBLE (-DBL_MAX)
+#define PF_UNSET_SIZE SIZE_MAX
 
 typedef struct pfConfig_t {
   size_t size;     /* sizeof(pfConfig_t): lets the library accept older layouts */
@@ -167,7 +174,8 @@ PF_API pfResult_t pfRuntimeCreate(const pfConfig_t* config, pfRuntime_t* runtime
 /* Fails with pfErrorBusy while jobs are still attached (cancel/destroy them first). */
 PF_API pfResult_t pfRuntimeDestroy(pfRuntime_t runtime);
 
-/* The configuration actually in force after defaults and environment were applied. */
+/* The configuration actually in force after defaults and environment were applied. Set
+ * config->size first (start from PF_CONFIG_INITIALIZER): only that many bytes are written. */
 PF_API pfResult_t pfRuntimeGetConfig(pfRuntime_t runtime, pfConfig_t* config);
 
 /* Backend in force (pfBackendCuda or pfBackendSim). */
@@ -203,8 +211,10 @@ typedef struct pfBubbleHint_t {
   int kind;                    /* pfBubbleKind_t */
   const char* label;           /* optional stable label: the bubble class key if given */
   double expected_duration_us; /* optional (<= 0: unknown); lets a class fill before history */
-  size_t lent_bytes;           /* optional memory the engine lends for this bubble only */
-  void* lent_memory;           /* device pointer of the lent memory (NULL: none) */
+  /* Reserved: memory the engine would lend for this bubble only. Ignored since 0.1 (fill work
+   * could still write it after pfBubbleEnd: there is no stream-ordered release); validated. */
+  size_t lent_bytes;
+  void* lent_memory;
 } pfBubbleHint_t;
 
 #define PF_BUBBLE_HINT_INITIALIZER {pfBubbleOther, NULL, 0.0, 0, NULL}
@@ -314,8 +324,9 @@ PF_API pfResult_t pfJobCreate(pfRuntime_t runtime, const pfJobDesc_t* desc, pfJo
 PF_API pfResult_t pfJobGetStatus(pfJob_t job, pfJobInfo_t* info);
 /* Stops scheduling the job; slices in flight finish (ticket slices at the next gate check). */
 PF_API pfResult_t pfJobCancel(pfJob_t job);
-/* Waits until the job completed/failed/cancelled or timeout_us passes (< 0: forever).
- * pfErrorTimeout when it ran out. Never call inside a bubble. */
+/* Waits until the job completed/failed/cancelled or timeout_us passes (< 0, INFINITY or above
+ * 1e15 µs: forever). pfErrorTimeout when it ran out; pfErrorJobFailed with the failure's message
+ * for a failed job. Never call inside a bubble. */
 PF_API pfResult_t pfJobWait(pfJob_t job, double timeout_us);
 /* Detaches and frees the job (cancels it first if still running; waits for its slices). */
 PF_API pfResult_t pfJobDestroy(pfJob_t job);

@@ -143,7 +143,7 @@ class Runtime {
     return s;
   }
   pfConfig_t config() const {
-    pfConfig_t c;
+    pfConfig_t c = PF_CONFIG_INITIALIZER;  // size: the layout this header knows
     check(pfRuntimeGetConfig(rt_, &c));
     return c;
   }

@@ -1,17 +1,22 @@
 // The C boundary: every pfXxx function of include/pipefill/pipefill.h except the pfSim* ones
-// (src/sim/sim_capi.cpp). Each call clears this thread's error message, validates its handles
-// and catches every exception, so nothing throws across the boundary.
+// (src/sim/sim_capi.cpp). Each call clears this thread's error message, refuses calls from inside
+// job callbacks, looks its handles up in the live-handle tables (core/handles.hpp) and catches
+// every exception, so nothing throws across the boundary and no freed object is ever touched.
+#include <cmath>
 #include <exception>
 #include <memory>
 #include <new>
 
 #include "common/error.hpp"
 #include "core/config.hpp"
+#include "core/handles.hpp"
 #include "core/runtime.hpp"
 
 using pipefill::fail;
+using pipefill::core::JobRef;
 using pipefill::core::JobState;
 using pipefill::core::Runtime;
+using pipefill::core::RuntimeRef;
 
 namespace {
 
@@ -28,9 +33,6 @@ pfResult_t guarded(const char* function, Body&& body) noexcept {
     return pfErrorInternal;
   }
 }
-
-Runtime* as_runtime(pfRuntime_t handle) { return reinterpret_cast<Runtime*>(handle); }
-JobState* as_job(pfJob_t handle) { return reinterpret_cast<JobState*>(handle); }
 
 }  // namespace
 
@@ -88,93 +90,91 @@ PF_API pfResult_t pfConfigInit(pfConfig_t* config) {
 
 PF_API pfResult_t pfRuntimeCreate(const pfConfig_t* config, pfRuntime_t* runtime) {
   return guarded(__func__, [&] {
+    PF_TRY(pipefill::core::refuse_inside_callback("pfRuntimeCreate"));
     if (runtime == nullptr) {
       return fail(pfErrorInvalidArgument, "pfRuntimeCreate: runtime (output) is NULL");
     }
     *runtime = nullptr;
     std::unique_ptr<Runtime> created;
     PF_TRY(Runtime::create(config, &created));
-    *runtime = reinterpret_cast<pfRuntime_t>(created.release());
+    *runtime = pipefill::core::publish_runtime(std::move(created));
     return pfSuccess;
   });
 }
 
 PF_API pfResult_t pfRuntimeDestroy(pfRuntime_t runtime) {
-  return guarded(__func__, [&] {
-    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeDestroy: runtime is NULL");
-    Runtime* rt = as_runtime(runtime);
-    PF_TRY(rt->shutdown());
-    delete rt;
-    return pfSuccess;
-  });
+  return guarded(__func__, [&] { return pipefill::core::destroy_runtime(runtime); });
 }
 
 PF_API pfResult_t pfRuntimeGetConfig(pfRuntime_t runtime, pfConfig_t* config) {
   return guarded(__func__, [&] {
-    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeGetConfig: runtime is NULL");
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfRuntimeGetConfig", &rt));
     if (config == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeGetConfig: config is NULL");
-    pipefill::export_config(as_runtime(runtime)->options(), config);
-    return pfSuccess;
+    return pipefill::export_config(rt->options(), config);
   });
 }
 
 PF_API pfResult_t pfRuntimeGetBackend(pfRuntime_t runtime, pfBackend_t* backend) {
   return guarded(__func__, [&] {
-    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeGetBackend: runtime is NULL");
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfRuntimeGetBackend", &rt));
     if (backend == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeGetBackend: backend is NULL");
-    *backend = as_runtime(runtime)->options().backend;
+    *backend = rt->options().backend;
     return pfSuccess;
   });
 }
 
 PF_API pfResult_t pfStreamCreateHighPriority(pfRuntime_t runtime, void** stream) {
   return guarded(__func__, [&] {
-    if (runtime == nullptr) {
-      return fail(pfErrorInvalidArgument, "pfStreamCreateHighPriority: runtime is NULL");
-    }
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfStreamCreateHighPriority", &rt));
     if (stream == nullptr) {
       return fail(pfErrorInvalidArgument, "pfStreamCreateHighPriority: stream (output) is NULL");
     }
-    return as_runtime(runtime)->create_high_priority_stream(stream);
+    return rt->create_high_priority_stream(stream);
   });
 }
 
 PF_API pfResult_t pfStreamDestroy(pfRuntime_t runtime, void* stream) {
   return guarded(__func__, [&] {
-    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfStreamDestroy: runtime is NULL");
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfStreamDestroy", &rt));
     if (stream == nullptr) return fail(pfErrorInvalidArgument, "pfStreamDestroy: stream is NULL");
-    return as_runtime(runtime)->destroy_stream(stream);
+    return rt->destroy_stream(stream);
   });
 }
 
 PF_API pfResult_t pfRuntimeGetAsyncError(pfRuntime_t runtime, pfResult_t* async_error) {
   return guarded(__func__, [&] {
-    if (runtime == nullptr) {
-      return fail(pfErrorInvalidArgument, "pfRuntimeGetAsyncError: runtime is NULL");
-    }
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfRuntimeGetAsyncError", &rt));
     if (async_error == nullptr) {
       return fail(pfErrorInvalidArgument, "pfRuntimeGetAsyncError: async_error is NULL");
     }
-    *async_error = as_runtime(runtime)->async_error();
+    *async_error = rt->async_error();
     return pfSuccess;
   });
 }
 
 PF_API pfResult_t pfRuntimeSynchronize(pfRuntime_t runtime) {
   return guarded(__func__, [&] {
-    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeSynchronize: runtime is NULL");
-    return as_runtime(runtime)->synchronize();
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfRuntimeSynchronize", &rt));
+    return rt->synchronize();
   });
 }
 
 PF_API pfResult_t pfRuntimeGetSimWorld(pfRuntime_t runtime, pfSimWorld_t* world) {
   return guarded(__func__, [&] {
-    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeGetSimWorld: runtime is NULL");
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfRuntimeGetSimWorld", &rt));
     if (world == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeGetSimWorld: world is NULL");
-    const pfSimWorld_t handle = as_runtime(runtime)->sim_world();
+    const pfSimWorld_t handle = rt->sim_world();
     if (handle == nullptr) {
       return fail(pfErrorNotSupported,
-                  "pfRuntimeGetSimWorld: the runtime runs on the CUDA backend, not the simulator");
+                  "pfRuntimeGetSimWorld: the runtime's device ({}) is not simulated",
+                  rt->device().name());
     }
     *world = handle;
     return pfSuccess;
@@ -185,22 +185,25 @@ PF_API pfResult_t pfRuntimeGetSimWorld(pfRuntime_t runtime, pfSimWorld_t* world)
 
 PF_API pfResult_t pfBubbleBegin(pfRuntime_t runtime, void* stream, const pfBubbleHint_t* hint) {
   return guarded(__func__, [&] {
-    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfBubbleBegin: runtime is NULL");
-    return as_runtime(runtime)->bubble_begin(stream, hint);
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfBubbleBegin", &rt));
+    return rt->bubble_begin(stream, hint);
   });
 }
 
 PF_API pfResult_t pfBubbleEnd(pfRuntime_t runtime, void* stream) {
   return guarded(__func__, [&] {
-    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfBubbleEnd: runtime is NULL");
-    return as_runtime(runtime)->bubble_end(stream);
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfBubbleEnd", &rt));
+    return rt->bubble_end(stream);
   });
 }
 
 PF_API pfResult_t pfIterationEnd(pfRuntime_t runtime) {
   return guarded(__func__, [&] {
-    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfIterationEnd: runtime is NULL");
-    return as_runtime(runtime)->iteration_end();
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfIterationEnd", &rt));
+    return rt->iteration_end();
   });
 }
 
@@ -208,46 +211,49 @@ PF_API pfResult_t pfIterationEnd(pfRuntime_t runtime) {
 
 PF_API pfResult_t pfJobCreate(pfRuntime_t runtime, const pfJobDesc_t* desc, pfJob_t* job) {
   return guarded(__func__, [&] {
-    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfJobCreate: runtime is NULL");
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfJobCreate", &rt));
     if (desc == nullptr) return fail(pfErrorInvalidArgument, "pfJobCreate: desc is NULL");
     if (job == nullptr) return fail(pfErrorInvalidArgument, "pfJobCreate: job (output) is NULL");
     *job = nullptr;
     JobState* created = nullptr;
-    PF_TRY(as_runtime(runtime)->create_job(desc, &created));
-    *job = reinterpret_cast<pfJob_t>(created);
+    PF_TRY(rt->create_job(desc, &created));
+    *job = created->handle;
     return pfSuccess;
   });
 }
 
 PF_API pfResult_t pfJobGetStatus(pfJob_t job, pfJobInfo_t* info) {
   return guarded(__func__, [&] {
-    if (job == nullptr) return fail(pfErrorInvalidArgument, "pfJobGetStatus: job is NULL");
+    JobRef j;
+    PF_TRY(pipefill::core::acquire_job(job, "pfJobGetStatus", &j));
     if (info == nullptr) return fail(pfErrorInvalidArgument, "pfJobGetStatus: info is NULL");
-    return as_job(job)->runtime->job_info(as_job(job), info);
+    return j.runtime()->job_info(j.get(), info);
   });
 }
 
 PF_API pfResult_t pfJobCancel(pfJob_t job) {
   return guarded(__func__, [&] {
-    if (job == nullptr) return fail(pfErrorInvalidArgument, "pfJobCancel: job is NULL");
-    return as_job(job)->runtime->cancel_job(as_job(job));
+    JobRef j;
+    PF_TRY(pipefill::core::acquire_job(job, "pfJobCancel", &j));
+    return j.runtime()->cancel_job(j.get());
   });
 }
 
 PF_API pfResult_t pfJobWait(pfJob_t job, double timeout_us) {
   return guarded(__func__, [&] {
-    if (job == nullptr) return fail(pfErrorInvalidArgument, "pfJobWait: job is NULL");
-    if (timeout_us != timeout_us) {
-      return fail(pfErrorInvalidArgument, "pfJobWait: timeout_us is NaN");
-    }
-    return as_job(job)->runtime->wait_job(as_job(job), timeout_us);
+    JobRef j;
+    PF_TRY(pipefill::core::acquire_job(job, "pfJobWait", &j));
+    if (std::isnan(timeout_us)) return fail(pfErrorInvalidArgument, "pfJobWait: timeout_us is NaN");
+    return j.runtime()->wait_job(j.get(), timeout_us);
   });
 }
 
 PF_API pfResult_t pfJobDestroy(pfJob_t job) {
   return guarded(__func__, [&] {
-    if (job == nullptr) return fail(pfErrorInvalidArgument, "pfJobDestroy: job is NULL");
-    return as_job(job)->runtime->destroy_job(as_job(job));
+    JobRef j;
+    PF_TRY(pipefill::core::acquire_job(job, "pfJobDestroy", &j));
+    return j.runtime()->destroy_job(j.get());
   });
 }
 
@@ -255,19 +261,21 @@ PF_API pfResult_t pfJobDestroy(pfJob_t job) {
 
 PF_API pfResult_t pfRuntimeGetStats(pfRuntime_t runtime, pfStats_t* stats) {
   return guarded(__func__, [&] {
-    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeGetStats: runtime is NULL");
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfRuntimeGetStats", &rt));
     if (stats == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeGetStats: stats is NULL");
-    return as_runtime(runtime)->get_stats(stats);
+    return rt->get_stats(stats);
   });
 }
 
 PF_API pfResult_t pfTraceWrite(pfRuntime_t runtime, const char* path) {
   return guarded(__func__, [&] {
-    if (runtime == nullptr) return fail(pfErrorInvalidArgument, "pfTraceWrite: runtime is NULL");
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfTraceWrite", &rt));
     if (path == nullptr || *path == '\0') {
       return fail(pfErrorInvalidArgument, "pfTraceWrite: path is NULL or empty");
     }
-    return as_runtime(runtime)->write_trace(path);
+    return rt->write_trace(path);
   });
 }
 

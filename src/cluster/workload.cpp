@@ -150,7 +150,7 @@ pfResult_t generate_jobs(const WorkloadSpec& spec, const std::vector<FillJobType
   std::vector<double> cumulative(types.size(), 0.0);
   double total = 0.0;
   for (const auto& [name, weight] : spec.mix) {
-    auto it = std::find_if(types.begin(), types.end(), [&](const FillJobType& t) { return t.name == name; });
+    auto it = std::find_if(types.begin(), types.end(), [&name = name](const FillJobType& t) { return t.name == name; });
     if (it == types.end()) return fail(pfErrorInvalidArgument, "workload.mix names unknown job type '{}'", name);
     if (!std::isfinite(weight) || weight < 0)
       return fail(pfErrorInvalidArgument, "workload.mix['{}'] must be >= 0, got {}", name, weight);

@@ -1,7 +1,9 @@
 #include "core/config.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -14,9 +16,27 @@
 namespace pipefill {
 namespace {
 
-// The layout of version 1 ends with sim_memory_bytes; a caller compiled against this header
-// passes exactly this size. Smaller sizes come from a header we never shipped.
-constexpr size_t kConfigV1Size = sizeof(pfConfig_t);
+// The size of each version's layout (index = version). Versions 1 and 2 have the same fields;
+// version 2 changed the "unset" values. A later version appends fields: a caller built against
+// an older header passes its smaller size, and the fields it lacks take their defaults.
+constexpr size_t kConfigSizeOfVersion[] = {0, sizeof(pfConfig_t), sizeof(pfConfig_t)};
+static_assert(sizeof(kConfigSizeOfVersion) / sizeof(kConfigSizeOfVersion[0]) ==
+              PF_CONFIG_VERSION + 1);
+// Enough of any layout to read its size and version.
+constexpr size_t kConfigHeaderBytes = offsetof(pfConfig_t, version) + sizeof(int);
+
+// Version 1 marked unset fields with -1 / -1.0; map them to the current "unset" values.
+void upgrade_version_1(pfConfig_t* c) {
+  for (int* field : {&c->backend, &c->device, &c->stage_id, &c->stage_count, &c->reserved_sms,
+                     &c->min_samples, &c->policy, &c->log_level, &c->enable_cupti,
+                     &c->sim_sm_count}) {
+    if (*field == -1) *field = PF_UNSET_INT;
+  }
+  for (double* field :
+       {&c->safety_margin_us, &c->safety_margin_fraction, &c->prediction_quantile}) {
+    if (*field == -1.0) *field = PF_UNSET_DOUBLE;
+  }
+}
 
 const char* env(const char* name) {
   const char* value = std::getenv(name);
@@ -160,18 +180,31 @@ pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out) {
   if (out == nullptr) return fail(pfErrorInvalidArgument, "resolve_config: out is NULL");
   pfConfig_t c = PF_CONFIG_INITIALIZER;
   if (config != nullptr) {
-    if (config->size < kConfigV1Size) {
+    if (config->size < kConfigHeaderBytes) {
       return fail(pfErrorInvalidArgument,
-                  "config.size = {} is smaller than sizeof(pfConfig_t) version 1 ({}); start "
-                  "from PF_CONFIG_INITIALIZER",
-                  config->size, kConfigV1Size);
+                  "config.size = {} cannot even hold size and version; start from "
+                  "PF_CONFIG_INITIALIZER",
+                  config->size);
     }
-    if (config->version != PF_CONFIG_VERSION) {
-      return fail(pfErrorInvalidArgument,
-                  "config.version = {} is unknown (this library supports version {})",
+    if (config->version < 1) {
+      return fail(pfErrorInvalidArgument, "config.version = {} is unknown (versions 1..{})",
                   config->version, PF_CONFIG_VERSION);
     }
-    std::memcpy(&c, config, kConfigV1Size);
+    if (config->version > PF_CONFIG_VERSION) {
+      return fail(pfErrorInvalidArgument,
+                  "config.version = {} is newer than this library (it knows versions 1..{})",
+                  config->version, PF_CONFIG_VERSION);
+    }
+    const size_t layout = kConfigSizeOfVersion[config->version];
+    if (config->size < layout) {
+      return fail(pfErrorInvalidArgument,
+                  "config.size = {} is smaller than sizeof(pfConfig_t) version {} ({}); start "
+                  "from PF_CONFIG_INITIALIZER",
+                  config->size, config->version, layout);
+    }
+    // What the caller's layout holds; the rest keeps the defaults.
+    std::memcpy(&c, config, std::min(config->size, sizeof(pfConfig_t)));
+    if (c.version == 1) upgrade_version_1(&c);
   }
 
   RuntimeOptions o;
@@ -208,7 +241,8 @@ pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out) {
                 o.stage_id, o.stage_count);
   }
   PF_TRY(resolve_int(c.reserved_sms, "reserved_sms", "PIPEFILL_RESERVED_SMS", &o.reserved_sms));
-  if (o.reserved_sms < -1) {
+  const bool reserved_set = c.reserved_sms != PF_UNSET_INT || env("PIPEFILL_RESERVED_SMS");
+  if (reserved_set && o.reserved_sms < 0) {
     return fail(pfErrorInvalidArgument, "{} = {} is negative",
                 source_of(c.reserved_sms != PF_UNSET_INT, "reserved_sms", "PIPEFILL_RESERVED_SMS"),
                 o.reserved_sms);
@@ -320,13 +354,21 @@ pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out) {
   return pfSuccess;
 }
 
-void export_config(const RuntimeOptions& o, pfConfig_t* out) {
+pfResult_t export_config(const RuntimeOptions& o, pfConfig_t* out) {
+  if (out->size < kConfigHeaderBytes) {
+    return fail(pfErrorInvalidArgument,
+                "pfRuntimeGetConfig: config->size = {} cannot even hold size and version; set it "
+                "to sizeof(pfConfig_t) (start from PF_CONFIG_INITIALIZER)",
+                out->size);
+  }
+  const size_t bytes = std::min(out->size, sizeof(pfConfig_t));
   pfConfig_t c = PF_CONFIG_INITIALIZER;
+  c.size = bytes;
   c.backend = o.backend;
   c.device = o.device;
   c.stage_id = o.stage_id;
   c.stage_count = o.stage_count;
-  c.reserved_sms = o.reserved_sms;
+  c.reserved_sms = o.reserved_sms < 0 ? PF_UNSET_INT : o.reserved_sms;  // -1: backend default
   c.safety_margin_us = o.safety_margin_us;
   c.safety_margin_fraction = o.safety_margin_fraction;
   c.arena_bytes = o.arena_bytes;
@@ -339,7 +381,8 @@ void export_config(const RuntimeOptions& o, pfConfig_t* out) {
   c.sim_seed = o.sim_seed;
   c.sim_sm_count = o.sim_sm_count;
   c.sim_memory_bytes = o.sim_memory_bytes;
-  *out = c;
+  std::memcpy(out, &c, bytes);  // never beyond the caller's layout
+  return pfSuccess;
 }
 
 }  // namespace pipefill

@@ -31,6 +31,9 @@ struct RuntimeOptions {
   // runs the world (deterministic; the default) instead of on the executor thread. Not in
   // pfConfig_t: only tests of the threaded executor turn it off.
   bool sim_messages_in_hook = true;
+  // Pool sizes (not in pfConfig_t: tests shrink them to reach exhaustion quickly).
+  size_t bubble_event_slots = 512;  // begin/end event pairs
+  size_t slice_slots = 1024;        // slice start/end event pairs and read-back words
 };
 
 // Resolves a (possibly NULL) pfConfig_t: unset fields from PIPEFILL_* env vars, then defaults.
@@ -38,7 +41,7 @@ struct RuntimeOptions {
 // the field (or variable) and the value.
 pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out);
 // Writes the resolved options back as a pfConfig_t (pfRuntimeGetConfig).
-void export_config(const RuntimeOptions& options, pfConfig_t* out);
+pfResult_t export_config(const RuntimeOptions& options, pfConfig_t* out);
 // Parses sizes like "512", "64K", "1.5G" (binary units). false when malformed.
 bool parse_size(const char* text, size_t* out);
 // "auto", "cuda", "sim" or "host" (logs and messages).

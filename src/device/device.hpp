@@ -107,10 +107,31 @@ class Device {
   // create_fill_stream.
   virtual pfResult_t configure_partition(int reserved_sms, FillPartition* partition) = 0;
 
+  // Several Device objects may drive one physical device whose fill partition they share (two
+  // runtimes on one simulated device). Such a device names it with a key unique while it lives
+  // and reports the SMs reserved now; the runtime then keeps the partition the first runtime set:
+  // a later runtime must reserve as many (or leave reserved_sms unset), and a failing or
+  // destroyed one leaves it unchanged. false (the default): this object's partition is its own
+  // (CUDA: a green context per runtime).
+  virtual bool shared_partition(std::string* key, int* reserved_now) const {
+    (void)key;
+    (void)reserved_now;
+    return false;
+  }
+
   // ---- Clock ------------------------------------------------------------------------------
   // Device clock of the event timings, µs (CUDA: host steady clock aligned at creation;
   // simulated: virtual time).
   virtual double now_us() = 0;
+
+  // ---- Graph capture (optional) ----------------------------------------------------------
+  // Whether `stream` is being captured into a CUDA graph (cudaStreamIsCapturing). The runtime
+  // refuses bubble instructions on such a stream: a captured gate write would replay with the
+  // bubble id of the capture. Devices without graphs: never.
+  virtual bool is_capturing(Stream stream) const {
+    (void)stream;
+    return false;
+  }
 
   // ---- Capabilities (optional) -----------------------------------------------------------
   // Non-null for a device whose clock is driven by the caller (the simulator).

@@ -6,6 +6,7 @@
 #include <exception>
 #include <new>
 
+#include "common/callback_scope.hpp"
 #include "common/error.hpp"
 #include "pipefill/pipefill.h"
 #include "sim/sim_engine.hpp"
@@ -59,6 +60,16 @@ pfResult_t find_event_world(const void* event, WorldPin* pin) {
   *pin = pipefill::sim::pin_world_of_event(event);
   if (!*pin) {
     return fail(pfErrorInvalidArgument, "event {} is not a live simulated event", event);
+  }
+  return pfSuccess;
+}
+
+// Running the world from inside a job callback (its launch runs in the world's pre-run hook)
+// would deadlock on the hooks: refused, naming the callback.
+pfResult_t refuse_run_inside_callback(const char* function) {
+  if (const char* callback = pipefill::CallbackScope::active()) {
+    return fail(pfErrorInvalidState, "{}: called from inside a {} callback; the world cannot be "
+                "run from a callback", function, callback);
   }
   return pfSuccess;
 }
@@ -260,6 +271,7 @@ PF_API pfResult_t pfSimLaunchOpaqueEx(void* stream, uint64_t first_item, uint64_
 
 PF_API pfResult_t pfSimRunUntilIdle(pfSimWorld_t handle) {
   return c_boundary("pfSimRunUntilIdle", [&]() -> pfResult_t {
+    PF_TRY(refuse_run_inside_callback("pfSimRunUntilIdle"));
     WorldPin world_pin;
     PF_TRY(find_world(handle, &world_pin));
     World* world = world_pin.get();
@@ -269,6 +281,7 @@ PF_API pfResult_t pfSimRunUntilIdle(pfSimWorld_t handle) {
 
 PF_API pfResult_t pfSimRunUntil(pfSimWorld_t handle, double time_us) {
   return c_boundary("pfSimRunUntil", [&]() -> pfResult_t {
+    PF_TRY(refuse_run_inside_callback("pfSimRunUntil"));
     WorldPin world_pin;
     PF_TRY(find_world(handle, &world_pin));
     World* world = world_pin.get();

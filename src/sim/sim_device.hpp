@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <string>
 #include <memory>
 #include <unordered_set>
 
@@ -62,6 +63,13 @@ class SimDevice final : public Device, public DrivenClock {
 
   int sm_count() const override;
   pfResult_t configure_partition(int reserved_sms, FillPartition* partition) override;
+  // Every runtime on one device of a world shares that device's partition (Device docs).
+  bool shared_partition(std::string* key, int* reserved_now) const override {
+    *key = "simulated world " + std::to_string(reinterpret_cast<uintptr_t>(world_)) +
+           " device " + std::to_string(device_);
+    *reserved_now = world_->sm_count(device_) - world_->fill_sms(device_);
+    return true;
+  }
 
   double now_us() override;
 

@@ -1,10 +1,13 @@
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "common/error.hpp"
 #include "core/config.hpp"
+#include "core/fill_resources.hpp"
 
 namespace pipefill {
 namespace {
@@ -114,8 +117,8 @@ TEST_F(ConfigTest, ExportRoundTrips) {
   c.prediction_quantile = 0.3;
   RuntimeOptions o;
   ASSERT_EQ(resolve_config(&c, &o), pfSuccess);
-  pfConfig_t out;
-  export_config(o, &out);
+  pfConfig_t out = PF_CONFIG_INITIALIZER;
+  ASSERT_EQ(export_config(o, &out), pfSuccess);
   EXPECT_EQ(out.size, sizeof(pfConfig_t));
   EXPECT_EQ(out.version, PF_CONFIG_VERSION);
   EXPECT_EQ(out.stage_count, 8);
@@ -218,6 +221,106 @@ INSTANTIATE_TEST_SUITE_P(
                       BadEnv{"PIPEFILL_DEBUG", "loud"}, BadEnv{"PIPEFILL_CUPTI", "3"},
                       BadEnv{"PIPEFILL_SIM_SEED", "-7"}, BadEnv{"PIPEFILL_SIM_SMS", "0"},
                       BadEnv{"PIPEFILL_SIM_MEMORY_BYTES", "lots"}));
+
+// The 0.1.0 header (config version 1) marked unset fields with -1 / -1.0; such a config still
+// resolves to the defaults.
+TEST_F(ConfigTest, VersionOneSentinelsStillMeanUnset) {
+  pfConfig_t c = PF_CONFIG_INITIALIZER;
+  c.version = 1;
+  c.backend = c.device = c.stage_id = c.stage_count = c.reserved_sms = -1;
+  c.min_samples = c.policy = c.log_level = c.enable_cupti = c.sim_sm_count = -1;
+  c.safety_margin_us = c.safety_margin_fraction = c.prediction_quantile = -1.0;
+  RuntimeOptions o, defaults;
+  ASSERT_EQ(resolve_config(&c, &o), pfSuccess) << last_error_message();
+  ASSERT_EQ(resolve_config(nullptr, &defaults), pfSuccess);
+  EXPECT_EQ(o.backend, defaults.backend);
+  EXPECT_EQ(o.device, 0);
+  EXPECT_EQ(o.stage_count, 1);
+  EXPECT_EQ(o.reserved_sms, -1);
+  EXPECT_DOUBLE_EQ(o.safety_margin_us, 20.0);
+  EXPECT_DOUBLE_EQ(o.safety_margin_fraction, 0.05);
+  EXPECT_DOUBLE_EQ(o.prediction_quantile, 0.1);
+  EXPECT_EQ(o.min_samples, 2);
+  EXPECT_EQ(o.sim_sm_count, 132);
+}
+
+// In the current version -1 is an ordinary value: a negative margin is an error, not "default".
+TEST_F(ConfigTest, MinusOneIsNoLongerUnset) {
+  struct Case {
+    void (*apply)(pfConfig_t*);
+    const char* message_part;
+  };
+  const Case cases[] = {
+      {[](pfConfig_t* c) { c->safety_margin_us = -1.0; }, "config.safety_margin_us = -1"},
+      {[](pfConfig_t* c) { c->prediction_quantile = -1.0; }, "config.prediction_quantile = -1"},
+      {[](pfConfig_t* c) { c->device = -1; }, "config.device = -1"},
+      {[](pfConfig_t* c) { c->reserved_sms = -1; }, "config.reserved_sms = -1"},
+      {[](pfConfig_t* c) { c->min_samples = -1; }, "config.min_samples = -1"},
+  };
+  for (const Case& k : cases) {
+    pfConfig_t c = PF_CONFIG_INITIALIZER;
+    k.apply(&c);
+    RuntimeOptions o;
+    EXPECT_EQ(resolve_config(&c, &o), pfErrorInvalidArgument) << k.message_part;
+    EXPECT_NE(last_error_message().find(k.message_part), std::string::npos)
+        << last_error_message();
+  }
+}
+
+TEST_F(ConfigTest, SizeAndVersionAreChecked) {
+  pfConfig_t c = PF_CONFIG_INITIALIZER;
+  c.version = PF_CONFIG_VERSION + 1;
+  RuntimeOptions o;
+  EXPECT_EQ(resolve_config(&c, &o), pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("newer than this library"), std::string::npos)
+      << last_error_message();
+  c = PF_CONFIG_INITIALIZER;
+  c.size = sizeof(pfConfig_t) - 8;  // a version-2 layout is never that short
+  EXPECT_EQ(resolve_config(&c, &o), pfErrorInvalidArgument);
+  // A larger struct (from a newer header with the same version) is read up to our layout.
+  struct Bigger {
+    pfConfig_t config;
+    uint64_t future_field;
+  } bigger{};
+  bigger.config = pfConfig_t PF_CONFIG_INITIALIZER;
+  bigger.config.size = sizeof(Bigger);
+  bigger.config.min_samples = 7;
+  bigger.future_field = 0xdeadbeef;
+  ASSERT_EQ(resolve_config(&bigger.config, &o), pfSuccess) << last_error_message();
+  EXPECT_EQ(o.min_samples, 7);
+}
+
+TEST_F(ConfigTest, ExportWritesOnlyTheCallersSize) {
+  RuntimeOptions o;
+  ASSERT_EQ(resolve_config(nullptr, &o), pfSuccess);
+  o.min_samples = 5;
+  o.sim_sm_count = 64;
+  unsigned char buffer[sizeof(pfConfig_t)];
+  std::memset(buffer, 0xAB, sizeof(buffer));
+  auto* out = reinterpret_cast<pfConfig_t*>(buffer);
+  const size_t older = offsetof(pfConfig_t, policy);
+  out->size = older;
+  out->version = PF_CONFIG_VERSION;
+  ASSERT_EQ(export_config(o, out), pfSuccess) << last_error_message();
+  EXPECT_EQ(out->size, older);
+  EXPECT_EQ(out->min_samples, 5);
+  for (size_t i = older; i < sizeof(buffer); ++i) ASSERT_EQ(buffer[i], 0xAB) << i;
+  out->size = 0;
+  EXPECT_EQ(export_config(o, out), pfErrorInvalidArgument);
+}
+
+// Unset arena_bytes: CUDA min(2 GiB, free / 8); the other devices min(1 GiB, free).
+TEST(DefaultArena, IsAnEighthOfFreeMemoryUpToTwoGiB) {
+  constexpr size_t GiB = size_t{1} << 30;
+  EXPECT_EQ(core::default_arena_bytes(pfBackendCuda, 120 * GiB, 141 * GiB), 2 * GiB);
+  EXPECT_EQ(core::default_arena_bytes(pfBackendCuda, 16 * GiB, 141 * GiB), 2 * GiB);
+  EXPECT_EQ(core::default_arena_bytes(pfBackendCuda, 8 * GiB, 80 * GiB), 1 * GiB);
+  EXPECT_EQ(core::default_arena_bytes(pfBackendCuda, 800, 80 * GiB), 100u);
+  EXPECT_EQ(core::default_arena_bytes(pfBackendCuda, 0, 80 * GiB), 0u);
+  EXPECT_EQ(core::default_arena_bytes(pfBackendSim, 141 * GiB, 141 * GiB), 1 * GiB);
+  EXPECT_EQ(core::default_arena_bytes(pfBackendSim, GiB / 2, 141 * GiB), GiB / 2);
+  EXPECT_EQ(core::default_arena_bytes(pfBackendHost, 64 * GiB, 128 * GiB), 1 * GiB);
+}
 
 TEST(ParseSize, UnitsAndErrors) {
   size_t v = 0;

@@ -5,8 +5,12 @@
 #include <string>
 #include <vector>
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
 #include "analysis/activity.hpp"
-#include "fixtures.hpp"
+#include "test_device.hpp"
 
 namespace pipefill::testing {
 namespace {
@@ -18,11 +22,19 @@ void expect_error(pfResult_t got, pfResult_t want, const char* message_part) {
       << "message '" << message << "' lacks '" << message_part << "'";
 }
 
+struct RunRecord {
+  std::vector<ActivityRecord> main_activities;  // kernels/waits the simulator executed
+  size_t main_operations = 0;  // event records and word writes the runtime enqueued on main
+  size_t fill_operations = 0;  // ... and on its fill stream
+};
+
 // Runs 4 bubbles with a fill job; with `misuse`, rejected calls are interleaved everywhere.
-std::vector<ActivityRecord> run(bool misuse) {
+RunRecord run(bool misuse) {
   ManualStage stage;
   stage.init();
-  pfRuntime_t rt = stage.runtime();
+  TestDevice* device = nullptr;
+  pfRuntime_t rt = make_test_runtime(stage.world.get(), sim_config(stage.world.get(), 0, 1, 4),
+                                     &device, false, false);
   CountingJob job;
   job.items = 100000;
   pfJobDesc_t desc = job.desc();
@@ -84,19 +96,28 @@ std::vector<ActivityRecord> run(bool misuse) {
   EXPECT_EQ(pfRuntimeGetStats(rt, &stats), pfSuccess);
   EXPECT_EQ(stats.bubbles, 4u);
   EXPECT_EQ(stats.bubbles_filled, 4u);
+  RunRecord record;
+  record.main_operations = device->operations_on(stage.main);
+  record.fill_operations = device->operations_on(device->fill_stream);
   EXPECT_EQ(pfJobDestroy(handle), pfSuccess);
   EXPECT_EQ(pfRuntimeDestroy(rt), pfSuccess);
   const uint64_t main_id = sim::world_from_handle(stage.world.get())->stream_id(stage.main);
-  std::vector<ActivityRecord> main_stream;
   for (const ActivityRecord& a : sim::world_from_handle(stage.world.get())->activities(0)) {
-    if (a.stream == main_id) main_stream.push_back(a);
+    if (a.stream == main_id) record.main_activities.push_back(a);
   }
-  return main_stream;
+  return record;
 }
 
 TEST(Misuse, RejectedCallsNeverChangeTheMainStream) {
-  const std::vector<ActivityRecord> clean = run(false);
-  const std::vector<ActivityRecord> misused = run(true);
+  const RunRecord clean_run = run(false);
+  const RunRecord misused_run = run(true);
+  // 4 bubbles x (begin record + gate write + end record) from the runtime on the main stream.
+  EXPECT_EQ(clean_run.main_operations, 4u * 3u);
+  EXPECT_EQ(misused_run.main_operations, clean_run.main_operations);
+  EXPECT_EQ(misused_run.fill_operations, clean_run.fill_operations);
+  EXPECT_GT(clean_run.fill_operations, 0u);
+  const std::vector<ActivityRecord>& clean = clean_run.main_activities;
+  const std::vector<ActivityRecord>& misused = misused_run.main_activities;
   ASSERT_FALSE(clean.empty());
   ASSERT_EQ(clean.size(), misused.size());
   for (size_t i = 0; i < clean.size(); ++i) {
@@ -176,6 +197,23 @@ TEST(Misuse, BadJobDescriptions) {
   configs[1].parallelism = -3;
   expect_error(pfJobCreate(rt, &d, &handle), pfErrorInvalidArgument, "configs[1].parallelism = -3");
   EXPECT_EQ(handle, nullptr);
+  // A bad per-config cost is an error even when the description's hint could stand in for it
+  // (only 0 means "use item_cost_hint_us").
+  d.item_cost_hint_us = 5.0;
+  configs[1].parallelism = 0;
+  configs[1].item_cost_us = std::nan("");
+  expect_error(pfJobCreate(rt, &d, &handle), pfErrorInvalidArgument,
+               "configs[1].item_cost_us = nan");
+  configs[1].item_cost_us = -5.0;
+  expect_error(pfJobCreate(rt, &d, &handle), pfErrorInvalidArgument,
+               "configs[1].item_cost_us = -5");
+  configs[1].item_cost_us = std::numeric_limits<double>::infinity();
+  expect_error(pfJobCreate(rt, &d, &handle), pfErrorInvalidArgument,
+               "configs[1].item_cost_us = inf");
+  configs[1].item_cost_us = 0.0;  // takes the hint
+  PF_ASSERT_OK(pfJobCreate(rt, &d, &handle));
+  PF_ASSERT_OK(pfJobDestroy(handle));
+  handle = nullptr;
   // A failing setup refuses the job with pfErrorJobFailed.
   d = job.desc();
   d.setup = [](void*, const pfArenaAllocator_t*, int) { return pfErrorInternal; };
@@ -201,8 +239,8 @@ TEST(Misuse, BadRuntimeConfigurations) {
   c.size = 16;
   expect_error(pfRuntimeCreate(&c, &rt), pfErrorInvalidArgument, "config.size = 16");
   c = sim_config(world.get(), 0, 1, 0);
-  c.version = 2;
-  expect_error(pfRuntimeCreate(&c, &rt), pfErrorInvalidArgument, "config.version = 2");
+  c.version = PF_CONFIG_VERSION + 1;
+  expect_error(pfRuntimeCreate(&c, &rt), pfErrorInvalidArgument, "newer than this library");
   c = sim_config(world.get(), 5, 1, 0);
   c.stage_id = 0;
   EXPECT_EQ(pfRuntimeCreate(&c, &rt), pfErrorInvalidArgument) << pfGetLastErrorMessage();
@@ -214,7 +252,7 @@ TEST(Misuse, BadRuntimeConfigurations) {
   c = sim_config(world.get(), 1, 2, 3);
   c.stage_id = 1;
   PF_ASSERT_OK(pfRuntimeCreate(&c, &rt));
-  pfConfig_t got;
+  pfConfig_t got = PF_CONFIG_INITIALIZER;
   PF_ASSERT_OK(pfRuntimeGetConfig(rt, &got));
   EXPECT_EQ(got.backend, pfBackendSim);
   EXPECT_EQ(got.device, 1);
@@ -240,11 +278,14 @@ TEST(Misuse, ErrorStringsAndVersion) {
     ASSERT_NE(s, nullptr);
     const std::string text = s;
     EXPECT_EQ(text.rfind(r == 0 ? "pfSuccess" : "pfError", 0), 0u) << text;
-    EXPECT_GT(text.find(':'), 0u);
+    const size_t colon = text.find(':');
+    ASSERT_NE(colon, std::string::npos) << text;
+    EXPECT_GT(text.size(), colon + 2) << "a description follows the name: " << text;
   }
   EXPECT_NE(std::string(pfGetErrorString(static_cast<pfResult_t>(99))).find("Unknown"),
             std::string::npos);
   int version = 0;
+  expect_error(pfGetVersion(nullptr), pfErrorInvalidArgument, "version is NULL");
   PF_ASSERT_OK(pfGetVersion(&version));
   EXPECT_EQ(version, PIPEFILL_VERSION_CODE);
   EXPECT_STREQ(pfGetLastErrorMessage(), "");  // a successful call clears it
@@ -253,6 +294,120 @@ TEST(Misuse, ErrorStringsAndVersion) {
   EXPECT_EQ(c.size, sizeof(pfConfig_t));
   EXPECT_EQ(c.backend, PF_UNSET_INT);
   EXPECT_EQ(c.arena_bytes, PF_UNSET_SIZE);
+}
+
+// The setup allocator's bounds check cannot be wrapped around: after allocate(256), a request of
+// SIZE_MAX (or an alignment beyond the share) fails and later allocations never overlap.
+TEST(Misuse, SetupAllocatorNeverWraps) {
+  ManualStage stage;
+  ASSERT_NO_FATAL_FAILURE(stage.init());
+  pfRuntime_t rt = stage.runtime();
+  struct Setup {
+    void* first = nullptr;
+    void* huge = nullptr;
+    void* third = nullptr;
+    pfResult_t huge_result = pfSuccess, aligned_result = pfSuccess, third_result = pfErrorInternal;
+  } s;
+  pfJobDesc_t desc = PF_JOB_DESC_INITIALIZER;
+  desc.name = "wrap";
+  desc.item_count = 1;
+  desc.item_cost_hint_us = 1.0;
+  desc.resident_bytes = 4096;
+  desc.user = &s;
+  desc.launch = [](void*, const pfSliceDesc_t*, void*) { return pfSuccess; };
+  desc.setup = [](void* user, const pfArenaAllocator_t* a, int) -> pfResult_t {
+    auto* st = static_cast<Setup*>(user);
+    if (a->allocate(a->context, 256, 256, &st->first) != pfSuccess) return pfErrorInternal;
+    st->huge_result = a->allocate(a->context, SIZE_MAX, 256, &st->huge);
+    void* aligned = nullptr;
+    st->aligned_result = a->allocate(a->context, 16, size_t{1} << 63, &aligned);
+    st->third_result = a->allocate(a->context, 256, 256, &st->third);
+    return pfSuccess;
+  };
+  pfJob_t job = nullptr;
+  PF_ASSERT_OK(pfJobCreate(rt, &desc, &job));
+  EXPECT_EQ(s.huge_result, pfErrorOutOfMemory);
+  EXPECT_EQ(s.huge, nullptr);
+  EXPECT_EQ(s.aligned_result, pfErrorOutOfMemory);
+  ASSERT_EQ(s.third_result, pfSuccess);
+  const auto first = reinterpret_cast<uintptr_t>(s.first);
+  const auto third = reinterpret_cast<uintptr_t>(s.third);
+  EXPECT_GE(third, first + 256) << "the third block overlaps the first";
+  PF_ASSERT_OK(pfJobDestroy(job));
+  PF_ASSERT_OK(pfRuntimeDestroy(rt));
+}
+
+// Destroying the stream of an open bubble: pfStreamDestroy refuses it; a stream destroyed
+// behind the runtime's back (pfSimStreamDestroy, cudaStreamDestroy) does not wedge it - the end
+// reports the problem and closes the bubble, and later bubbles and the destroy work.
+TEST(Misuse, DestroyingTheStreamOfAnOpenBubble) {
+  ManualStage stage;
+  ASSERT_NO_FATAL_FAILURE(stage.init());
+  pfRuntime_t rt = stage.runtime();
+  void* doomed = nullptr;
+  PF_ASSERT_OK(pfStreamCreateHighPriority(rt, &doomed));
+  PF_ASSERT_OK(pfBubbleBegin(rt, doomed, nullptr));
+  expect_error(pfStreamDestroy(rt, doomed), pfErrorInvalidState, "bubble 1 is open");
+  PF_ASSERT_OK(pfBubbleEnd(rt, doomed));
+  PF_ASSERT_OK(pfStreamDestroy(rt, doomed));
+
+  PF_ASSERT_OK(pfStreamCreateHighPriority(rt, &doomed));
+  PF_ASSERT_OK(pfBubbleBegin(rt, doomed, nullptr));
+  PF_ASSERT_OK(pfSimStreamDestroy(doomed));
+  expect_error(pfBubbleEnd(rt, doomed), pfErrorInvalidArgument, "abandoned");
+  // Not wedged: the next bubble on a live stream works, and so does the destroy.
+  stage.step(rt, 100.0);
+  PF_ASSERT_OK(pfBubbleBegin(rt, stage.main, nullptr));
+  PF_ASSERT_OK(pfBubbleEnd(rt, stage.main));
+  PF_ASSERT_OK(pfSimRunUntilIdle(stage.world.get()));
+  PF_ASSERT_OK(pfRuntimeSynchronize(rt));
+  pfStats_t s;
+  PF_ASSERT_OK(pfRuntimeGetStats(rt, &s));
+  EXPECT_EQ(s.bubbles, 3u) << "the abandoned bubble is not timed";
+  EXPECT_EQ(s.bubbles_skipped, s.bubbles + 1 - s.bubbles_filled);
+  // Destroy with a bubble open on a stream that died meanwhile.
+  PF_ASSERT_OK(pfStreamCreateHighPriority(rt, &doomed));
+  PF_ASSERT_OK(pfBubbleBegin(rt, doomed, nullptr));
+  PF_ASSERT_OK(pfSimStreamDestroy(doomed));
+  PF_ASSERT_OK(pfRuntimeDestroy(rt));
+}
+
+// A main stream being captured into a CUDA graph: bubble instructions are refused with
+// pfErrorNotSupported and enqueue nothing (a captured gate write would replay with a stale
+// bubble id, see docs/api.md "CUDA graphs").
+TEST(Misuse, BubbleInstructionsDuringGraphCapture) {
+  ManualStage stage;
+  ASSERT_NO_FATAL_FAILURE(stage.init());
+  TestDevice* device = nullptr;
+  pfRuntime_t rt = make_test_runtime(stage.world.get(), sim_config(stage.world.get(), 0, 1, 4),
+                                     &device, false, false);
+  ASSERT_NE(rt, nullptr);
+  {
+    std::lock_guard lock(device->capture_mutex);
+    device->capturing.insert(stage.main);
+  }
+  size_t ops = device->operations_on(stage.main);
+  expect_error(pfBubbleBegin(rt, stage.main, nullptr), pfErrorNotSupported, "captured");
+  EXPECT_EQ(device->operations_on(stage.main), ops);
+  {
+    std::lock_guard lock(device->capture_mutex);
+    device->capturing.clear();
+  }
+  PF_ASSERT_OK(pfBubbleBegin(rt, stage.main, nullptr));
+  {
+    std::lock_guard lock(device->capture_mutex);
+    device->capturing.insert(stage.main);
+  }
+  ops = device->operations_on(stage.main);
+  expect_error(pfBubbleEnd(rt, stage.main), pfErrorNotSupported, "captured");
+  EXPECT_EQ(device->operations_on(stage.main), ops);
+  {
+    std::lock_guard lock(device->capture_mutex);
+    device->capturing.clear();
+  }
+  PF_ASSERT_OK(pfBubbleEnd(rt, stage.main));  // the bubble stayed open: end it now
+  PF_ASSERT_OK(pfSimRunUntilIdle(stage.world.get()));
+  PF_ASSERT_OK(pfRuntimeDestroy(rt));
 }
 
 TEST(Misuse, JobWaitOnTheSimulatorTimesOut) {

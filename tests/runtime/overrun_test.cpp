@@ -123,6 +123,9 @@ TEST(Overrun, SliceThatRanNoItemIsNeitherOverrunNorFill) {
   PF_ASSERT_OK(pfRuntimeDestroy(rt));
 }
 
+// Opaque work cannot be stopped, so it is sized from measured history only: a class is filled
+// with opaque work once it has min_samples (and at least one) measured durations, in whole items
+// whose total fits the prediction.
 TEST(Overrun, OpaqueWorkIsAdmittedOnlyWhenItFits) {
   ManualStage stage;
   ASSERT_NO_FATAL_FAILURE(stage.init());
@@ -135,11 +138,14 @@ TEST(Overrun, OpaqueWorkIsAdmittedOnlyWhenItFits) {
   pfJob_t handle = nullptr;
   PF_ASSERT_OK(pfJobCreate(rt, &desc, &handle));
   pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
-  hint.expected_duration_us = 20.0;  // shorter than one item: nothing may run
-  stage.step(rt, 20.0, &hint);
+  hint.label = "short";  // 20 µs: shorter than one item, nothing may run
+  for (int i = 0; i < 3; ++i) stage.step(rt, 20.0, &hint);
   PF_ASSERT_OK(pfRuntimeSynchronize(rt));
   EXPECT_EQ(info_of(handle).slices_launched, 0u);
-  hint.expected_duration_us = 100.0;  // three rounds of 28 workers fit
+  hint.label = "long";  // 100 µs: three rounds of 28 workers fit once measured twice
+  for (int i = 0; i < 2; ++i) stage.step(rt, 100.0, &hint);
+  PF_ASSERT_OK(pfRuntimeSynchronize(rt));
+  EXPECT_EQ(info_of(handle).slices_launched, 0u) << "no history yet: no opaque work";
   const double step = stage.step(rt, 100.0, &hint);
   PF_ASSERT_OK(pfRuntimeSynchronize(rt));
   EXPECT_DOUBLE_EQ(step, 150.0) << "opaque work that fits never delays the main job";
@@ -147,6 +153,44 @@ TEST(Overrun, OpaqueWorkIsAdmittedOnlyWhenItFits) {
   EXPECT_EQ(info.slices_launched, 1u);
   EXPECT_EQ(info.items_completed, 84u);  // 28 fill SMs x 3 items of 30 µs
   EXPECT_EQ(job.items_run(), 84u);
+  PF_ASSERT_OK(pfJobDestroy(handle));
+  PF_ASSERT_OK(pfRuntimeDestroy(rt));
+}
+
+// One expected_duration_us hint far above the real bubble, and no history: gated (ticket) work
+// may use it - the gate stops it at the bubble end - but ungated opaque work must not, or it holds
+// the SMs long after the bubble and delays the main job.
+TEST(Overrun, HintAloneNeverAdmitsUngatedWork) {
+  ManualStage stage;
+  ASSERT_NO_FATAL_FAILURE(stage.init());
+  pfRuntime_t rt = stage.runtime();
+  CountingJob job;
+  job.kind = pfJobOpaque;
+  job.item_cost_us = 10.0;
+  job.items = 1u << 20;
+  pfJobDesc_t desc = job.desc();
+  pfJob_t handle = nullptr;
+  PF_ASSERT_OK(pfJobCreate(rt, &desc, &handle));
+  pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
+  hint.expected_duration_us = 1e5;
+  EXPECT_DOUBLE_EQ(stage.step(rt, 100.0, &hint), 150.0) << "the main job was delayed";
+  PF_ASSERT_OK(pfRuntimeSynchronize(rt));
+  EXPECT_EQ(info_of(handle).slices_launched, 0u);
+  EXPECT_EQ(job.items_run(), 0u);
+  // The same hint with ticket work: filled, and the gate ends it with the bubble.
+  CountingJob ticket;
+  ticket.items = 1u << 20;
+  pfJobDesc_t td = ticket.desc();
+  pfJob_t th = nullptr;
+  PF_ASSERT_OK(pfJobCreate(rt, &td, &th));
+  const double step = stage.step(rt, 100.0, &hint);
+  PF_ASSERT_OK(pfRuntimeSynchronize(rt));
+  // 28 workers x 10 items of 10 µs fill the bubble; an item claimed as the gate closes is the
+  // one item of overrun the gate allows.
+  EXPECT_GE(ticket.items_run(), 280u);
+  EXPECT_LE(ticket.items_run(), 280u + 28u);
+  EXPECT_LE(step, 150.0 + ticket.item_cost_us) << "at most one item of overrun";
+  PF_ASSERT_OK(pfJobDestroy(th));
   PF_ASSERT_OK(pfJobDestroy(handle));
   PF_ASSERT_OK(pfRuntimeDestroy(rt));
 }

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -68,26 +70,41 @@ TEST(Trace, SameSeedGivesByteIdenticalTraces) {
   const nlohmann::json trace = nlohmann::json::parse(ta);
   ASSERT_TRUE(trace.contains("traceEvents"));
   size_t bubbles = 0, slices = 0, counters = 0;
+  size_t predicted_bubbles = 0, slices_per_bubbles = 0;
+  std::multiset<double> predicted_begins, counter_times;
+  std::map<uint64_t, size_t> slices_of_bubble;
   for (const auto& e : trace["traceEvents"]) {
     const std::string ph = e["ph"];
     if (ph == "X" && e["cat"] == "bubble") {
       ++bubbles;
       EXPECT_EQ(e["tid"], 1);
       EXPECT_GE(e["dur"].get<double>(), 0.0);
+      slices_per_bubbles += e["args"]["slices"].get<size_t>();
+      if (e["args"]["predicted_us"].get<double>() > 0) {
+        ++predicted_bubbles;
+        predicted_begins.insert(e["ts"].get<double>());
+      }
     } else if (ph == "X" && e["cat"] == "fill") {
       ++slices;
       EXPECT_EQ(e["name"], "infer");
       EXPECT_EQ(e["tid"], 2);
       EXPECT_TRUE(e["args"].contains("items"));
+      ++slices_of_bubble[e["args"]["bubble"].get<uint64_t>()];
     } else if (ph == "C") {
       ++counters;
+      counter_times.insert(e["ts"].get<double>());
     }
     EXPECT_EQ(e["pid"], 1);  // stage 1
   }
   EXPECT_EQ(bubbles, 5u * 5u);  // stage 1 of 4-stage 1F1B: 5 bubbles per iteration
   EXPECT_GT(slices, 0u);
-  EXPECT_EQ(counters, slices == 0 ? 0u : counters);
+  // One prediction counter per bubble that had a prediction, at that bubble's begin.
   EXPECT_GT(counters, 0u);
+  EXPECT_EQ(counters, predicted_bubbles);
+  EXPECT_EQ(counter_times, predicted_begins);
+  // Every fill slice belongs to a traced bubble, and the bubbles' slice counts add up.
+  EXPECT_EQ(slices, slices_per_bubbles);
+  EXPECT_LE(slices_of_bubble.size(), predicted_bubbles);
   std::remove(a.c_str());
   std::remove(b.c_str());
   std::remove(c.c_str());

@@ -1,0 +1,84 @@
+// The user-thread bubble tracker: pfBubbleBegin, pfBubbleEnd and pfIterationEnd. They validate,
+// enqueue their stream operations on the main stream (begin: record the begin event; end: close
+// the gate, record the end event) and push a fixed-size message into the ring. They never wait
+// for the device or the executor; a rejected call enqueues nothing.
+//
+// Thread affinity: one caller at a time per runtime (the engine's CPU thread), by contract. The
+// tracker's own state is therefore not locked; what other threads read of it is atomic.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "core/config.hpp"
+#include "core/fill_resources.hpp"
+#include "core/message_pump.hpp"
+#include "core/message_ring.hpp"
+#include "device/device.hpp"
+
+namespace pipefill::core {
+
+class BubbleTracker {
+ public:
+  // `harvested_upto`: every bubble id <= it is harvested (its event pair may be reused).
+  // `ended_upto`: written here once a bubble's end event is recorded.
+  BubbleTracker(const RuntimeOptions& options, Device& device, const FillResources& resources,
+                MessageRing& ring, const std::atomic<uint64_t>& harvested_upto,
+                std::atomic<uint64_t>& ended_upto)
+      : options_(options),
+        device_(device),
+        resources_(resources),
+        ring_(ring),
+        harvested_upto_(harvested_upto),
+        ended_upto_(ended_upto) {}
+
+  // The pump that makes room when the ring is full (set before the first bubble).
+  void set_pump(MessagePump* pump) { pump_ = pump; }
+
+  pfResult_t begin(void* stream, const pfBubbleHint_t* hint);
+  pfResult_t end(void* stream);
+  pfResult_t iteration_end();
+
+  // Shutdown with a bubble open: when the bubble's stream died meanwhile, the bubble is abandoned
+  // (as pfBubbleEnd would) and true is returned; false when the bubble is still live.
+  bool abandon_if_stream_died();
+
+  // Any thread.
+  bool in_bubble() const { return in_bubble_.load(std::memory_order_acquire); }
+  // The stream of the open bubble (nullptr when none).
+  void* open_bubble_stream() const { return bubble_stream_.load(std::memory_order_acquire); }
+  uint64_t open_bubble_id() const { return next_bubble_id_ - 1; }
+  uint64_t iterations() const { return iterations_.load(std::memory_order_relaxed); }
+  // Mean host cost of a begin+end pair over the timed pairs (0 when none).
+  double host_ns_per_pair() const;
+
+ private:
+  void push(const BubbleMessage& message);
+  // Closes the open bubble without its end event; the executor counts it as not timed.
+  void abandon(uint64_t id);
+
+  const RuntimeOptions& options_;
+  Device& device_;
+  const FillResources& resources_;
+  MessageRing& ring_;
+  const std::atomic<uint64_t>& harvested_upto_;
+  std::atomic<uint64_t>& ended_upto_;
+  MessagePump* pump_ = nullptr;
+
+  // User-thread state (one caller at a time).
+  std::atomic<bool> in_bubble_{false};
+  bool current_tracked_ = false;
+  bool current_timed_ = false;
+  uint64_t timing_counter_ = 0;
+  static constexpr uint64_t kTimingSample = 64;  // one begin+end pair in 64 is timed
+  std::atomic<void*> bubble_stream_{nullptr};
+  bool lent_memory_warned_ = false;
+  std::atomic<uint64_t> next_bubble_id_{1};  // read by other threads for messages
+  uint64_t index_in_iteration_ = 0;
+  uint64_t begin_ns_pending_ = 0;
+  std::atomic<uint64_t> iterations_{0};
+  std::atomic<uint64_t> host_ns_total_{0};
+  std::atomic<uint64_t> host_pairs_{0};
+};
+
+}  // namespace pipefill::core

@@ -1,0 +1,310 @@
+#include "core/executor.hpp"
+
+#include <algorithm>
+#include <exception>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "core/harvester.hpp"
+#include "core/job_registry.hpp"
+
+namespace pipefill::core {
+
+void record_async_error(RuntimeState& s, pfResult_t code, const std::string& message) {
+  pfResult_t expected = pfSuccess;
+  if (s.async_error.compare_exchange_strong(expected, code)) s.async_message = message;
+  log::warn("asynchronous error {}: {}", result_name(code), message);
+}
+
+void Executor::handle_messages(std::span<const BubbleMessage> batch) {
+  MutexLock lock(state_.mu);
+  try {
+    for (const BubbleMessage& m : batch) {
+      if (m.type == BubbleMessage::Type::Begin) {
+        handle_begin(state_, m);
+      } else {
+        handle_end(state_, m);
+      }
+    }
+  } catch (const std::exception& e) {
+    record_async_error(state_, pfErrorInternal, fmt::format("executor: {}", e.what()));
+  } catch (...) {
+    record_async_error(state_, pfErrorInternal, "executor: unknown exception");
+  }
+}
+
+void Executor::poll_completions() {
+  MutexLock lock(state_.mu);
+  try {
+    harvest(state_);
+  } catch (const std::exception& e) {
+    record_async_error(state_, pfErrorInternal, fmt::format("executor: {}", e.what()));
+  } catch (...) {
+    record_async_error(state_, pfErrorInternal, "executor: unknown exception");
+  }
+}
+
+void Executor::handle_begin(RuntimeState& s, const BubbleMessage& m) {
+  // Harvest first: on the simulated device this makes the prediction for this bubble depend
+  // only on what completed before it was begun, hence deterministic.
+  harvest(s);
+  s.pending.emplace_back();
+  BubbleRecord& bubble = s.pending.back();
+  bubble.id = m.bubble_id;
+  bubble.iteration = m.iteration;
+  bubble.index_in_iteration = m.index_in_iteration;
+  bubble.class_key = bubble_class_key(m.index_in_iteration, m.label);
+  bubble.kind = m.kind;
+  bubble.tracked = m.tracked;
+  if (!m.tracked) {
+    bubble.skip_reason = "bubble event pool exhausted";
+    return;
+  }
+  const BubblePrediction prediction =
+      s.predictor.predict(bubble.class_key, options_.prediction_quantile);
+  FillRequest request;
+  const bool measured = prediction.ready && prediction.count > 0;
+  if (measured) {
+    request.gated_predicted_us = prediction.quantile_us;
+    request.ungated_predicted_us = prediction.quantile_us;
+  } else if (m.expected_us > 0) {
+    // A hint is trusted for gated work only: the gate bounds a wrong hint to one item of
+    // overrun, while ungated work sized from it could hold the SMs far past the bubble.
+    request.gated_predicted_us = m.expected_us;
+  }
+  bubble.predicted_us = request.gated_predicted_us;
+  if (bubble.predicted_us <= 0) {
+    bubble.skip_reason = fmt::format("class {} has {} of {} samples and no expected duration",
+                                     bubble.class_key, prediction.count, options_.min_samples);
+    return;
+  }
+  launcher_.fill(s, bubble, request);
+}
+
+void Executor::handle_end(RuntimeState& s, const BubbleMessage& m) {
+  for (auto it = s.pending.rbegin(); it != s.pending.rend(); ++it) {
+    if (it->id == m.bubble_id) {
+      it->ended = true;
+      it->abandoned = m.abandoned;
+      return;
+    }
+  }
+}
+
+void Executor::release_quarantined(RuntimeState& s, uint64_t before_sequence) {
+  auto it = s.quarantined.begin();
+  while (it != s.quarantined.end()) {
+    if (it->slice.sequence >= before_sequence) {
+      ++it;
+      continue;
+    }
+    SliceRecord& slice = it->slice;
+    JobState& job = *slice.job;
+    --job.slices_in_flight;
+    job.items_in_flight -= std::min(job.items_in_flight, slice.planned_items);
+    // Its read-back is lost: a ticket job's count catches up with its next slice's read-back;
+    // opaque work counts as planned, as always.
+    if (job.kind == pfJobOpaque && !slice.launch_failed) {
+      const uint64_t before = job.items_completed;
+      job.items_completed = std::min(job.item_count, job.items_completed + slice.planned_items);
+      if (!job.detached) s.stats.items_completed += job.items_completed - before;
+    }
+    if (slice.workspace != 0) s.arena.release(slice.workspace);
+    s.free_slice_slots.push_back(slice.event_slot);
+    settle_job(s, job);
+    it = s.quarantined.erase(it);
+  }
+}
+
+void Executor::settle_job(RuntimeState& s, JobState& job) {
+  if (job.detached) return;
+  if (job.items_completed > 0 && job.status == pfJobPending) {
+    job.status = pfJobRunning;
+    s.job_changed.notify_all();
+  }
+  if (job.items_completed >= job.item_count && !is_terminal(job.status)) {
+    end_job(s, job, pfJobCompleted, pfSuccess, "");
+  }
+  maybe_teardown(s, job);
+}
+
+void Executor::harvest(RuntimeState& s) {
+  while (!s.pending.empty()) {
+    BubbleRecord& bubble = s.pending.front();
+    if (!bubble.ended) return;
+    double begin_us = 0.0, end_us = 0.0;
+    auto completed = [&](Event e, double* t) {
+      s.mu.assert_held();
+      bool done = false;
+      if (device_.query_event(e, &done, t) != pfSuccess) {
+        record_async_error(s, pfErrorInternal,
+                           fmt::format("query_event failed while harvesting bubble {}: {}",
+                                       bubble.id, last_error_message()));
+        *t = 0.0;
+        return true;  // never block the harvest on a broken event
+      }
+      return done;
+    };
+    if (bubble.tracked) {
+      if (!completed(resources_.begin_event(bubble.id), &begin_us)) return;
+      if (!bubble.abandoned) {
+        if (!completed(resources_.end_event(bubble.id), &end_us)) return;
+      }
+    }
+    // Slices of untracked bubbles never launch; those of abandoned ones must still end.
+    for (const SliceRecord& slice : bubble.slices) {
+      double t = 0.0;
+      if (!completed(resources_.slice_start_events[slice.event_slot], &t)) return;
+      if (!completed(resources_.slice_end_events[slice.event_slot], &t)) return;
+    }
+    uint64_t last_sequence = 0;
+    for (const SliceRecord& slice : bubble.slices) {
+      last_sequence = std::max(last_sequence, slice.sequence);
+    }
+    harvest_bubble(s, bubble, begin_us, end_us);
+    // The fill stream runs in order: a completed slice end means every slice enqueued before it
+    // has ended too, including those whose own end could not be tracked.
+    if (last_sequence > 0 && !s.quarantined.empty()) release_quarantined(s, last_sequence);
+    s.harvested_upto.store(bubble.id, std::memory_order_release);
+    s.pending.pop_front();
+  }
+}
+
+void Executor::harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begin_us,
+                              double end_us) {
+  // Not timed: no event pair was free (untracked), or its stream died before the end
+  // (abandoned). Its slices still settle their jobs; there is no bubble to measure them against.
+  const bool timed = bubble.tracked && !bubble.abandoned;
+  // Observe every slice, then account. A job has at most one slice per bubble, so the jobs'
+  // counts read here are those before the bubble.
+  std::vector<SliceObservation> observations;
+  observations.reserve(bubble.slices.size());
+  for (const SliceRecord& slice : bubble.slices) {
+    SliceObservation o;
+    bool done = false;
+    device_.query_event(resources_.slice_start_events[slice.event_slot], &done, &o.start_us);
+    device_.query_event(resources_.slice_end_events[slice.event_slot], &done, &o.end_us);
+    o.kind = slice.launch_failed ? pfJobTicket : slice.job->kind;  // count only what ran
+    o.cursor_readback = resources_.host_words[slice.event_slot];
+    o.planned_items = slice.planned_items;
+    o.items_completed_before = slice.job->items_completed;
+    o.item_count = slice.job->item_count;
+    observations.push_back(o);
+  }
+  if (!timed) {
+    begin_us = end_us = observations.empty() ? 0.0 : observations.front().start_us;
+  }
+  const BubbleAccounting accounting = account_bubble(begin_us, end_us, observations);
+  if (timed) {
+    s.predictor.add_sample(bubble.class_key, accounting.duration_us);
+    ++s.stats.bubbles;
+    s.stats.bubble_time_us += accounting.duration_us;
+  }
+  size_t launched = 0;
+  for (size_t i = 0; i < bubble.slices.size(); ++i) {
+    SliceRecord& slice = bubble.slices[i];
+    const SliceAccounting& a = accounting.slices[i];
+    JobState& job = *slice.job;
+    --job.slices_in_flight;
+    job.items_in_flight -= std::min(job.items_in_flight, slice.planned_items);
+    job.items_completed = a.items_completed_after;
+    // Slices of detached (destroyed) jobs count towards filled time and overrun too: their work
+    // ran on the device all the same.
+    if (timed) job.busy_time_us += a.busy_us;
+    if (!job.detached) s.stats.items_completed += a.items_done;
+    if (!slice.launch_failed) {
+      ++launched;
+      // A ticket slice that started while its bubble was open and still claimed nothing: its
+      // launch callback enqueued nothing (or no block ever got an SM). Many in a row end the job
+      // instead of letting it take bubble time forever.
+      const bool late = a.late || slice.enqueued_after_end;
+      if (job.kind == pfJobTicket && timed && !late && !job.detached) {
+        job.slices_without_progress = a.items_done > 0 ? 0 : job.slices_without_progress + 1;
+        if (job.slices_without_progress >= kMaxSlicesWithoutProgress) {
+          const std::string message = fmt::format(
+              "job '{}': {} slices in a row ran in open bubbles and completed no item; does its "
+              "launch callback enqueue a ticket kernel on the given stream?",
+              job.name, job.slices_without_progress);
+          log::warn("{}", message);
+          end_job(s, job, pfJobFailed, pfErrorJobFailed, message);
+          record_async_error(s, pfErrorJobFailed, message);
+        }
+      }
+      s.trace.add(TraceSlice{bubble.id, job.name, observations[i].start_us,
+                             observations[i].end_us, a.items_done, slice.config_index, late});
+    }
+    if (slice.workspace != 0) s.arena.release(slice.workspace);
+    s.free_slice_slots.push_back(slice.event_slot);
+    settle_job(s, job);
+  }
+  if (!timed) {
+    ++s.stats.bubbles_skipped;
+    return;
+  }
+  s.stats.filled_time_us += accounting.filled_us;
+  if (bubble.iteration > s.calibration_iteration) {
+    s.calibration_iteration = bubble.iteration;
+    collect_calibration(s);
+  }
+  if (accounting.overrun_us > 0) {
+    s.stats.overrun_time_us += accounting.overrun_us;
+    s.stats.max_overrun_us = std::max(s.stats.max_overrun_us, accounting.overrun_us);
+  }
+  if (launched == 0) {
+    ++s.stats.bubbles_skipped;
+    log::trace("bubble {} ({}) not filled: {}", bubble.id, bubble.class_key, bubble.skip_reason);
+  } else {
+    ++s.stats.bubbles_filled;
+  }
+  s.trace.add(TraceBubble{bubble.id, bubble.iteration, bubble.class_key, bubble.kind, begin_us,
+                          end_us, bubble.predicted_us, launched});
+}
+
+void Executor::collect_calibration(RuntimeState& s) {
+  if (!options_.enable_cupti || !s.calibration_available) return;
+  std::vector<ActivityRecord> batch;
+  const pfResult_t result = device_.collect_activity(&batch);
+  if (result == pfErrorNotSupported) {
+    s.calibration_available = false;  // the device said why (e.g. CUPTI held by a profiler)
+    log::warn("calibration mode: the {} device collects no activity records ({}); continuing "
+              "with bubble events only",
+              device_.name(), last_error_message());
+    return;
+  }
+  if (result != pfSuccess) {
+    log::warn("calibration mode: collecting activity records failed: {}", last_error_message());
+    return;
+  }
+  for (ActivityRecord& r : batch) {
+    if (s.trace.calibration.size() >= TraceRecords::kMaxRecords) {
+      s.trace.truncated = true;
+      break;
+    }
+    s.trace.add(std::move(r));
+  }
+}
+
+pfResult_t Executor::drain_fill_stream(RuntimeState& s) {
+  uint64_t enqueued_before = 0;
+  {
+    MutexLock lock(s.mu);
+    enqueued_before = s.next_slice_sequence;
+  }
+  PF_TRY(device_.synchronize_stream(resources_.fill_stream));
+  MutexLock lock(s.mu);
+  release_quarantined(s, enqueued_before);
+  return pfSuccess;
+}
+
+pfResult_t Executor::synchronize(RuntimeState& s) {
+  PF_TRY(drain_fill_stream(s));
+  MutexLock lock(s.mu);
+  for (const BubbleRecord& b : s.pending) {
+    if (b.ended && b.tracked) PF_TRY(device_.synchronize_event(resources_.end_event(b.id)));
+  }
+  harvest(s);
+  collect_calibration(s);
+  return pfSuccess;
+}
+
+}  // namespace pipefill::core

@@ -1,0 +1,66 @@
+// The executor: what happens to the bubble messages the pump hands over. For each Begin it first
+// harvests everything that completed, then predicts the bubble's duration and lets the slice
+// launcher fill it; an End marks the bubble ended. The harvest (strictly in bubble order, never
+// blocking) queries the bubble's and its slices' events, runs the harvester's accounting
+// (harvester.hpp) and applies it to the statistics, the predictor, the jobs and the trace.
+//
+// Thread affinity: handle_messages on the pump's thread (executor thread or the thread running
+// the simulated world); poll_completions on the executor/poller thread; harvest also from
+// pfRuntimeSynchronize and pfJobDestroy. All with the state lock held.
+#pragma once
+
+#include <span>
+
+#include "core/config.hpp"
+#include "core/fill_resources.hpp"
+#include "core/message_pump.hpp"
+#include "core/runtime_state.hpp"
+#include "core/slice_launcher.hpp"
+#include "device/device.hpp"
+
+namespace pipefill::core {
+
+class Executor final : public MessageHandler {
+ public:
+  Executor(const RuntimeOptions& options, Device& device, const FillResources& resources,
+           RuntimeState& state)
+      : options_(options),
+        device_(device),
+        resources_(resources),
+        state_(state),
+        launcher_(options, device, resources) {}
+
+  void handle_messages(std::span<const BubbleMessage> batch) override EXCLUDES(state_.mu);
+  void poll_completions() override EXCLUDES(state_.mu);
+
+  // Harvests every bubble whose events (and its slices' events) completed, in bubble order.
+  void harvest(RuntimeState& s) REQUIRES(s.mu);
+  // Calibration mode (enable_cupti): takes the device's activity records (CUPTI on CUDA, the
+  // activity log on the simulator) outside bubbles, for pfTraceWrite / pipefill-analyze.
+  void collect_calibration(RuntimeState& s) REQUIRES(s.mu);
+  // pfRuntimeSynchronize after the pump drained: waits for the fill stream and the end events of
+  // ended bubbles, then harvests.
+  pfResult_t synchronize(RuntimeState& s) EXCLUDES(s.mu);
+  // Waits for the fill stream; every slice enqueued before has ended, so quarantined ones are
+  // released.
+  pfResult_t drain_fill_stream(RuntimeState& s) EXCLUDES(s.mu);
+
+ private:
+  void handle_begin(RuntimeState& s, const BubbleMessage& m) REQUIRES(s.mu);
+  void handle_end(RuntimeState& s, const BubbleMessage& m) REQUIRES(s.mu);
+  void harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begin_us, double end_us)
+      REQUIRES(s.mu);
+  // Releases the quarantined slices enqueued before `before_sequence` (the fill stream passed
+  // them).
+  void release_quarantined(RuntimeState& s, uint64_t before_sequence) REQUIRES(s.mu);
+  // Moves a job to Running / Completed after its counts changed; tears it down when due.
+  void settle_job(RuntimeState& s, JobState& job) REQUIRES(s.mu);
+
+  const RuntimeOptions& options_;
+  Device& device_;
+  const FillResources& resources_;
+  RuntimeState& state_;
+  SliceLauncher launcher_;
+};
+
+}  // namespace pipefill::core

@@ -1,0 +1,361 @@
+#include "core/job_registry.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "common/callback_scope.hpp"
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "core/handles.hpp"
+
+namespace pipefill::core {
+namespace {
+
+// The arena allocator handed to a job's setup: bump allocation inside the job's reserved share.
+struct SetupAllocatorContext {
+  JobState* job;
+};
+
+pfResult_t setup_allocate(void* context, size_t bytes, size_t alignment, void** device_ptr) {
+  auto* ctx = static_cast<SetupAllocatorContext*>(context);
+  if (ctx == nullptr || device_ptr == nullptr) {
+    return fail(pfErrorInvalidArgument, "arena allocate: context or device_ptr is NULL");
+  }
+  if (alignment == 0) alignment = ArenaAllocator::kDefaultAlignment;
+  if ((alignment & (alignment - 1)) != 0) {
+    return fail(pfErrorInvalidArgument, "arena allocate: alignment {} is not a power of two",
+                alignment);
+  }
+  JobState& job = *ctx->job;
+  auto exceeds = [&] {
+    return fail(pfErrorOutOfMemory,
+                "job '{}': allocating {} bytes aligned to {} exceeds its resident share ({} of {} "
+                "bytes used)",
+                job.name, bytes, alignment, job.resident_used, job.resident_reserved);
+  };
+  // Offsets within the share, compared by subtraction so no sum can wrap around.
+  if (job.resident_block == 0 || alignment > job.resident_reserved) return exceeds();
+  const uintptr_t start = job.resident_block + job.resident_used;
+  const uintptr_t padding = (alignment - start % alignment) % alignment;
+  const size_t left = job.resident_reserved - job.resident_used;
+  if (padding > left || bytes > left - padding) return exceeds();
+  job.resident_used += padding + bytes;
+  *device_ptr = reinterpret_cast<void*>(start + padding);
+  return pfSuccess;
+}
+
+// The job's configurations from its description; the message names the bad field.
+pfResult_t configs_from_desc(const pfJobDesc_t& desc, const std::string& name,
+                             std::vector<JobConfigModel>* out) {
+  if (desc.config_count == 0) {
+    if (!(desc.item_cost_hint_us > 0)) {
+      return fail(pfErrorInvalidArgument,
+                  "pfJobCreate: job '{}': desc->item_cost_hint_us = {} must be > 0 when no "
+                  "configs are given",
+                  name, desc.item_cost_hint_us);
+    }
+    JobConfigModel c;
+    c.item_cost_us = desc.item_cost_hint_us;
+    c.resident_bytes = desc.resident_bytes;
+    c.workspace_bytes_per_item = desc.workspace_bytes_per_item;
+    out->push_back(c);
+    return pfSuccess;
+  }
+  for (int i = 0; i < desc.config_count; ++i) {
+    const pfJobConfig_t& in = desc.configs[i];
+    JobConfigModel c;
+    // 0 takes the description's hint; anything else must be a real cost.
+    if (in.item_cost_us != 0.0 && !(in.item_cost_us > 0 && std::isfinite(in.item_cost_us))) {
+      return fail(pfErrorInvalidArgument,
+                  "pfJobCreate: job '{}': configs[{}].item_cost_us = {} must be > 0 and finite (or "
+                  "0 to use item_cost_hint_us)",
+                  name, i, in.item_cost_us);
+    }
+    c.item_cost_us = in.item_cost_us > 0 ? in.item_cost_us : desc.item_cost_hint_us;
+    if (!(c.item_cost_us > 0) || !std::isfinite(c.item_cost_us)) {
+      return fail(pfErrorInvalidArgument,
+                  "pfJobCreate: job '{}': configs[{}].item_cost_us = {} and "
+                  "item_cost_hint_us = {}: one must be > 0",
+                  name, i, in.item_cost_us, desc.item_cost_hint_us);
+    }
+    if (in.parallelism < 0) {
+      return fail(pfErrorInvalidArgument,
+                  "pfJobCreate: job '{}': configs[{}].parallelism = {} is negative", name, i,
+                  in.parallelism);
+    }
+    if (in.items_per_item < 0 || !std::isfinite(in.items_per_item)) {
+      return fail(pfErrorInvalidArgument,
+                  "pfJobCreate: job '{}': configs[{}].items_per_item = {} is negative", name, i,
+                  in.items_per_item);
+    }
+    c.parallelism = in.parallelism;
+    c.resident_bytes = in.resident_bytes > 0 ? in.resident_bytes : desc.resident_bytes;
+    c.workspace_bytes_per_item =
+        in.workspace_bytes_per_item > 0 ? in.workspace_bytes_per_item
+                                        : desc.workspace_bytes_per_item;
+    c.work_per_item = in.items_per_item > 0 ? in.items_per_item : 1.0;
+    out->push_back(c);
+  }
+  return pfSuccess;
+}
+
+void run_teardown(JobState& job) {
+  if (job.teardown == nullptr) return;
+  try {
+    CallbackScope scope("teardown");
+    job.teardown(job.user);
+  } catch (...) {
+    log::warn("job '{}': teardown threw; ignored", job.name);
+  }
+}
+
+}  // namespace
+
+uint64_t remaining_items(const JobState& job) {
+  const uint64_t done_or_planned =
+      job.kind == pfJobOpaque ? job.next_opaque_item : job.items_completed + job.items_in_flight;
+  return done_or_planned >= job.item_count ? 0 : job.item_count - done_or_planned;
+}
+
+void end_job(RuntimeState& s, JobState& job, pfJobStatus_t status, pfResult_t error,
+             std::string message) {
+  if (is_terminal(job.status)) return;
+  job.status = status;
+  job.error = error;
+  job.error_message = std::move(message);
+  if (status == pfJobCompleted) ++s.stats.jobs_completed;
+  if (status == pfJobFailed) ++s.stats.jobs_failed;
+  log::debug("job '{}' ended: status {}, {} of {} items", job.name, static_cast<int>(status),
+             job.items_completed, job.item_count);
+  maybe_teardown(s, job);
+  s.job_changed.notify_all();
+}
+
+void maybe_teardown(RuntimeState& s, JobState& job) {
+  if (job.torn_down || !is_terminal(job.status) || job.slices_in_flight > 0) return;
+  job.torn_down = true;
+  // Not here: this may be the executor thread, inside the simulated world's run or while the
+  // user thread is inside a bubble, with the state lock held. run_pending_teardowns runs it.
+  for (const auto& attached : s.jobs) {
+    if (attached.get() == &job) {
+      s.teardowns.push_back(attached);
+      s.teardowns_pending.store(true, std::memory_order_release);
+      return;
+    }
+  }
+}
+
+void JobRegistry::run_pending_teardowns(RuntimeState& s) {
+  if (!s.teardowns_pending.load(std::memory_order_acquire)) return;
+  std::vector<std::shared_ptr<JobState>> due;
+  {
+    MutexLock lock(s.mu);
+    due.swap(s.teardowns);
+    s.teardowns_pending.store(false, std::memory_order_release);
+  }
+  for (const auto& job : due) run_teardown(*job);
+}
+
+std::string JobRegistry::attached_names(const RuntimeState& s) {
+  std::string names;
+  for (const auto& job : s.jobs) {
+    if (!names.empty()) names += ", ";
+    names += "'" + job->name + "'";
+  }
+  return names;
+}
+
+pfResult_t JobRegistry::create(RuntimeState& s, Runtime* owner, const pfJobDesc_t* desc,
+                               JobState** out) {
+  if (desc->launch == nullptr) {
+    return fail(pfErrorInvalidArgument, "pfJobCreate: desc->launch is NULL (required)");
+  }
+  if (desc->item_count == 0) {
+    return fail(pfErrorInvalidArgument, "pfJobCreate: desc->item_count = 0 (must be > 0)");
+  }
+  if (desc->kind != pfJobTicket && desc->kind != pfJobOpaque) {
+    return fail(pfErrorInvalidArgument, "pfJobCreate: desc->kind = {} is not a pfJobKind_t",
+                desc->kind);
+  }
+  if (desc->config_count < 0) {
+    return fail(pfErrorInvalidArgument, "pfJobCreate: desc->config_count = {} is negative",
+                desc->config_count);
+  }
+  if (desc->config_count > 0 && desc->configs == nullptr) {
+    return fail(pfErrorInvalidArgument, "pfJobCreate: desc->config_count = {} but configs is NULL",
+                desc->config_count);
+  }
+  if (!std::isfinite(desc->item_cost_hint_us)) {
+    return fail(pfErrorInvalidArgument, "pfJobCreate: desc->item_cost_hint_us = {} is not finite",
+                desc->item_cost_hint_us);
+  }
+  auto job = std::make_shared<JobState>();
+  job->runtime = owner;
+  job->name = desc->name != nullptr ? desc->name : "job";
+  job->kind = static_cast<pfJobKind_t>(desc->kind);
+  job->priority = desc->priority;
+  job->item_count = desc->item_count;
+  job->user = desc->user;
+  job->setup = desc->setup;
+  job->launch = desc->launch;
+  job->teardown = desc->teardown;
+  PF_TRY(configs_from_desc(*desc, job->name, &job->configs));
+
+  {
+    MutexLock lock(s.mu);
+    const auto free_slot = std::find(s.job_slot_used.begin(), s.job_slot_used.end(), false);
+    if (free_slot == s.job_slot_used.end()) {
+      return fail(pfErrorBusy, "pfJobCreate: job '{}': {} jobs are attached (the maximum)",
+                  job->name, kMaxJobs);
+    }
+    const size_t largest = s.arena.largest_free_block();
+    job->setup_config =
+        choose_setup_config(job->configs, largest, resources_.partition.fill_sms);
+    if (job->setup_config < 0) {
+      size_t needed = SIZE_MAX;
+      for (const JobConfigModel& c : job->configs) needed = std::min(needed, c.resident_bytes);
+      return fail(pfErrorOutOfMemory,
+                  "pfJobCreate: job '{}' needs {} resident bytes but the fill arena has {} free "
+                  "bytes (largest block {}) of {}",
+                  job->name, needed, s.arena.free_bytes(), largest, s.arena.capacity());
+    }
+    job->resident_reserved = job->configs[static_cast<size_t>(job->setup_config)].resident_bytes;
+    if (job->resident_reserved > 0 &&
+        !s.arena.allocate(job->resident_reserved, 0, &job->resident_block)) {
+      return fail(pfErrorOutOfMemory,
+                  "pfJobCreate: job '{}' needs {} resident bytes but the fill arena has {} free",
+                  job->name, job->resident_reserved, s.arena.free_bytes());
+    }
+    job->slot = static_cast<int>(free_slot - s.job_slot_used.begin());
+    *free_slot = true;
+    job->cursor = resources_.cursor_word(job->slot);
+    job->budget_counter = resources_.budget_word(job->slot);
+    job->sequence = s.next_job_sequence++;
+    job->last_config = job->setup_config;
+  }
+  auto release_reservation = [&] {
+    MutexLock lock(s.mu);
+    if (job->resident_block != 0) s.arena.release(job->resident_block);
+    s.job_slot_used[static_cast<size_t>(job->slot)] = false;
+  };
+  // A reused slot may hold an old cursor: reset it in fill-stream order, before any slice.
+  const pfResult_t reset = device_.write_word(resources_.fill_stream, job->cursor, 0);
+  if (reset != pfSuccess) {
+    release_reservation();
+    return reset;
+  }
+  if (job->setup != nullptr) {
+    SetupAllocatorContext context{job.get()};
+    const pfArenaAllocator_t allocator{&context, &setup_allocate};
+    clear_last_error();
+    int setup_result = pfErrorInternal;  // an int: the callback may return a non-enum value
+    std::string why;
+    try {
+      CallbackScope scope("setup");
+      setup_result = static_cast<int>(job->setup(job->user, &allocator, job->setup_config));
+      if (setup_result != pfSuccess) why = last_error_message();
+    } catch (const std::exception& e) {
+      setup_result = pfErrorJobFailed;
+      why = e.what();
+    } catch (...) {
+      setup_result = pfErrorJobFailed;
+      why = "unknown exception";
+    }
+    if (setup_result != pfSuccess) {
+      release_reservation();
+      if (setup_result == pfErrorOutOfMemory) {
+        return fail(pfErrorOutOfMemory, "pfJobCreate: job '{}': setup ran out of memory: {}",
+                    job->name, why);
+      }
+      const bool known = setup_result > pfSuccess && setup_result < pfResultCount;
+      return fail(pfErrorJobFailed, "pfJobCreate: job '{}': setup returned {}{}{}", job->name,
+                  known ? std::string(result_name(static_cast<pfResult_t>(setup_result)))
+                        : fmt::format("{} (not a pfResult_t)", setup_result),
+                  why.empty() ? "" : ": ", why);
+    }
+  }
+  // The handle exists before the executor can see the job (its slices carry it).
+  publish_job(job);
+  {
+    MutexLock lock(s.mu);
+    s.jobs.push_back(job);
+  }
+  log::info("job '{}' created: {} items, kind {}, config {} of {}, {} resident bytes", job->name,
+            job->item_count, job->kind == pfJobTicket ? "ticket" : "opaque", job->setup_config,
+            job->configs.size(), job->resident_reserved);
+  *out = job.get();
+  return pfSuccess;
+}
+
+pfResult_t JobRegistry::info(RuntimeState& s, JobState& job, pfJobInfo_t* out) {
+  MutexLock lock(s.mu);
+  out->status = job.status;
+  out->items_completed = job.items_completed;
+  out->item_count = job.item_count;
+  out->slices_launched = job.slices_launched;
+  out->bubble_time_us = job.bubble_time_us;
+  out->busy_time_us = job.busy_time_us;
+  out->config_index = job.last_config;
+  out->error = job.error;
+  return pfSuccess;
+}
+
+pfResult_t JobRegistry::cancel(RuntimeState& s, JobState& job) {
+  MutexLock lock(s.mu);
+  end_job(s, job, pfJobCancelled, pfSuccess, "");
+  return pfSuccess;
+}
+
+pfResult_t JobRegistry::wait(RuntimeState& s, JobState& job, double timeout_us) {
+  MutexLock lock(s.mu);
+  auto finished = [&] {
+    s.mu.assert_held();
+    return is_terminal(job.status);
+  };
+  if (timeout_us < 0 || !(timeout_us <= kForeverUs)) {  // also INFINITY
+    s.job_changed.wait(s.mu, finished);
+  } else if (!s.job_changed.wait_for(
+                 s.mu, std::chrono::microseconds(static_cast<int64_t>(std::ceil(timeout_us))),
+                 finished)) {
+    return fail(pfErrorTimeout,
+                "pfJobWait: job '{}' did not finish within {} us ({} of {} items done){}",
+                job.name, timeout_us, job.items_completed, job.item_count,
+                device_.driven_clock() != nullptr
+                    ? "; on the simulated backend the job only advances while the world runs "
+                      "(pfSimRunUntilIdle)"
+                    : "");
+  }
+  switch (job.status) {
+    case pfJobCompleted: return pfSuccess;
+    case pfJobFailed:
+      return fail(pfErrorJobFailed, "job '{}' failed: {}", job.name, job.error_message);
+    default: return fail(pfErrorCancelled, "job '{}' was cancelled", job.name);
+  }
+}
+
+bool JobRegistry::begin_destroy(RuntimeState& s, JobState& job) {
+  unpublish_job(job);  // no new call can reach the job; calls in flight finish normally
+  MutexLock lock(s.mu);
+  end_job(s, job, pfJobCancelled, pfSuccess, "");
+  return job.slices_in_flight > 0;
+}
+
+void JobRegistry::finish_destroy(RuntimeState& s, JobState& job) {
+  if (!job.torn_down) {  // a slice of it is still in flight (its end could not be tracked)
+    job.torn_down = true;
+    for (const auto& attached : s.jobs) {
+      if (attached.get() == &job) s.teardowns.push_back(attached);
+    }
+    s.teardowns_pending.store(true, std::memory_order_release);
+  }
+  job.detached = true;
+  if (job.resident_block != 0) s.arena.release(job.resident_block);
+  job.resident_block = 0;
+  s.job_slot_used[static_cast<size_t>(job.slot)] = false;
+  // Records of its unharvested slices keep the object alive until they are harvested.
+  std::erase_if(s.jobs, [&](const std::shared_ptr<JobState>& j) { return j.get() == &job; });
+  s.job_changed.notify_all();
+}
+
+}  // namespace pipefill::core

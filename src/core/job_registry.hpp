@@ -1,0 +1,60 @@
+// The job registry: the life of a fill job from pfJobCreate to pfJobDestroy. Validation of the
+// description, the device-word slot and the arena share, setup, status, cancel, wait, the end of
+// a job and its teardown. Planning and harvesting a job's slices are the slice launcher's and the
+// executor's; they end jobs through end_job() below.
+#pragma once
+
+#include "core/config.hpp"
+#include "core/fill_resources.hpp"
+#include "core/runtime_state.hpp"
+#include "device/device.hpp"
+
+namespace pipefill::core {
+
+class JobRegistry {
+ public:
+  JobRegistry(Device& device, const FillResources& resources)
+      : device_(device), resources_(resources) {}
+
+  // Validates `desc`, reserves a slot and the resident share, runs setup; on success the job is
+  // attached (visible to the executor) and *out points at it. A failure changes nothing.
+  pfResult_t create(RuntimeState& s, Runtime* owner, const pfJobDesc_t* desc, JobState** out)
+      EXCLUDES(s.mu);
+  // pfJobGetStatus. Succeeds (and leaves the thread's message empty) for a failed job too: the
+  // failure's message comes with pfJobWait's pfErrorJobFailed.
+  pfResult_t info(RuntimeState& s, JobState& job, pfJobInfo_t* out) EXCLUDES(s.mu);
+  pfResult_t cancel(RuntimeState& s, JobState& job) EXCLUDES(s.mu);
+  // Negative, infinite or above kForeverUs: no limit.
+  pfResult_t wait(RuntimeState& s, JobState& job, double timeout_us) EXCLUDES(s.mu);
+  // pfJobDestroy, first half: unpublishes the handle and cancels the job; true when slices of it
+  // are still in flight (the caller then drains the executor and the fill stream, and harvests).
+  bool begin_destroy(RuntimeState& s, JobState& job) EXCLUDES(s.mu);
+  // Second half, after the harvest: returns the arena share and the slot, detaches, and takes
+  // the teardown if it was not taken yet (the caller runs it, outside the lock).
+  void finish_destroy(RuntimeState& s, JobState& job) REQUIRES(s.mu);
+  // Runs the teardowns that came due (end_job / harvest queue them) on the calling thread, with
+  // no lock held, inside a CallbackScope. Each job's teardown runs exactly once.
+  static void run_pending_teardowns(RuntimeState& s) EXCLUDES(s.mu);
+  // "'a', 'b'" for messages; empty when no job is attached.
+  static std::string attached_names(const RuntimeState& s) REQUIRES(s.mu);
+
+  // Waits longer than this (31 years) are waits without a limit: converting them to the clock's
+  // nanoseconds would overflow.
+  static constexpr double kForeverUs = 1e15;
+
+ private:
+  Device& device_;
+  const FillResources& resources_;
+};
+
+// Ends a job (completed, failed, cancelled) unless it already ended; its teardown comes due once
+// no slice of it is in flight.
+void end_job(RuntimeState& s, JobState& job, pfJobStatus_t status, pfResult_t error,
+             std::string message) REQUIRES(s.mu);
+// Teardown frees what the job's kernels use: it comes due (is queued for
+// run_pending_teardowns) only once the job ended and none of its slices is in flight.
+void maybe_teardown(RuntimeState& s, JobState& job) REQUIRES(s.mu);
+// Items neither completed nor planned in a slice in flight.
+uint64_t remaining_items(const JobState& job);
+
+}  // namespace pipefill::core

@@ -1,0 +1,78 @@
+// A fill job: the object behind pfJob_t. Created by the job registry (job_registry.cpp),
+// planned by the slice launcher, updated by the harvest.
+//
+// The description part is written once in pfJobCreate and read-only afterwards. The progress
+// part is guarded by the owning runtime's state lock (RuntimeState::mu); clang's analysis cannot
+// see that alias through a job reference, so every function touching it declares
+// REQUIRES(s.mu) on the RuntimeState it is given instead.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/handles.hpp"
+#include "core/planner.hpp"
+#include "pipefill/pipefill.h"
+
+namespace pipefill::core {
+
+class Runtime;
+
+struct JobState {
+  JobState() = default;
+  JobState(const JobState&) = delete;
+  JobState& operator=(const JobState&) = delete;
+  ~JobState() { magic = 0; }
+
+  uint64_t magic = kJobMagic;          // checked on every call through the handle
+  pfJob_t handle = nullptr;            // the C handle (core/handles.hpp), set before attaching
+
+  // ---- Description (immutable after creation) ----------------------------------------------
+  Runtime* runtime = nullptr;
+  uint64_t sequence = 0;
+  std::string name;
+  pfJobKind_t kind = pfJobTicket;
+  int priority = 0;
+  uint64_t item_count = 0;
+  std::vector<JobConfigModel> configs;
+  void* user = nullptr;
+  pfResult_t (*setup)(void*, const pfArenaAllocator_t*, int) = nullptr;
+  pfResult_t (*launch)(void*, const pfSliceDesc_t*, void*) = nullptr;
+  void (*teardown)(void*) = nullptr;
+
+  int setup_config = -1;
+  size_t resident_reserved = 0;        // bytes reserved in the arena for setup
+  uintptr_t resident_block = 0;        // arena block holding them (0: none)
+  size_t resident_used = 0;            // bytes setup has sub-allocated so far
+  int slot = -1;                       // index of the job's device words
+  uint64_t* cursor = nullptr;          // device word: next unclaimed item
+  uint64_t* budget_counter = nullptr;  // device word: claims of the current slice
+
+  // ---- Progress (guarded by the runtime's state lock) --------------------------------------
+  pfJobStatus_t status = pfJobPending;
+  pfResult_t error = pfSuccess;
+  std::string error_message;
+  uint64_t items_completed = 0;
+  uint64_t items_in_flight = 0;        // planned in slices not yet harvested
+  uint64_t next_opaque_item = 0;
+  uint64_t slices_launched = 0;
+  uint64_t slices_in_flight = 0;
+  double bubble_time_us = 0.0;
+  double busy_time_us = 0.0;
+  int last_config = -1;
+  // Ticket slices in a row that ran while their bubble was open and completed no item: a launch
+  // callback that enqueues nothing. The job fails when this reaches kMaxSlicesWithoutProgress.
+  uint32_t slices_without_progress = 0;
+  bool torn_down = false;              // teardown taken (queued or run): it runs exactly once
+  bool detached = false;               // pfJobDestroy ran: harvest only updates stats
+};
+
+inline constexpr uint32_t kMaxSlicesWithoutProgress = 8;
+
+inline bool is_terminal(pfJobStatus_t s) {
+  return s == pfJobCompleted || s == pfJobFailed || s == pfJobCancelled;
+}
+
+}  // namespace pipefill::core

@@ -1,0 +1,108 @@
+// The state the executor side of a runtime shares: bubbles begun but not yet harvested, the
+// attached jobs, the arena, statistics and trace records. All of it is guarded by one mutex,
+// RuntimeState::mu (the runtime's *state lock*). The stages of a bubble's journey (executor.cpp,
+// slice_launcher.cpp, the harvest in executor.cpp, job_registry.cpp) are functions that take a
+// RuntimeState& and declare REQUIRES(s.mu) or EXCLUDES(s.mu), so clang's -Wthread-safety checks
+// every access (docs/architecture.md, "Lock order and thread affinity").
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "analysis/activity.hpp"
+#include "common/mutex.hpp"
+#include "core/arena.hpp"
+#include "core/job_state.hpp"
+#include "core/predictor.hpp"
+#include "core/trace_writer.hpp"
+#include "pipefill/pipefill.h"
+
+namespace pipefill::core {
+
+// One fill slice launched on the fill stream and not yet harvested.
+struct SliceRecord {
+  std::shared_ptr<JobState> job;
+  size_t event_slot = 0;        // index into the slice event pools / host read-back words
+  uint64_t planned_items = 0;
+  uint64_t first_item = 0;
+  int config_index = 0;
+  double granted_us = 0.0;
+  uintptr_t workspace = 0;      // arena block to release at harvest (0: none)
+  uint64_t sequence = 0;        // order of the slice on the fill stream
+  bool launch_failed = false;   // the callback failed: tracked only so its resources wait
+  // The bubble's end event had completed when the launch callback returned: the gate was closed
+  // before the slice's kernel was queued, so it ran nothing through no fault of the job (the
+  // slice's start event, recorded before the callback, can still lie inside the bubble).
+  bool enqueued_after_end = false;
+};
+
+// A slice whose launch callback ran but whose read-back or end event could not be enqueued: its
+// kernel is queued, so its slot, workspace and the job's share stay taken until the fill stream
+// is known to have passed it (a later slice's end event completed, or the stream was drained).
+struct QuarantinedSlice {
+  SliceRecord slice;
+  uint64_t bubble_id = 0;
+};
+
+// A bubble whose Begin message the executor handled, until it is harvested.
+struct BubbleRecord {
+  uint64_t id = 0;
+  uint64_t iteration = 0;
+  uint64_t index_in_iteration = 0;
+  std::string class_key;
+  int kind = pfBubbleOther;
+  bool tracked = false;          // its begin/end events were recorded (an event pair was free)
+  bool ended = false;            // its End message was handled
+  bool abandoned = false;        // its stream died before the end: no end event, not timed
+  double predicted_us = 0.0;     // prediction used for planning (0: none)
+  std::vector<SliceRecord> slices;
+  std::string skip_reason;
+};
+
+struct RuntimeState {
+  mutable Mutex mu;
+  // Signalled (with mu held or just released) whenever a job's status or a job's count of
+  // callers in flight changes: pfJobWait and pfJobDestroy wait on it.
+  CondVar job_changed;
+
+  BubblePredictor predictor GUARDED_BY(mu);
+  std::deque<BubbleRecord> pending GUARDED_BY(mu);  // in bubble order
+  std::vector<size_t> free_slice_slots GUARDED_BY(mu);
+  std::vector<QuarantinedSlice> quarantined GUARDED_BY(mu);
+  uint64_t next_slice_sequence GUARDED_BY(mu) = 1;
+  ArenaAllocator arena GUARDED_BY(mu);
+
+  // Jobs (job_registry.cpp).
+  std::vector<std::shared_ptr<JobState>> jobs GUARDED_BY(mu);  // attached, creation order
+  std::vector<bool> job_slot_used GUARDED_BY(mu);
+  uint64_t next_job_sequence GUARDED_BY(mu) = 0;
+  // Jobs whose teardown is due, run outside the lock by run_pending_teardowns().
+  std::vector<std::shared_ptr<JobState>> teardowns GUARDED_BY(mu);
+  std::atomic<bool> teardowns_pending{false};
+
+  // Statistics and trace (harvest).
+  pfStats_t stats GUARDED_BY(mu){};
+  TraceRecords trace GUARDED_BY(mu);
+  uint64_t calibration_iteration GUARDED_BY(mu) = 0;
+  bool calibration_available GUARDED_BY(mu) = true;
+
+  // First asynchronous error; the code is readable without the lock.
+  std::atomic<pfResult_t> async_error{pfSuccess};
+  std::string async_message GUARDED_BY(mu);
+
+  // Every bubble id <= this is harvested (read by the user thread to reuse event pairs).
+  std::atomic<uint64_t> harvested_upto{0};
+  // The user thread recorded the end event of every bubble id <= this (so the executor may query
+  // it for bubbles it handles late).
+  std::atomic<uint64_t> ended_upto{0};
+};
+
+// Records the first asynchronous error of the runtime (later ones are only logged).
+void record_async_error(RuntimeState& s, pfResult_t code, const std::string& message)
+    REQUIRES(s.mu);
+
+}  // namespace pipefill::core

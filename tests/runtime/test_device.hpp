@@ -1,0 +1,205 @@
+// A Device for tests: the simulated device of a world, wrapped so a test can inject what a real
+// GPU does to the runtime - a device call failing, a stream being captured into a CUDA graph, an
+// executor that is late (a latch in the executor's path), a device whose clock is not driven by
+// the caller (the executor thread then runs truly asynchronously against the world).
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "core/config.hpp"
+#include "core/runtime.hpp"
+#include "core/handles.hpp"
+#include "device/device.hpp"
+#include "runtime/fixtures.hpp"
+
+namespace pipefill::testing {
+
+// Blocks a thread at a chosen point until the test opens it.
+class Latch {
+ public:
+  void arm() {
+    std::lock_guard lock(mutex_);
+    armed_ = true;
+    open_ = false;
+    reached_ = false;
+  }
+  // Called on the instrumented path: blocks while armed and not opened (once).
+  void pass() {
+    std::unique_lock lock(mutex_);
+    if (!armed_) return;
+    armed_ = false;
+    reached_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return open_; });
+  }
+  void wait_reached() {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return reached_; });
+  }
+  void open() {
+    std::lock_guard lock(mutex_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool armed_ = false, open_ = true, reached_ = false;
+};
+
+class TestDevice final : public Device {
+ public:
+  explicit TestDevice(std::unique_ptr<Device> inner) : inner_(std::move(inner)) {}
+
+  // ---- knobs ------------------------------------------------------------------------------
+  bool hide_driven_clock = false;       // the runtime then uses the executor thread
+  std::atomic<int> fail_copy_word{0};   // the next N copy_word_to_host calls fail
+  std::atomic<int> fail_slice_end_record{0};  // the next N records on the fill stream after a copy
+  std::atomic<int> copies{0};           // copy_word_to_host calls so far
+  Latch query_latch;                    // armed: the next query_event blocks until opened
+  mutable std::mutex capture_mutex;
+  std::set<Stream> capturing;           // streams "being captured into a CUDA graph"
+  Stream fill_stream = nullptr;
+
+  // Stream operations the runtime enqueued (event records and waits, word writes and copies),
+  // per stream: the simulator's activity log has no record for those.
+  size_t operations_on(Stream stream) {
+    std::lock_guard lock(count_mutex_);
+    const auto it = operations_.find(stream);
+    return it == operations_.end() ? 0 : it->second;
+  }
+
+  // ---- Device -----------------------------------------------------------------------------
+  pfBackend_t backend() const override { return inner_->backend(); }
+  std::string name() const override { return "test(" + inner_->name() + ")"; }
+  pfResult_t priority_range(int* lowest, int* highest) override {
+    return inner_->priority_range(lowest, highest);
+  }
+  pfResult_t create_fill_stream(Stream* out) override {
+    const pfResult_t r = inner_->create_fill_stream(out);
+    if (r == pfSuccess) fill_stream = *out;
+    return r;
+  }
+  pfResult_t create_stream(int priority, Stream* out) override {
+    return inner_->create_stream(priority, out);
+  }
+  pfResult_t destroy_stream(Stream stream) override { return inner_->destroy_stream(stream); }
+  bool is_valid_main_stream(Stream stream) const override {
+    return inner_->is_valid_main_stream(stream);
+  }
+  pfResult_t synchronize_stream(Stream stream) override {
+    return inner_->synchronize_stream(stream);
+  }
+  pfResult_t create_event(Event* out) override { return inner_->create_event(out); }
+  pfResult_t destroy_event(Event event) override { return inner_->destroy_event(event); }
+  pfResult_t record_event(Event event, Stream stream) override {
+    count(stream);
+    if (stream == fill_stream) {
+      const bool slice_end = after_copy_.exchange(false);
+      if (slice_end && fail_slice_end_record.load() > 0) {
+        fail_slice_end_record.fetch_sub(1);
+        return fail(pfErrorCudaFailure, "injected: recording the slice end failed");
+      }
+    }
+    return inner_->record_event(event, stream);
+  }
+  pfResult_t stream_wait_event(Stream stream, Event event) override {
+    count(stream);
+    return inner_->stream_wait_event(stream, event);
+  }
+  pfResult_t query_event(Event event, bool* done, double* time_us) override {
+    query_latch.pass();
+    return inner_->query_event(event, done, time_us);
+  }
+  pfResult_t synchronize_event(Event event) override { return inner_->synchronize_event(event); }
+  pfResult_t allocate_words(size_t count, uint64_t** words) override {
+    return inner_->allocate_words(count, words);
+  }
+  pfResult_t free_words(uint64_t* words) override { return inner_->free_words(words); }
+  pfResult_t allocate_host_words(size_t count, uint64_t** words) override {
+    return inner_->allocate_host_words(count, words);
+  }
+  pfResult_t free_host_words(uint64_t* words) override { return inner_->free_host_words(words); }
+  pfResult_t write_word(Stream stream, uint64_t* word, uint64_t value) override {
+    count(stream);
+    return inner_->write_word(stream, word, value);
+  }
+  pfResult_t copy_word_to_host(Stream stream, const uint64_t* word, uint64_t* host) override {
+    copies.fetch_add(1);
+    count(stream);
+    if (fail_copy_word.load() > 0) {
+      fail_copy_word.fetch_sub(1);
+      return fail(pfErrorCudaFailure, "injected: copying the cursor to the host failed");
+    }
+    const pfResult_t r = inner_->copy_word_to_host(stream, word, host);
+    if (stream == fill_stream) after_copy_ = r == pfSuccess;
+    return r;
+  }
+  pfResult_t memory_info(size_t* free_bytes, size_t* total_bytes) override {
+    return inner_->memory_info(free_bytes, total_bytes);
+  }
+  pfResult_t allocate_arena(size_t bytes, void** base) override {
+    return inner_->allocate_arena(bytes, base);
+  }
+  pfResult_t free_arena(void* base) override { return inner_->free_arena(base); }
+  int sm_count() const override { return inner_->sm_count(); }
+  pfResult_t configure_partition(int reserved_sms, FillPartition* partition) override {
+    return inner_->configure_partition(reserved_sms, partition);
+  }
+  double now_us() override { return inner_->now_us(); }
+  bool is_capturing(Stream stream) const override {
+    std::lock_guard lock(capture_mutex);
+    return capturing.count(stream) > 0;
+  }
+  DrivenClock* driven_clock() override {
+    return hide_driven_clock ? nullptr : inner_->driven_clock();
+  }
+  pfResult_t collect_activity(std::vector<ActivityRecord>* out) override {
+    return inner_->collect_activity(out);
+  }
+
+ private:
+  void count(Stream stream) {
+    std::lock_guard lock(count_mutex_);
+    ++operations_[stream];
+  }
+
+  std::unique_ptr<Device> inner_;
+  std::mutex count_mutex_;
+  std::map<Stream, size_t> operations_;
+  // The last fill-stream operation was a successful copy: the next record is a slice end.
+  std::atomic<bool> after_copy_{false};
+};
+
+// A runtime on device `device` of `world` through a TestDevice the test keeps a pointer to.
+// `executor_thread`: bubble messages handled by the executor thread (the CUDA path).
+// `core_runtime` (optional) receives the C++ object, e.g. to wait for the executor.
+inline pfRuntime_t make_test_runtime(pfSimWorld_t world, pfConfig_t config, TestDevice** device,
+                                     bool hide_driven_clock, bool executor_thread,
+                                     core::Runtime** core_runtime = nullptr) {
+  config.sim_world = world;
+  RuntimeOptions options;
+  EXPECT_EQ(resolve_config(&config, &options), pfSuccess) << pfGetLastErrorMessage();
+  options.sim_messages_in_hook = !executor_thread;
+  std::unique_ptr<Device> sim;
+  EXPECT_EQ(make_sim_device(options, &sim), pfSuccess) << pfGetLastErrorMessage();
+  auto test = std::make_unique<TestDevice>(std::move(sim));
+  test->hide_driven_clock = hide_driven_clock;
+  *device = test.get();
+  std::unique_ptr<core::Runtime> rt;
+  EXPECT_EQ(core::Runtime::create(options, std::move(test), &rt), pfSuccess)
+      << pfGetLastErrorMessage();
+  if (core_runtime != nullptr) *core_runtime = rt.get();
+  return rt ? core::publish_runtime(std::move(rt)) : nullptr;
+}
+
+}  // namespace pipefill::testing
