@@ -366,8 +366,8 @@ PF_API pfResult_t pfTraceWrite(pfRuntime_t runtime, const char* path);
 typedef struct pfSimEvent* pfSimEvent_t;
 
 /* The simulated device (docs/simulated-device.md). Kernels are blocks dispatched to SMs as SMs
- * free up, higher-priority streams' pending blocks first, then launch order; running blocks are
- * never preempted. Co-running kernels interfere through memory bandwidth:
+ * free up, higher-priority streams' pending blocks first, at equal priority main work before
+ * fill launches, then launch order; running blocks are never preempted. Co-running kernels interfere through memory bandwidth:
  *   fill load  L_fill = sum over resident fill blocks of mem_intensity / sm_count
  *   main load  L_main = resident main-kernel blocks * main_mem_intensity / sm_count
  *   a main-kernel block group takes   block_us * jitter * (1 + interference  * L_fill)
@@ -395,6 +395,11 @@ typedef struct pfSimDeviceDesc_t {
 
 #define PF_SIM_DEVICE_DESC_INITIALIZER \
   {132, (size_t)141 << 30, 0.0, 0.6, sizeof(pfSimDeviceDesc_t), 0.5, 0.6, 0.5, 1.0}
+/* The same device with every interference coefficient 0 (beta, beta_f, gamma): co-running
+ * kernels do not slow each other. For tests whose expected times assume no interference, and
+ * for the "interference off" sensitivity row; not a model of a real GPU. */
+#define PF_SIM_DEVICE_DESC_NO_INTERFERENCE_INITIALIZER \
+  {132, (size_t)141 << 30, 0.0, 0.0, sizeof(pfSimDeviceDesc_t), 0.5, 0.0, 0.0, 1.0}
 
 PF_API pfResult_t pfSimWorldCreate(int device_count, const pfSimDeviceDesc_t* desc,
                                    uint64_t seed, pfSimWorld_t* world);

@@ -1,9 +1,10 @@
 // The SM scheduler of a simulated device and the loads its interference model reads.
 //
 // Ops that need SMs (main kernels, SM-holding waits, fill launches) queue per device in a small
-// vector sorted by (stream priority, enqueue order): the order in which the hardware serves
-// pending blocks (CUDA: "Priorities provide a hint to preferentially run work with higher
-// priority when possible, but do not preempt already-running work"). Whenever SMs free up or a
+// vector sorted by (stream priority, main work before fill launches, enqueue order): the order
+// in which the hardware serves pending blocks (CUDA: "Priorities provide a hint to
+// preferentially run work with higher priority when possible, but do not preempt
+// already-running work"). Whenever SMs free up or a
 // new head arrives, dispatch() hands the free SMs out in that order, one block per SM:
 //  - a main kernel takes as many SMs as it has pending blocks (it starts partially when only
 //    some are free; the rest follow as SMs free, in waves when it has more blocks than SMs).
@@ -22,7 +23,8 @@
 namespace pipefill::sim {
 
 void World::Impl::add_pending(SimStream* stream, const Op& op) {
-  PendingEntry entry{stream, stream->priority, op.sequence};
+  const bool fill_launch = op.type == OpType::Ticket || op.type == OpType::Opaque;
+  PendingEntry entry{stream, stream->priority, fill_launch, op.sequence};
   auto& pending = devices[stream->device].pending;
   pending.insert(std::upper_bound(pending.begin(), pending.end(), entry), entry);
 }

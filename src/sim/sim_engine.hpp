@@ -122,15 +122,19 @@ struct SimEvent {
 };
 
 // A head op with blocks still pending. Served as the hardware serves pending blocks: higher
-// stream priority first, then launch (enqueue) order. Fill work has no precedence rule of its
-// own: the runtime's fill streams are at the lowest priority, which is what puts the main job's
-// pending blocks ahead of them.
+// stream priority first; at equal priority main work (kernels, comm waits) before fill launches
+// (ticket / opaque), so that main-stream work is always ahead of fill work of its priority; then
+// launch (enqueue) order. The runtime's fill streams are at the lowest priority, which already
+// puts the main job's pending blocks ahead of them; the tie-break keeps that true for a main
+// stream created at the lowest priority too.
 struct PendingEntry {
   SimStream* stream = nullptr;
   int priority = 0;
+  bool fill_launch = false;
   uint64_t sequence = 0;
   bool operator<(const PendingEntry& other) const {
     if (priority != other.priority) return priority < other.priority;
+    if (fill_launch != other.fill_launch) return !fill_launch;
     return sequence < other.sequence;
   }
 };
