@@ -370,10 +370,11 @@ typedef struct pfSimEvent* pfSimEvent_t;
  * fill launches, then launch order; running blocks are never preempted. Co-running kernels interfere through memory bandwidth:
  *   fill load  L_fill = sum over resident fill blocks of mem_intensity / sm_count
  *   main load  L_main = resident main-kernel blocks * main_mem_intensity / sm_count
- *   a main-kernel block group takes   block_us * jitter * (1 + interference  * L_fill)
+ *   a main-kernel block group runs    block_us * jitter of work at rate 1 / (1 + interference *
+ *                                     L_fill(t)), re-timed whenever the fill load changes
  *   a fill item (batch) takes         item_us  * jitter * (1 + fill_slowdown * L_main * sensitivity)
  *   a wait's transfer takes           transfer_us * (1 + comm_slowdown * L_fill)
- * each evaluated when the block group / item / transfer starts. The defaults are calibrated from
+ * (items and transfers evaluated when they start). The defaults are calibrated from
  * published measurements (see the doc for each source and its sensitivity range).
  *
  * Version 2 appended `size` and the fields after it. Always start from

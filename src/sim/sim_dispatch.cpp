@@ -9,7 +9,8 @@
 //  - a main kernel takes as many SMs as it has pending blocks (it starts partially when only
 //    some are free; the rest follow as SMs free, in waves when it has more blocks than SMs).
 //    The blocks that start together are one group and one event: they share the kernel's
-//    jitter and the interference of their start time, so they end together;
+//    jitter and progress at 1 / (1 + beta x fill load), re-timed whenever the load changes
+//    (retime_main_groups, once per instant), so they end together;
 //  - an SM-holding wait (an NCCL kernel) starts only with all its SMs at once, because NCCL
 //    needs every channel resident to make progress; until then nothing behind it starts;
 //  - a fill launch's blocks start one by one inside the fill partition; a launch whose
@@ -47,6 +48,7 @@ void World::Impl::fill_block_started(SimStream* stream) {
   --device.free_sms;
   ++device.fill_in_use;
   if (stream->blocks_active++ == 0) device.active_fill.push_back(stream);
+  device.fill_load_changed = true;
 }
 
 void World::Impl::fill_block_exited(SimStream* stream) {
@@ -54,6 +56,7 @@ void World::Impl::fill_block_exited(SimStream* stream) {
   ++device.free_sms;
   --device.fill_in_use;
   if (--stream->blocks_active == 0) std::erase(device.active_fill, stream);
+  device.fill_load_changed = true;
 }
 
 void World::Impl::start_kernel_blocks(SimStream* stream, Op& op, int count) {
@@ -63,14 +66,43 @@ void World::Impl::start_kernel_blocks(SimStream* stream, Op& op, int count) {
   stream->blocks_active += count;
   device.free_sms -= count;
   device.main_blocks_active += count;
-  const double slowdown = 1.0 + device.interference.main_slowdown * fill_load(device);
-  const double duration =
-      op.time_us * jitter_factor(device, stream->jitter_key, op.ordinal) * slowdown;
-  schedule(now + duration, EventType::BlocksDone, stream, 0, static_cast<uint64_t>(count));
+  MainGroup group;
+  group.stream = stream;
+  group.id = next_group_id++;
+  group.blocks = count;
+  group.remaining_us = op.time_us * jitter_factor(device, stream->jitter_key, op.ordinal);
+  group.since_us = now;
+  group.factor = 1.0 + device.interference.main_slowdown * fill_load(device);
+  device.main_groups.push_back(group);
+  schedule(now + group.remaining_us * group.factor, EventType::BlocksDone, stream, group.id,
+           group.version);
 }
 
-void World::Impl::kernel_blocks_done(SimStream* stream, int count) {
-  DeviceState& device = devices[stream->device];
+void World::Impl::retime_main_groups(int device_index) {
+  DeviceState& device = devices[device_index];
+  device.fill_load_changed = false;
+  if (device.main_groups.empty() || device.interference.main_slowdown == 0.0) return;
+  const double factor = 1.0 + device.interference.main_slowdown * fill_load(device);
+  for (MainGroup& group : device.main_groups) {
+    if (factor == group.factor) continue;
+    group.remaining_us =
+        std::max(0.0, group.remaining_us - (now - group.since_us) / group.factor);
+    group.since_us = now;
+    group.factor = factor;
+    ++group.version;
+    schedule(now + group.remaining_us * group.factor, EventType::BlocksDone, group.stream,
+             group.id, group.version);
+  }
+}
+
+void World::Impl::kernel_group_done(int device_index, uint64_t group_id, uint64_t version) {
+  DeviceState& device = devices[device_index];
+  auto it = std::find_if(device.main_groups.begin(), device.main_groups.end(),
+                         [&](const MainGroup& g) { return g.id == group_id; });
+  if (it == device.main_groups.end() || it->version != version) return;  // stale
+  SimStream* stream = it->stream;
+  const int count = it->blocks;
+  device.main_groups.erase(it);
   device.free_sms += count;
   device.main_blocks_active -= count;
   stream->blocks_active -= count;

@@ -139,6 +139,19 @@ struct PendingEntry {
   }
 };
 
+// A group of a main kernel's blocks that started together. It progresses at the rate
+// 1 / (1 + beta x L_fill): whenever the fill load of its device changes, the work done so far is
+// banked and its end is re-timed (the old end event goes stale through `version`).
+struct MainGroup {
+  SimStream* stream = nullptr;
+  uint64_t id = 0;           // the BlocksDone event's `item`
+  uint64_t version = 0;      // the BlocksDone event's `count`; older events are stale
+  int blocks = 0;
+  double remaining_us = 0.0; // unslowed (jittered) work left at `since_us`
+  double since_us = 0.0;
+  double factor = 1.0;       // 1 + beta x L_fill since `since_us`
+};
+
 // The interference model's parameters of one device (pfSimDeviceDesc_t, resolved).
 struct InterferenceParams {
   double main_slowdown = 0.0;       // beta
@@ -160,6 +173,8 @@ struct DeviceState {
   int free_sms = 0;
   int fill_in_use = 0;         // SMs held by fill blocks
   int main_blocks_active = 0;  // SMs held by main-kernel blocks (not by comm waits)
+  std::vector<MainGroup> main_groups;  // running main-kernel block groups, in start order
+  bool fill_load_changed = false;      // re-time main_groups after this instant
   // Streams whose head fill launch has blocks on SMs, in the order their first block started
   // (the fill load is summed in this order: deterministic).
   std::vector<SimStream*> active_fill;
@@ -179,7 +194,7 @@ struct HeapEntry {
   uint64_t sequence;
   SimStream* stream;
   uint64_t item;   // ItemDone: the batch's first item
-  uint64_t count;  // ItemDone: items in the batch (consecutive); BlocksDone: blocks in the group
+  uint64_t count;  // ItemDone: items in the batch (consecutive); BlocksDone: the group's version
   double item_us;  // ItemDone: the duration of each item of the batch
   EventType type;
 };
@@ -209,6 +224,7 @@ struct World::Impl {
 
   double now GUARDED_BY(mutex) = 0.0;
   uint64_t next_sequence GUARDED_BY(mutex) = 1;
+  uint64_t next_group_id GUARDED_BY(mutex) = 1;  // MainGroup ids
   uint64_t next_stream_id GUARDED_BY(mutex) = 1;
   uint64_t next_event_id GUARDED_BY(mutex) = 1;
   uint64_t events_processed GUARDED_BY(mutex) = 0;
@@ -256,6 +272,9 @@ struct World::Impl {
   void complete_head(SimStream* stream) REQUIRES(mutex);
   // Processes the events of the earliest instant, then dispatches the devices they touched.
   void process_one() REQUIRES(mutex);
+  // A main group's end event that a re-timing replaced.
+  bool stale(const HeapEntry& entry) const REQUIRES(mutex);
+  void drop_stale_front() REQUIRES(mutex);
   void bury_drained_streams() REQUIRES(mutex);
   pfResult_t check_blocked() const REQUIRES(mutex);
   pfResult_t run_while_not(const std::function<bool()>& done) REQUIRES(mutex);
@@ -266,7 +285,10 @@ struct World::Impl {
   void dispatch(int device_index) REQUIRES(mutex);
   // Starts `count` blocks of the head kernel now (one event for the group).
   void start_kernel_blocks(SimStream* stream, Op& op, int count) REQUIRES(mutex);
-  void kernel_blocks_done(SimStream* stream, int count) REQUIRES(mutex);
+  // A group's end event: completes the group unless the event is stale (re-timed since).
+  void kernel_group_done(int device, uint64_t group_id, uint64_t version) REQUIRES(mutex);
+  // Banks the progress of the device's running groups and re-times them at the current load.
+  void retime_main_groups(int device) REQUIRES(mutex);
   // L_fill: sum over resident fill blocks of their intensity, per SM of the device.
   double fill_load(const DeviceState& device) const;
   // L_main: resident main-kernel blocks x main_mem_intensity, per SM of the device.

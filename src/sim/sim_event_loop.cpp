@@ -239,12 +239,32 @@ void World::Impl::complete_head(SimStream* stream) {
 // blocks ending at t that happened to be processed later). Dispatch may schedule more events
 // at the same time (a fill launch whose blocks exited at once, a zero-length kernel); the next
 // call processes them.
+bool World::Impl::stale(const HeapEntry& entry) const {
+  if (entry.type != EventType::BlocksDone) return false;
+  // The stream is alive: streams are freed only when the heap has run empty.
+  const auto& groups = devices[entry.stream->device].main_groups;
+  const auto it = std::find_if(groups.begin(), groups.end(),
+                               [&](const MainGroup& g) { return g.id == entry.item; });
+  return it == groups.end() || it->version != entry.count;
+}
+
+// A re-timed group's old end events are dropped without moving the clock.
+void World::Impl::drop_stale_front() {
+  while (!heap.empty() && stale(heap.front())) {
+    std::pop_heap(heap.begin(), heap.end(), HeapLater{});
+    heap.pop_back();
+  }
+}
+
 void World::Impl::process_one() {
+  drop_stale_front();
+  if (heap.empty()) return;
   const double instant = heap.front().time_us;
   while (!heap.empty() && heap.front().time_us == instant) {
     std::pop_heap(heap.begin(), heap.end(), HeapLater{});
     const HeapEntry entry = heap.back();
     heap.pop_back();
+    if (stale(entry)) continue;
     ++events_processed;
     now = entry.time_us;
     SimStream* stream = entry.stream;
@@ -260,7 +280,7 @@ void World::Impl::process_one() {
         batch_done(stream, entry.item, entry.count, entry.item_us);
         break;
       case EventType::BlocksDone:
-        kernel_blocks_done(stream, static_cast<int>(entry.count));
+        kernel_group_done(stream->device, entry.item, entry.count);
         break;
     }
     DeviceState& device = devices[stream->device];
@@ -274,6 +294,8 @@ void World::Impl::process_one() {
   for (int device : dispatch_queue) {
     devices[device].dispatch_due = false;
     dispatch(device);
+    // Fill blocks that exited or started at this instant change the main groups' rate.
+    if (devices[device].fill_load_changed) retime_main_groups(device);
   }
   dispatch_queue.clear();
 }

@@ -316,7 +316,11 @@ pfResult_t World::run_until(double time_us) {
   PF_SIM_REFUSE_IN_OWN_CALLBACK("run_until");
   impl_->run_hooks();
   MutexLock lock(impl_->mutex);
-  while (!impl_->heap.empty() && impl_->heap.front().time_us <= time_us) impl_->process_one();
+  impl_->drop_stale_front();
+  while (!impl_->heap.empty() && impl_->heap.front().time_us <= time_us) {
+    impl_->process_one();
+    impl_->drop_stale_front();
+  }
   impl_->bury_drained_streams();
   if (!impl_->heap.empty()) {
     // Not idle: the clock stands at the requested time (it never goes backwards).

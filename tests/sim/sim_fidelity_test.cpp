@@ -203,9 +203,9 @@ TEST(SimInterference, MainKernelIsSlowedByTheIntensityWeightedFillLoad) {
   EXPECT_DOUBLE_EQ(kernels[0].end_us, 1.0 + 100.0 * (1.0 + beta * fill_load));
 }
 
-TEST(SimInterference, EachWaveSeesTheFillLoadAtItsOwnStart) {
-  // The dispatch scenario above with beta on: the waves that start while the 6 fill blocks are
-  // resident (before 33) are slowed, the later ones are not.
+TEST(SimInterference, WavesProgressAtTheFillLoadOfEachMoment) {
+  // The dispatch scenario above with beta on: waves progress at 1 / f while the 6 fill blocks
+  // are resident (until 33), at full speed after; a wave running at 33 speeds up there.
   const double beta = 0.6;
   const double intensity = 0.5;
   auto world = make_world_with(1, desc_with(10, beta, 0, 0, intensity));
@@ -223,14 +223,46 @@ TEST(SimInterference, EachWaveSeesTheFillLoadAtItsOwnStart) {
 
   std::vector<double> sm_free(4, 5.0);
   sm_free.insert(sm_free.end(), 6, 33.0);
-  const double slowed = 10.0 * (1.0 + beta * 6 * intensity / 10.0);
+  const double f = 1.0 + beta * 6 * intensity / 10.0;
   const Span expected = list_schedule(sm_free, 30, 5.0, [&](double start) {
-    return start < 33.0 ? slowed : 10.0;
+    if (start >= 33.0) return 10.0;
+    if (start + 10.0 * f <= 33.0) return 10.0 * f;
+    return (33.0 - start) + (10.0 - (33.0 - start) / f);  // slowed until 33, then full speed
   });
   const auto kernels = records_of(*world, 0, ActivityKind::Kernel);
   ASSERT_EQ(kernels.size(), 1u);
   EXPECT_NEAR(kernels[0].end_us, expected.last_end, 1e-9);
   EXPECT_GT(expected.last_end, 55.0);  // slower than without interference
+}
+
+TEST(SimInterference, AGroupSlowsWhenFillArrivesAndSpeedsUpWhenItLeaves) {
+  const double beta = 0.6;
+  const double f = 1.0 + beta * 5 * 1.0 / 10;  // 5 fill blocks of intensity 1 on 10 SMs
+  {
+    // Fill arrives at 40 under a running group: 40 µs at full speed, the other 60 at 1 / f.
+    auto world = make_world_with(1, desc_with(10, beta, 0, 0));
+    void* main = make_stream(*world, 0, -1);
+    void* fill = make_stream(*world, 0, 0, true);
+    ASSERT_EQ(world->launch_kernel_blocks(main, 5, 100.0), pfSuccess);
+    ASSERT_EQ(world->delay(fill, 40.0), pfSuccess);
+    ASSERT_EQ(world->launch_opaque(fill, 0, 5, 5, 1000.0, nullptr, nullptr), pfSuccess);
+    ASSERT_EQ(world->run_until_idle(), pfSuccess);
+    EXPECT_NEAR(records_of(*world, 0, ActivityKind::Kernel).at(0).end_us, 40.0 + 60.0 * f, 1e-9);
+  }
+  {
+    // Fill (one 50 µs item per block) leaves at 50: the group started at 1 beside it banks
+    // 49 / f µs of work, then runs the rest at full speed.
+    auto world = make_world_with(1, desc_with(10, beta, 0, 0));
+    void* main = make_stream(*world, 0, -1);
+    void* fill = make_stream(*world, 0, 0, true);
+    ASSERT_EQ(world->launch_opaque(fill, 0, 5, 5, 50.0, nullptr, nullptr), pfSuccess);
+    ASSERT_EQ(world->delay(main, 1.0), pfSuccess);
+    ASSERT_EQ(world->launch_kernel_blocks(main, 5, 100.0), pfSuccess);
+    ASSERT_EQ(world->run_until_idle(), pfSuccess);
+    EXPECT_NEAR(records_of(*world, 0, ActivityKind::Kernel).at(0).end_us,
+                50.0 + (100.0 - 49.0 / f), 1e-9);
+    EXPECT_NEAR(world->now(), 50.0 + (100.0 - 49.0 / f), 1e-9);  // no stale event moved it
+  }
 }
 
 TEST(SimInterference, FillItemsAreSlowedByResidentMainBlocks) {
