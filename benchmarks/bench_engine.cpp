@@ -94,8 +94,9 @@ void BM_EngineIterationSim(benchmark::State& state) {
   state.counters["naive_ratio"] = t_naive / t_none;
   state.counters["bubble_pct"] = 100.0 * bubble / (o.pipeline.stages * t_none);
   state.counters["filled_pct"] = 100.0 * filled_us / bubble;
-  std::printf("[engine] %-11s fill=%-7s no-fill %.3f ms | PipeFill %.3f ms (x%.4f) | naive %.3f ms "
+  std::printf("[engine] interference beta %.2f beta_f %.2f gamma %.2f | %-11s fill=%-7s no-fill %.3f ms | PipeFill %.3f ms (x%.4f) | naive %.3f ms "
               "(x%.4f) | bubble %.1f%%, %.1f%% of it filled\n",
+              o.interference, o.fill_slowdown, o.comm_slowdown,
               schedule ? "interleaved" : "1f1b", fill, t_none / 1e3, t_fill / 1e3, t_fill / t_none,
               t_naive / 1e3, t_naive / t_none, 100.0 * bubble / (o.pipeline.stages * t_none),
               100.0 * filled_us / bubble);
@@ -281,7 +282,8 @@ void BM_GateCloseLatencySim(benchmark::State& state) {
   state.counters["naive_items"] = static_cast<double>(naive.items);
   for (auto [name, run] : {std::pair{"no fill", &none}, std::pair{"PipeFill", &gated},
                            std::pair{"naive", &naive}}) {
-    std::printf("[gate] %-8s bubble end -> main kernel start: all %zu bubbles p50 %.2f p99 %.2f "
+    std::printf("[gate] %-8s bubble end -> main kernel end - its nominal duration (interference "
+                "on): all %zu bubbles p50 %.2f p99 %.2f "
                 "max %.2f us | %zu early-ending: p50 %.2f p99 %.2f max %.2f us | %llu fill items\n",
                 name, run->all_us.size(), percentile(run->all_us, 0.5), percentile(run->all_us, 0.99),
                 percentile(run->all_us, 1.0), run->early_us.size(), percentile(run->early_us, 0.5),
