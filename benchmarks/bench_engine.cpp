@@ -367,13 +367,21 @@ struct OurJob {  // a ticket job whose items are recorded like the baselines'
   }
 };
 
-bool run(Strategy strategy, double cost, Result* out, std::string* error) {
+struct Interference {
+  double beta = 0.6, beta_f = 0.6, gamma = 0.5;  // the calibrated defaults
+};
+
+bool run(Strategy strategy, double cost, const Interference& interference, Result* out,
+         std::string* error) {
   auto check = [&](pfResult_t r, const char* what) {
     if (r != pfSuccess && error->empty()) *error = std::string(what) + ": " + pfGetLastErrorMessage();
     return r == pfSuccess;
   };
   pfSimDeviceDesc_t device = PF_SIM_DEVICE_DESC_INITIALIZER;  // calibrated interference on
   device.sm_count = kSms;
+  device.interference = interference.beta;
+  device.fill_slowdown = interference.beta_f;
+  device.comm_slowdown = interference.gamma;
   pfSimWorld_t world = nullptr;
   if (!check(pfSimWorldCreate(1, &device, 3, &world), "pfSimWorldCreate")) return false;
   pipefill::sim::World* sim = pipefill::sim::world_from_handle(world);
@@ -550,7 +558,7 @@ void BM_PeersSideBySideSim(benchmark::State& state) {
   for (auto _ : state) {
     for (int s = 0; s < 6; ++s) {
       results[s] = Result{};
-      if (!run(all[s], cost, &results[s], &error)) {
+      if (!run(all[s], cost, Interference{}, &results[s], &error)) {
         state.SkipWithError(error.c_str());
         return;
       }
@@ -592,6 +600,23 @@ void BM_PeersSideBySideSim(benchmark::State& state) {
               "p99 <= 50 us: %s\n",
               slowdown(ours) <= 0.5 ? "met" : "MISSED", filled(ours) >= 90 ? "met" : "MISSED",
               percentile(ours.kernel_end_us, 0.99) <= 50 ? "met" : "MISSED");
+  // Sensitivity rows (docs/simulated-device.md): the same runs at other (beta = beta_f, gamma).
+  for (const Interference& row : {Interference{0.0, 0.0, 0.0}, Interference{0.2, 0.2, 0.1},
+                                  Interference{1.6, 1.6, 2.2}}) {
+    Result rows[6];
+    std::string line;
+    for (int k = 0; k < 6; ++k) {
+      if (!run(all[k], cost, row, &rows[k], &error)) {
+        state.SkipWithError(error.c_str());
+        return;
+      }
+    }
+    for (int k = 1; k < 6; ++k)
+      line += fmt::format(" | {} {:.3f}% / {:.1f}%", strategy_name(all[k]),
+                          100.0 * (rows[k].total_us / rows[0].total_us - 1.0), filled(rows[k]));
+    std::printf("[peers] sensitivity beta=beta_f=%.1f gamma=%.1f: slowdown / filled%s\n", row.beta,
+                row.gamma, line.c_str());
+  }
   if (filled(ours) < 90)
     std::printf("[peers] why filled < 90%%: ours (and the paper-style and FreeRide-style "
                 "baselines, which share the predictor) size work to the 0.1 quantile of the "
