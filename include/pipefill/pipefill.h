@@ -379,8 +379,8 @@ typedef struct pfSimEvent* pfSimEvent_t;
  *
  * Version 2 appended `size` and the fields after it. Always start from
  * PF_SIM_DEVICE_DESC_INITIALIZER. A description whose size is 0 (a version-1 aggregate that
- * lists only the first four fields) keeps version 1's meaning: `interference` with every
- * intensity 1, no fill or comm slowdown. */
+ * lists only the first four fields) keeps version 1's coefficients: `interference` with every
+ * intensity 1, no fill or comm slowdown (dispatch and re-timing are this version's). */
 typedef struct pfSimDeviceDesc_t {
   int sm_count;           /* default 132 (H100/H200) */
   size_t memory_bytes;    /* default 141 GiB */
