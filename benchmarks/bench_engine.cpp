@@ -302,19 +302,20 @@ BENCHMARK(BM_GateCloseLatencySim)->Iterations(1)->Unit(benchmark::kMillisecond);
 // stopped differs. Each baseline follows its published description:
 //  - naive: ungated opaque work on every SM at the main job's priority, sized to the usual
 //    bubble (no prediction, no reservation);
-//  - FreeRide-style (Zhang et al., arXiv 2409.06941; code jiashu-z/freeride): side-task steps of
+//  - FreeRide-style (FreeRide, arXiv 2409.06941; code jiashu-z/freeride): side-task steps of
 //    their profiled duration, each started only when it fits the time left of the bubble's
 //    profiled duration (step estimate = 1.2 x the step, as run_side_task.py pads it), low
 //    priority (MPS client priority 1 -> stream priority 0), no gate, no SM reservation. The
 //    step is scaled to 100 us (FreeRide's are >= 10 ms for ms-long bubbles); host polling
 //    delays (10 ms / 5 ms in its code) are taken as 0, which favours it;
-//  - Tally-style (Zhao et al., ASPLOS'25, arXiv 2410.07381; code tally-project/tally): a
+//  - Tally-style (Tally, Zhao, Jayarajan, Pekhimenko, ASPLOS'25, arXiv 2410.07381; code
+//    tally-project/tally): a
 //    persistent preemptible kernel on every SM that claims items until a retreat flag is set at
 //    the bubble's end, no prediction, no SM reservation, items at 1/0.9 of their speed (its
 //    PTB transformation threshold SHARING_USE_PTB_THRESHOLD = 0.9); the flag is written
 //    stream-ordered at the bubble end (its host scheduler sets it when the high-priority kernel
 //    arrives: no faster), which favours it;
-//  - PipeFill-paper-style (Arunkumar et al., arXiv 2410.07192): profile-and-fit pieces sized to
+//  - PipeFill-paper-style (PipeFill, arXiv 2410.07192): profile-and-fit pieces sized to
 //    the predicted bubble (the same low-quantile predictor as ours) and to the SMs free during
 //    it, launched at low priority without a device gate;
 //  - ours: the runtime (ticket kernel behind the device gate, 8 reserved SMs, same predictor).
