@@ -100,6 +100,8 @@ class Engine {
     topts.seed = options_.seed;
     topts.jitter = options_.jitter;
     topts.interference = options_.interference;
+    topts.fill_slowdown = options_.fill_slowdown;
+    topts.comm_slowdown = options_.comm_slowdown;
     topts.reserve_sms = mode_ != FillMode::Naive;
     ENGINE_TRY(transport_.open(options_.pipeline, costs_, programs_, topts));
     opened_ = true;

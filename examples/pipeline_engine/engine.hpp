@@ -24,7 +24,11 @@ struct EngineOptions {
   uint64_t keep_every = 4096;      // inference: compute/keep every Nth item's output on the sim
   uint64_t seed = 1;
   double jitter = 0.0;
-  double interference = 0.0;
+  // Simulated interference, the calibrated defaults of pfSimDeviceDesc_t (beta, beta_f, gamma;
+  // docs/simulated-device.md). Set all three to 0 for the old, interference-free device.
+  double interference = 0.6;
+  double fill_slowdown = 0.6;
+  double comm_slowdown = 0.5;
   bool hint_durations = false;     // pass the schedule's expected bubble durations as hints
   std::string trace_prefix;        // write <prefix>.stage<N>.json Chrome traces
 };

@@ -109,7 +109,9 @@ int main(int argc, char** argv) {
   app.add_option("--comm-sms", p.comm_sms, "SMs a communication kernel holds (reserved from fill)")->capture_default_str();
   app.add_option("--min-bubble-us", p.min_bubble_us, "Shortest idle gap marked as a bubble")->capture_default_str();
   app.add_option("--jitter", o.jitter, "Sim: relative std-dev of kernel durations")->capture_default_str();
-  app.add_option("--interference", o.interference, "Sim: main-kernel slowdown per fill-SM share")->capture_default_str();
+  app.add_option("--interference", o.interference, "Sim: beta, main-kernel slowdown per unit of fill memory load (docs/simulated-device.md)")->capture_default_str();
+  app.add_option("--fill-slowdown", o.fill_slowdown, "Sim: beta_f, fill-item slowdown per unit of main load")->capture_default_str();
+  app.add_option("--comm-slowdown", o.comm_slowdown, "Sim: gamma, p2p transfer slowdown per unit of fill load")->capture_default_str();
   app.add_flag("--hint-durations", o.hint_durations, "Pass the schedule's expected bubble durations as hints (fills from iteration 1)");
   app.add_flag("--naive", naive, "Also run the naive baseline (ungated fill at the main job's priority, no SM reservation)");
   app.add_option("--trace", o.trace_prefix, "Write Chrome traces <prefix>.stage<N>.json of the filled run");
@@ -196,8 +198,17 @@ int main(int argc, char** argv) {
               "backward %.1f us per layer; p2p %.1f us\n",
               p.model.hidden, p.model.seq, p.model.micro_batch, p.model.layers_per_stage,
               costs.forward_layer_us, costs.backward_layer_us, costs.p2p_us);
-  std::printf("fill: %s%s\n\n", o.fill.c_str(),
+  std::printf("fill: %s%s\n", o.fill.c_str(),
               fill_on ? "" : " (bubbles measured, nothing filled)");
+  if (base.transport == "sim")
+    std::printf("simulated interference: beta %.2f, beta_f %.2f, gamma %.2f%s\n\n", o.interference,
+                o.fill_slowdown, o.comm_slowdown,
+                o.interference == 0.6 && o.fill_slowdown == 0.6 && o.comm_slowdown == 0.5
+                    ? " (calibrated from arXiv 2604.22430, NVIDIA/nccl#1428 and #1433; "
+                      "docs/simulated-device.md)"
+                    : "");
+  else
+    std::printf("\n");
   std::printf("%4s | %12s | %12s | %9s | %7s | %7s | %14s%s\n", "iter", "no-fill ms",
               "PipeFill ms", "slowdown", "bubble", "filled", "fill items/s",
               naive ? " | naive ms | naive slowdown" : "");
@@ -232,12 +243,15 @@ int main(int argc, char** argv) {
   if (fill_on) {
     std::printf("max overrun past a bubble end: %.1f us; host cost of BubbleBegin+End: %.0f ns\n",
                 filled.max_overrun_us, filled.host_begin_end_ns);
-    // Exact only without jitter and interference (kernel start = end - nominal duration).
-    if (!filled.resume_delays_us.empty() && o.jitter == 0.0 && o.interference == 0.0) {
-      std::printf("bubble end -> next main kernel start, no fill: %s\n", delays(base).c_str());
-      std::printf("bubble end -> next main kernel start, PipeFill: %s\n", delays(filled).c_str());
+    // Kernel end - its nominal duration - bubble end: the kernel's start without interference;
+    // with it, also the time the kernel was slowed by fill beside it (what the main job waits).
+    if (!filled.resume_delays_us.empty() && o.jitter == 0.0) {
+      const char* what = o.interference == 0.0 ? "next main kernel start"
+                                               : "next main kernel end - its nominal duration";
+      std::printf("bubble end -> %s, no fill: %s\n", what, delays(base).c_str());
+      std::printf("bubble end -> %s, PipeFill: %s\n", what, delays(filled).c_str());
       if (naive)
-        std::printf("bubble end -> next main kernel start, naive: %s\n", delays(naive_run).c_str());
+        std::printf("bubble end -> %s, naive: %s\n", what, delays(naive_run).c_str());
     }
     uint64_t runtime_items = 0, job_items = 0, duplicates = 0, out_of_order = 0;
     for (const StageFillSummary& s : filled.stages) {

@@ -8,6 +8,7 @@
 // enqueued before the waits on it.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <unordered_map>
 #include <vector>
@@ -37,10 +38,13 @@ class SimTransport final : public Transport {
     spec_ = spec;
     costs_ = costs;
     options_ = options;
-    pfSimDeviceDesc_t desc = PF_SIM_DEVICE_DESC_INITIALIZER;
+    // Exactly the interference the options ask for (the engine passes the calibrated one).
+    pfSimDeviceDesc_t desc = PF_SIM_DEVICE_DESC_NO_INTERFERENCE_INITIALIZER;
     desc.sm_count = spec.sm_count;
     desc.jitter_fraction = options.jitter;
     desc.interference = options.interference;
+    desc.fill_slowdown = options.fill_slowdown;
+    desc.comm_slowdown = options.comm_slowdown;
     ENGINE_PF(pfSimWorldCreate(spec.stages, &desc, options.seed, &world_));
     stages_.assign(static_cast<size_t>(spec.stages), StageState{});
     for (StageState& st : stages_) {
@@ -124,7 +128,12 @@ class SimTransport final : public Transport {
         return {};
       case InstrType::RecvActivation:
       case InstrType::RecvGradient:
-        ENGINE_PF(pfSimStreamWaitEvent(st.comm, message(in), costs_.p2p_us, spec_.comm_sms));
+      {
+        // The fixed latency is not slowed by fill; the bytes moving are (comm_slowdown).
+        const double latency = std::min(spec_.model.p2p_latency_us, costs_.p2p_us);
+        ENGINE_PF(pfSimStreamWaitEventTransfer(st.comm, message(in), latency,
+                                               costs_.p2p_us - latency, spec_.comm_sms));
+      }
         ENGINE_PF(pfSimEventRecord(st.recv_done, st.comm));
         return {};
       case InstrType::WaitComm:

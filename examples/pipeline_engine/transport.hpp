@@ -44,7 +44,12 @@ struct IterationTiming {
 struct TransportOptions {
   uint64_t seed = 1;
   double jitter = 0.0;        // simulated kernel-duration jitter (relative std-dev)
-  double interference = 0.0;  // simulated slowdown of main kernels co-running with fill blocks
+  // Simulated interference (pfSimDeviceDesc_t): beta, main kernels slowed by co-running fill
+  // blocks; beta_f, fill items slowed by main blocks; gamma, comm transfers slowed by fill. The
+  // engine passes the calibrated defaults (docs/simulated-device.md); 0 turns each off.
+  double interference = 0.0;
+  double fill_slowdown = 0.0;
+  double comm_slowdown = 0.0;
   bool reserve_sms = true;    // false: fill may use every SM (the naive baseline)
 };
 

@@ -15,6 +15,7 @@ class RingQueue {
   bool empty() const { return size_ == 0; }
   size_t size() const { return size_; }
   T& front() { return slots_[head_]; }
+  const T& front() const { return slots_[head_]; }
   // The i-th element from the front (0 = front).
   T& at(size_t i) { return slots_[(head_ + i) & (slots_.size() - 1)]; }
   void push_back(T value) {

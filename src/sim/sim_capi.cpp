@@ -127,6 +127,15 @@ PF_API pfResult_t pfSimLaunchKernel(void* stream, double duration_us, int sm_cou
   });
 }
 
+PF_API pfResult_t pfSimLaunchKernelBlocks(void* stream, int blocks, double block_us) {
+  return c_boundary("pfSimLaunchKernelBlocks", [&]() -> pfResult_t {
+    WorldPin world_pin;
+    PF_TRY(find_stream_world(stream, &world_pin));
+    World* world = world_pin.get();
+    return world->launch_kernel_blocks(stream, blocks, block_us);
+  });
+}
+
 PF_API pfResult_t pfSimStreamDelay(void* stream, double duration_us) {
   return c_boundary("pfSimStreamDelay", [&]() -> pfResult_t {
     WorldPin world_pin;
@@ -189,6 +198,22 @@ PF_API pfResult_t pfSimStreamWaitEvent(void* stream, pfSimEvent_t event, double 
   });
 }
 
+PF_API pfResult_t pfSimStreamWaitEventTransfer(void* stream, pfSimEvent_t event,
+                                               double latency_us, double transfer_us,
+                                               int sm_count) {
+  return c_boundary("pfSimStreamWaitEventTransfer", [&]() -> pfResult_t {
+    WorldPin stream_world_pin, event_world_pin;
+    PF_TRY(find_stream_world(stream, &stream_world_pin));
+    PF_TRY(find_event_world(event, &event_world_pin));
+    World* stream_world = stream_world_pin.get();
+    if (event_world_pin.get() != stream_world) {
+      return fail(pfErrorInvalidArgument, "event {} and stream {} belong to different worlds",
+                  static_cast<const void*>(event), stream);
+    }
+    return stream_world->wait_event_transfer(stream, event, latency_us, transfer_us, sm_count);
+  });
+}
+
 PF_API pfResult_t pfSimEventTime(pfSimEvent_t event, double* time_us) {
   return c_boundary("pfSimEventTime", [&]() -> pfResult_t {
     if (time_us == nullptr) return fail(pfErrorInvalidArgument, "time_us output pointer is NULL");
@@ -218,6 +243,29 @@ PF_API pfResult_t pfSimLaunchOpaque(void* stream, uint64_t first_item, uint64_t 
     PF_TRY(find_stream_world(stream, &world_pin));
     World* world = world_pin.get();
     return world->launch_opaque(stream, first_item, items, blocks, item_cost_us, on_item, user);
+  });
+}
+
+PF_API pfResult_t pfSimLaunchTicketKernelEx(void* stream, const pfSliceDesc_t* slice, int blocks,
+                                            double item_cost_us, const pfSimFillDesc_t* fill,
+                                            pfSimItemFn on_item, void* user) {
+  return c_boundary("pfSimLaunchTicketKernelEx", [&]() -> pfResult_t {
+    WorldPin world_pin;
+    PF_TRY(find_stream_world(stream, &world_pin));
+    return world_pin.get()->launch_ticket(stream, slice, blocks, item_cost_us, fill, on_item,
+                                          user);
+  });
+}
+
+PF_API pfResult_t pfSimLaunchOpaqueEx(void* stream, uint64_t first_item, uint64_t items,
+                                      int blocks, double item_cost_us,
+                                      const pfSimFillDesc_t* fill, pfSimItemFn on_item,
+                                      void* user) {
+  return c_boundary("pfSimLaunchOpaqueEx", [&]() -> pfResult_t {
+    WorldPin world_pin;
+    PF_TRY(find_stream_world(stream, &world_pin));
+    return world_pin.get()->launch_opaque(stream, first_item, items, blocks, item_cost_us, fill,
+                                          on_item, user);
   });
 }
 

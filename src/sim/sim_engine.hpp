@@ -2,7 +2,8 @@
 // docs/simulated-device.md; this header says how the engine is built:
 //
 //   sim_event_loop.cpp  the discrete-event loop: the event heap, stream heads, records, runs
-//   sim_dispatch.cpp    the SM scheduler: pending SM work per device, served in strict order
+//   sim_dispatch.cpp    the SM scheduler: pending blocks per device served by (stream priority,
+//                       launch order) as SMs free up, and the interference loads
 //   sim_fill.cpp        the fill kernel kinds: ticket blocks claiming through the shared
 //                       protocol (pipefill/item_protocol.hpp) and opaque blocks, item batches
 //   sim_world.cpp       World: lifecycle, hooks, clock, streams, events, running
@@ -65,8 +66,11 @@ enum class OpType : uint8_t { Kernel, Delay, Record, Wait, WriteWord, CopyWord, 
 
 struct Op {
   OpType type = OpType::Kernel;
-  int sms = 0;           // kernel / wait: SMs needed; ticket / opaque: blocks
-  double time_us = 0.0;  // kernel / delay: duration; wait: latency; fill: item cost
+  int sms = 0;           // kernel / ticket / opaque: blocks (one SM each); wait: SMs held
+  double time_us = 0.0;  // kernel: block duration; delay: duration; wait: latency; fill: item cost
+  double transfer_us = 0.0;      // wait: the part after the record slowed by comm interference
+  double mem_intensity = 0.0;    // fill: HBM share per unit SM share of its blocks
+  double mem_sensitivity = 1.0;  // fill: how strongly main work slows its items
   uint64_t sequence = 0; // enqueue order (tie-break among pending ops, correlation id)
   Record* record = nullptr;                // record / wait
   uint64_t* word = nullptr;                // write / copy destination
@@ -101,10 +105,10 @@ struct SimStream {
   RingQueue<Op> ops;
   // State of the head op once started.
   bool head_started = false;
-  double head_start_us = 0.0;
-  int held_sms = 0;
-  int blocks_unstarted = 0;
-  int blocks_active = 0;
+  double head_start_us = 0.0;  // kernel / fill: its first block's start
+  int held_sms = 0;            // wait: the SMs it holds
+  int blocks_unstarted = 0;    // kernel / fill: blocks still pending
+  int blocks_active = 0;       // kernel / fill: blocks holding an SM
   uint64_t opaque_next = 0;
   uint64_t items_claimed = 0;  // ticket: items claimed by the head launch
   uint64_t items_done = 0;
@@ -117,16 +121,44 @@ struct SimEvent {
   Record* latest = nullptr;
 };
 
+// A head op with blocks still pending. Served as the hardware serves pending blocks: higher
+// stream priority first; at equal priority main work (kernels, comm waits) before fill launches
+// (ticket / opaque), so that main-stream work is always ahead of fill work of its priority; then
+// launch (enqueue) order. The runtime's fill streams are at the lowest priority, which already
+// puts the main job's pending blocks ahead of them; the tie-break keeps that true for a main
+// stream created at the lowest priority too.
 struct PendingEntry {
   SimStream* stream = nullptr;
-  bool fill_class = false;
   int priority = 0;
+  bool fill_launch = false;
   uint64_t sequence = 0;
   bool operator<(const PendingEntry& other) const {
-    if (fill_class != other.fill_class) return !fill_class;  // main work first
     if (priority != other.priority) return priority < other.priority;
+    if (fill_launch != other.fill_launch) return !fill_launch;
     return sequence < other.sequence;
   }
+};
+
+// A group of a main kernel's blocks that started together. It progresses at the rate
+// 1 / (1 + beta x L_fill): whenever the fill load of its device changes, the work done so far is
+// banked and its end is re-timed (the old end event goes stale through `version`).
+struct MainGroup {
+  SimStream* stream = nullptr;
+  uint64_t id = 0;           // the BlocksDone event's `item`
+  uint64_t version = 0;      // the BlocksDone event's `count`; older events are stale
+  int blocks = 0;
+  double remaining_us = 0.0; // unslowed (jittered) work left at `since_us`
+  double since_us = 0.0;
+  double factor = 1.0;       // 1 + beta x L_fill since `since_us`
+};
+
+// The interference model's parameters of one device (pfSimDeviceDesc_t, resolved).
+struct InterferenceParams {
+  double main_slowdown = 0.0;       // beta
+  double fill_slowdown = 0.0;       // beta_f
+  double comm_slowdown = 0.0;       // gamma
+  double fill_mem_intensity = 1.0;  // default I of a fill launch
+  double main_mem_intensity = 1.0;  // I of main-kernel blocks
 };
 
 struct DeviceState {
@@ -135,11 +167,18 @@ struct DeviceState {
   size_t memory_used = 0;
   size_t arena_used = 0;
   double jitter = 0.0;
-  double interference = 0.0;
+  InterferenceParams interference;
   int reserved_sms = 0;
   int fill_sms = 0;
   int free_sms = 0;
-  int fill_in_use = 0;  // SMs held by fill blocks
+  int fill_in_use = 0;         // SMs held by fill blocks
+  int main_blocks_active = 0;  // SMs held by main-kernel blocks (not by comm waits)
+  std::vector<MainGroup> main_groups;  // running main-kernel block groups, in start order
+  bool fill_load_changed = false;      // re-time main_groups after this instant
+  // Streams whose head fill launch has blocks on SMs, in the order their first block started
+  // (the fill load is summed in this order: deterministic).
+  std::vector<SimStream*> active_fill;
+  bool dispatch_due = false;  // in World::Impl::dispatch_queue
   uint64_t main_streams_created = 0;  // jitter keys: main and fill streams counted apart
   uint64_t fill_streams_created = 0;
   std::vector<PendingEntry> pending;
@@ -148,14 +187,15 @@ struct DeviceState {
   uintptr_t next_arena_address = 0;
 };
 
-enum class EventType : uint8_t { Advance, OpComplete, ItemDone };
+enum class EventType : uint8_t { Advance, OpComplete, ItemDone, BlocksDone };
 
 struct HeapEntry {
   double time_us;
   uint64_t sequence;
   SimStream* stream;
   uint64_t item;   // ItemDone: the batch's first item
-  uint64_t count;  // ItemDone: items in the batch (consecutive)
+  uint64_t count;  // ItemDone: items in the batch (consecutive); BlocksDone: the group's version
+  double item_us;  // ItemDone: the duration of each item of the batch
   EventType type;
 };
 
@@ -184,12 +224,14 @@ struct World::Impl {
 
   double now GUARDED_BY(mutex) = 0.0;
   uint64_t next_sequence GUARDED_BY(mutex) = 1;
+  uint64_t next_group_id GUARDED_BY(mutex) = 1;  // MainGroup ids
   uint64_t next_stream_id GUARDED_BY(mutex) = 1;
   uint64_t next_event_id GUARDED_BY(mutex) = 1;
   uint64_t events_processed GUARDED_BY(mutex) = 0;
   const uint64_t seed;
   bool record_activities GUARDED_BY(mutex) = true;
   std::vector<HeapEntry> heap GUARDED_BY(mutex);
+  std::vector<int> dispatch_queue GUARDED_BY(mutex);  // devices to dispatch after this instant
   std::unordered_map<const void*, std::unique_ptr<SimStream>> streams GUARDED_BY(mutex);
   std::unordered_map<const void*, std::unique_ptr<SimEvent>> events GUARDED_BY(mutex);
   std::vector<std::unique_ptr<Record>> record_storage GUARDED_BY(mutex);
@@ -212,7 +254,7 @@ struct World::Impl {
   static void retain(Record* record);
   void release(Record* record) REQUIRES(mutex);
   void schedule(double time_us, EventType type, SimStream* stream, uint64_t item = 0,
-                uint64_t count = 0) REQUIRES(mutex);
+                uint64_t count = 0, double item_us = 0.0) REQUIRES(mutex);
   double jitter_factor(const DeviceState& device, uint64_t stream_key, uint64_t ordinal,
                        uint64_t item = 0) const;
   void record_activity(int device, ActivityKind kind, const char* name, const SimStream& stream,
@@ -224,17 +266,35 @@ struct World::Impl {
   void pop_head(SimStream* stream) REQUIRES(mutex);
   void complete_record(Record* record) REQUIRES(mutex);
   void start_wait(SimStream* stream, Op& op) REQUIRES(mutex);
+  // Latency + slowed transfer of a wait whose transfer starts now (after its record completed).
+  double wait_span(const SimStream& stream, const Op& op) const REQUIRES(mutex);
   void advance(SimStream* stream) REQUIRES(mutex);
   void complete_head(SimStream* stream) REQUIRES(mutex);
+  // Processes the events of the earliest instant, then dispatches the devices they touched.
   void process_one() REQUIRES(mutex);
+  // A main group's end event that a re-timing replaced.
+  bool stale(const HeapEntry& entry) const REQUIRES(mutex);
+  void drop_stale_front() REQUIRES(mutex);
   void bury_drained_streams() REQUIRES(mutex);
   pfResult_t check_blocked() const REQUIRES(mutex);
   pfResult_t run_while_not(const std::function<bool()>& done) REQUIRES(mutex);
   void run_hooks() EXCLUDES(mutex);
 
-  // ---- SM scheduler (sim_dispatch.cpp) ----
-  void add_pending(SimStream* stream, const Op& op, bool fill_class) REQUIRES(mutex);
+  // ---- SM scheduler and interference loads (sim_dispatch.cpp) ----
+  void add_pending(SimStream* stream, const Op& op) REQUIRES(mutex);
   void dispatch(int device_index) REQUIRES(mutex);
+  // Starts `count` blocks of the head kernel now (one event for the group).
+  void start_kernel_blocks(SimStream* stream, Op& op, int count) REQUIRES(mutex);
+  // A group's end event: completes the group unless the event is stale (re-timed since).
+  void kernel_group_done(int device, uint64_t group_id, uint64_t version) REQUIRES(mutex);
+  // Banks the progress of the device's running groups and re-times them at the current load.
+  void retime_main_groups(int device) REQUIRES(mutex);
+  // L_fill: sum over resident fill blocks of their intensity, per SM of the device.
+  double fill_load(const DeviceState& device) const;
+  // L_main: resident main-kernel blocks x main_mem_intensity, per SM of the device.
+  static double main_load(const DeviceState& device);
+  void fill_block_started(SimStream* stream) REQUIRES(mutex);
+  void fill_block_exited(SimStream* stream) REQUIRES(mutex);
 
   // ---- Fill kernels (sim_fill.cpp) ----
   // Claims the next item for a block of the head fill launch; false: the block exits.
@@ -242,7 +302,8 @@ struct World::Impl {
   // Claims a batch for a block (one item, or several when items are shorter than the quantum)
   // and schedules its completion; false when not even one item could be claimed.
   bool start_batch(SimStream* stream, Op& op) REQUIRES(mutex);
-  void batch_done(SimStream* stream, uint64_t first_item, uint64_t count) REQUIRES(mutex);
+  void batch_done(SimStream* stream, uint64_t first_item, uint64_t count, double item_us)
+      REQUIRES(mutex);
 
   // ---- Words (sim_memory.cpp) ----
   // Pins the world word block holding `word` (if any) for `op`; refuses freed words.

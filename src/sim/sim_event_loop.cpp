@@ -43,15 +43,27 @@ void World::Impl::complete_record(Record* record) {
   record->completed = true;
   record->time_us = now;
   for (SimStream* waiter : record->waiters) {
-    schedule(now + waiter->ops.front().time_us, EventType::OpComplete, waiter);
+    schedule(now + wait_span(*waiter, waiter->ops.front()), EventType::OpComplete, waiter);
   }
   record->waiters.clear();
 }
 
-// A started wait: completes at record time + latency, or when the record completes.
+// The transfer is slowed by the fill load on the waiting stream's device when it starts: when
+// the record completes under a started wait, or when a wait starts after its record completed.
+// The fixed latency and the spin before the record are not slowed.
+double World::Impl::wait_span(const SimStream& stream, const Op& op) const {
+  if (op.transfer_us == 0.0) return op.time_us;
+  const DeviceState& device = devices[stream.device];
+  return op.time_us +
+         op.transfer_us * (1.0 + device.interference.comm_slowdown * fill_load(device));
+}
+
+// A started wait: completes at record time + latency + transfer, or that long after the record
+// completes.
 void World::Impl::start_wait(SimStream* stream, Op& op) {
   if (op.record->completed) {
-    schedule(std::max(now, op.record->time_us + op.time_us), EventType::OpComplete, stream);
+    schedule(std::max(now, op.record->time_us + wait_span(*stream, op)), EventType::OpComplete,
+             stream);
   } else {
     op.record->waiters.push_back(stream);
   }
@@ -60,8 +72,8 @@ void World::Impl::start_wait(SimStream* stream, Op& op) {
 // ---- Scheduling -------------------------------------------------------------------------------
 
 void World::Impl::schedule(double time_us, EventType type, SimStream* stream, uint64_t item,
-                           uint64_t count) {
-  heap.push_back(HeapEntry{time_us, next_sequence++, stream, item, count, type});
+                           uint64_t count, double item_us) {
+  heap.push_back(HeapEntry{time_us, next_sequence++, stream, item, count, item_us, type});
   std::push_heap(heap.begin(), heap.end(), HeapLater{});
 }
 
@@ -148,7 +160,8 @@ void World::Impl::advance(SimStream* stream) {
         return;
       case OpType::Kernel:
         stream->head_started = true;
-        add_pending(stream, op, false);
+        stream->blocks_unstarted = op.sms;
+        add_pending(stream, op);
         return;
       case OpType::Wait:
         if (op.record == nullptr) {  // the event had no record when the wait was enqueued
@@ -157,10 +170,10 @@ void World::Impl::advance(SimStream* stream) {
         }
         if (op.sms > 0) {
           stream->head_started = true;
-          add_pending(stream, op, false);
+          add_pending(stream, op);
           return;
         }
-        if (op.record->completed && op.record->time_us + op.time_us <= now) {
+        if (op.record->completed && op.record->time_us + wait_span(*stream, op) <= now) {
           pop_head(stream);
           continue;
         }
@@ -173,7 +186,7 @@ void World::Impl::advance(SimStream* stream) {
         stream->head_started = true;
         stream->head_start_us = now;
         stream->blocks_unstarted = op.sms;
-        add_pending(stream, op, true);
+        add_pending(stream, op);
         return;
     }
   }
@@ -187,10 +200,9 @@ void World::Impl::complete_head(SimStream* stream) {
   Op& op = stream->ops.front();
   DeviceState& device = devices[stream->device];
   switch (op.type) {
-    case OpType::Kernel:
-      device.free_sms += stream->held_sms;
+    case OpType::Kernel:  // its blocks gave their SMs back as they ended
       record_activity(stream->device, ActivityKind::Kernel, "sim_kernel", *stream,
-                      stream->head_start_us, now, op.sequence, stream->held_sms);
+                      stream->head_start_us, now, op.sequence, op.sms);
       break;
     case OpType::Delay:
       record_activity(stream->device, ActivityKind::Memcpy, "sim_delay", *stream,
@@ -221,26 +233,71 @@ void World::Impl::complete_head(SimStream* stream) {
 
 // ---- The loop ---------------------------------------------------------------------------------
 
-void World::Impl::process_one() {
-  std::pop_heap(heap.begin(), heap.end(), HeapLater{});
-  const HeapEntry entry = heap.back();
-  heap.pop_back();
-  ++events_processed;
-  now = entry.time_us;
-  SimStream* stream = entry.stream;
-  switch (entry.type) {
-    case EventType::Advance:
-      stream->advance_scheduled = false;
-      advance(stream);
-      break;
-    case EventType::OpComplete:
-      complete_head(stream);
-      break;
-    case EventType::ItemDone:
-      batch_done(stream, entry.item, entry.count);
-      break;
+// Processes every event of the earliest time, then hands out the SMs freed at that instant:
+// work that becomes pending at the same time as SMs free up competes for them by priority, and
+// a block starting at t sees the interference of the blocks still resident after t (not of
+// blocks ending at t that happened to be processed later). Dispatch may schedule more events
+// at the same time (a fill launch whose blocks exited at once, a zero-length kernel); the next
+// call processes them.
+bool World::Impl::stale(const HeapEntry& entry) const {
+  if (entry.type != EventType::BlocksDone) return false;
+  // The stream is alive: streams are freed only when the heap has run empty.
+  const auto& groups = devices[entry.stream->device].main_groups;
+  const auto it = std::find_if(groups.begin(), groups.end(),
+                               [&](const MainGroup& g) { return g.id == entry.item; });
+  return it == groups.end() || it->version != entry.count;
+}
+
+// A re-timed group's old end events are dropped without moving the clock.
+void World::Impl::drop_stale_front() {
+  while (!heap.empty() && stale(heap.front())) {
+    std::pop_heap(heap.begin(), heap.end(), HeapLater{});
+    heap.pop_back();
   }
-  dispatch(stream->device);
+}
+
+void World::Impl::process_one() {
+  drop_stale_front();
+  if (heap.empty()) return;
+  const double instant = heap.front().time_us;
+  while (!heap.empty() && heap.front().time_us == instant) {
+    std::pop_heap(heap.begin(), heap.end(), HeapLater{});
+    const HeapEntry entry = heap.back();
+    heap.pop_back();
+    if (stale(entry)) continue;
+    ++events_processed;
+    now = entry.time_us;
+    SimStream* stream = entry.stream;
+    switch (entry.type) {
+      case EventType::Advance:
+        stream->advance_scheduled = false;
+        advance(stream);
+        break;
+      case EventType::OpComplete:
+        complete_head(stream);
+        break;
+      case EventType::ItemDone:
+        batch_done(stream, entry.item, entry.count, entry.item_us);
+        break;
+      case EventType::BlocksDone:
+        kernel_group_done(stream->device, entry.item, entry.count);
+        break;
+    }
+    DeviceState& device = devices[stream->device];
+    if (!device.dispatch_due) {
+      device.dispatch_due = true;
+      dispatch_queue.push_back(stream->device);
+    }
+  }
+  // In device order, so the result does not depend on which device's event came first.
+  std::sort(dispatch_queue.begin(), dispatch_queue.end());
+  for (int device : dispatch_queue) {
+    devices[device].dispatch_due = false;
+    dispatch(device);
+    // Fill blocks that exited or started at this instant change the main groups' rate.
+    if (devices[device].fill_load_changed) retime_main_groups(device);
+  }
+  dispatch_queue.clear();
 }
 
 void World::Impl::bury_drained_streams() {

@@ -25,6 +25,31 @@ uint64_t batch_size(double item_cost_us) {
   return std::max<uint64_t>(1, static_cast<uint64_t>(kItemQuantumUs / item_cost_us));
 }
 
+// Resolves a launch's pfSimFillDesc_t (NULL: the defaults) into the op; the device's default
+// intensity is filled in by the caller (it needs the stream's device).
+pfResult_t resolve_fill_desc(const pfSimFillDesc_t* fill, double* intensity, double* sensitivity) {
+  *intensity = -1.0;
+  *sensitivity = 1.0;
+  if (fill == nullptr) return pfSuccess;
+  if (fill->size < sizeof(pfSimFillDesc_t)) {
+    return fail(pfErrorInvalidArgument,
+                "fill desc size {} is smaller than sizeof(pfSimFillDesc_t) ({}); start from "
+                "PF_SIM_FILL_DESC_INITIALIZER",
+                fill->size, sizeof(pfSimFillDesc_t));
+  }
+  if (!std::isfinite(fill->mem_intensity)) {
+    return fail(pfErrorInvalidArgument, "fill mem_intensity {} must be finite (negative: the "
+                "device's fill_mem_intensity)", fill->mem_intensity);
+  }
+  if (!std::isfinite(fill->mem_sensitivity)) {
+    return fail(pfErrorInvalidArgument, "fill mem_sensitivity {} must be finite (negative: 1)",
+                fill->mem_sensitivity);
+  }
+  *intensity = fill->mem_intensity;
+  if (fill->mem_sensitivity >= 0.0) *sensitivity = fill->mem_sensitivity;
+  return pfSuccess;
+}
+
 }  // namespace
 
 double World::callback_time_us() { return t_callback_time_us; }
@@ -80,25 +105,27 @@ bool World::Impl::start_batch(SimStream* stream, Op& op) {
     }
   }
   if (stream->first_item_start_us < 0.0) stream->first_item_start_us = now;
-  const double factor =
-      jitter_factor(devices[stream->device], stream->jitter_key, op.ordinal, first + 1);
-  const double duration = static_cast<double>(count) * op.time_us * factor;
+  const DeviceState& device = devices[stream->device];
+  // Main-kernel blocks resident now slow the batch through memory bandwidth (beta_f).
+  const double slowdown =
+      1.0 + device.interference.fill_slowdown * main_load(device) * op.mem_sensitivity;
+  const double item_us =
+      op.time_us * jitter_factor(device, stream->jitter_key, op.ordinal, first + 1) * slowdown;
+  const double duration = static_cast<double>(count) * item_us;
   // The heap entry's count carries the exit flag in its top bit.
   schedule(now + duration, EventType::ItemDone, stream, first,
-           count | (exit_after ? (uint64_t{1} << 63) : 0));
+           count | (exit_after ? (uint64_t{1} << 63) : 0), item_us);
   return true;
 }
 
-void World::Impl::batch_done(SimStream* stream, uint64_t first_item, uint64_t count_and_flag) {
+void World::Impl::batch_done(SimStream* stream, uint64_t first_item, uint64_t count_and_flag,
+                             double item_us) {
   const bool exit_after = (count_and_flag >> 63) != 0;
   const uint64_t count = count_and_flag & ~(uint64_t{1} << 63);
   Op& op = stream->ops.front();
   stream->items_done += count;
   stream->last_item_end_us = now;
   if (op.on_item) {
-    const double item_us =
-        op.time_us * jitter_factor(devices[stream->device], stream->jitter_key, op.ordinal,
-                                   first_item + 1);
     CallbackScope scope("on_item");
     t_callback_impl = this;
     for (uint64_t i = 0; i < count; ++i) {
@@ -109,10 +136,7 @@ void World::Impl::batch_done(SimStream* stream, uint64_t first_item, uint64_t co
     t_callback_time_us = std::numeric_limits<double>::quiet_NaN();
   }
   if (!exit_after && start_batch(stream, op)) return;
-  DeviceState& device = devices[stream->device];
-  --stream->blocks_active;
-  ++device.free_sms;
-  --device.fill_in_use;
+  fill_block_exited(stream);
   if (stream->blocks_active == 0 && stream->blocks_unstarted == 0) complete_head(stream);
 }
 
@@ -120,6 +144,17 @@ void World::Impl::batch_done(SimStream* stream, uint64_t first_item, uint64_t co
 
 pfResult_t World::launch_ticket(void* handle, const pfSliceDesc_t* slice, int blocks,
                                 double item_cost_us, pfSimItemFn on_item, void* user) {
+  return launch_ticket(handle, slice, blocks, item_cost_us, nullptr, on_item, user);
+}
+
+pfResult_t World::launch_opaque(void* handle, uint64_t first_item, uint64_t items, int blocks,
+                                double item_cost_us, pfSimItemFn on_item, void* user) {
+  return launch_opaque(handle, first_item, items, blocks, item_cost_us, nullptr, on_item, user);
+}
+
+pfResult_t World::launch_ticket(void* handle, const pfSliceDesc_t* slice, int blocks,
+                                double item_cost_us, const pfSimFillDesc_t* fill,
+                                pfSimItemFn on_item, void* user) {
   if (slice == nullptr) return fail(pfErrorInvalidArgument, "slice pointer is NULL");
   if (slice->gate == nullptr) return fail(pfErrorInvalidArgument, "slice->gate is NULL");
   if (slice->cursor == nullptr) return fail(pfErrorInvalidArgument, "slice->cursor is NULL");
@@ -143,6 +178,9 @@ pfResult_t World::launch_ticket(void* handle, const pfSliceDesc_t* slice, int bl
     return fail(pfErrorInvalidArgument, "ticket item_cost_us {} must be finite and > 0",
                 item_cost_us);
   }
+  double intensity = 0.0;
+  double sensitivity = 1.0;
+  PF_TRY(resolve_fill_desc(fill, &intensity, &sensitivity));
   if (callback_world() == impl_.get()) return refuse_in_callback("launch_ticket");
   MutexLock lock(impl_->mutex);
   SimStream* stream = impl_->live_stream(handle);
@@ -152,9 +190,11 @@ pfResult_t World::launch_ticket(void* handle, const pfSliceDesc_t* slice, int bl
   }
   Op op;
   op.type = OpType::Ticket;
-  op.sms = std::min({blocks, slice->max_blocks,
-                     impl_->devices[static_cast<size_t>(stream->device)].fill_sms});
+  const DeviceState& device = impl_->devices[static_cast<size_t>(stream->device)];
+  op.sms = std::min({blocks, slice->max_blocks, device.fill_sms});
   op.time_us = item_cost_us;
+  op.mem_intensity = intensity >= 0.0 ? intensity : device.interference.fill_mem_intensity;
+  op.mem_sensitivity = sensitivity;
   op.slice = *slice;
   op.on_item = on_item;
   op.user = user;
@@ -172,7 +212,8 @@ pfResult_t World::launch_ticket(void* handle, const pfSliceDesc_t* slice, int bl
 }
 
 pfResult_t World::launch_opaque(void* handle, uint64_t first_item, uint64_t items, int blocks,
-                                double item_cost_us, pfSimItemFn on_item, void* user) {
+                                double item_cost_us, const pfSimFillDesc_t* fill,
+                                pfSimItemFn on_item, void* user) {
   if (blocks < 1) return fail(pfErrorInvalidArgument, "opaque blocks {} must be >= 1", blocks);
   if (!std::isfinite(item_cost_us) || item_cost_us <= 0.0) {
     return fail(pfErrorInvalidArgument, "opaque item_cost_us {} must be finite and > 0",
@@ -182,6 +223,9 @@ pfResult_t World::launch_opaque(void* handle, uint64_t first_item, uint64_t item
     return fail(pfErrorInvalidArgument, "opaque first_item {} + items {} overflows", first_item,
                 items);
   }
+  double intensity = 0.0;
+  double sensitivity = 1.0;
+  PF_TRY(resolve_fill_desc(fill, &intensity, &sensitivity));
   if (callback_world() == impl_.get()) return refuse_in_callback("launch_opaque");
   MutexLock lock(impl_->mutex);
   SimStream* stream = impl_->live_stream(handle);
@@ -193,6 +237,11 @@ pfResult_t World::launch_opaque(void* handle, uint64_t first_item, uint64_t item
   op.type = OpType::Opaque;
   op.sms = blocks;
   op.time_us = item_cost_us;
+  op.mem_intensity = intensity >= 0.0
+                         ? intensity
+                         : impl_->devices[static_cast<size_t>(stream->device)]
+                               .interference.fill_mem_intensity;
+  op.mem_sensitivity = sensitivity;
   op.value = first_item;
   op.total_items = items;
   op.on_item = on_item;

@@ -43,6 +43,22 @@ pfResult_t World::launch_kernel(void* handle, double duration_us, int sm_count) 
   return pfSuccess;
 }
 
+pfResult_t World::launch_kernel_blocks(void* handle, int blocks, double block_us) {
+  if (!finite_nonnegative(block_us)) {
+    return fail(pfErrorInvalidArgument, "kernel block_us {} must be finite and >= 0", block_us);
+  }
+  if (blocks < 1) return fail(pfErrorInvalidArgument, "kernel blocks {} must be >= 1", blocks);
+  PF_SIM_REFUSE_IN_OWN_CALLBACK("launch_kernel_blocks");
+  MutexLock lock(impl_->mutex);
+  PF_SIM_LOOKUP_STREAM(stream, handle);
+  Op op;
+  op.type = OpType::Kernel;
+  op.sms = blocks;
+  op.time_us = block_us;
+  impl_->enqueue(stream, op);
+  return pfSuccess;
+}
+
 pfResult_t World::delay(void* handle, double duration_us) {
   if (!finite_nonnegative(duration_us)) {
     return fail(pfErrorInvalidArgument, "delay duration_us {} must be finite and >= 0",
@@ -80,6 +96,20 @@ pfResult_t World::wait_event(void* stream_handle, void* event_handle, double lat
   if (!finite_nonnegative(latency_us)) {
     return fail(pfErrorInvalidArgument, "wait latency_us {} must be finite and >= 0", latency_us);
   }
+  // A comm kernel's latency is the time it moves the data after its peer's record.
+  if (sm_count > 0) return wait_event_transfer(stream_handle, event_handle, 0.0, latency_us, sm_count);
+  return wait_event_transfer(stream_handle, event_handle, latency_us, 0.0, sm_count);
+}
+
+pfResult_t World::wait_event_transfer(void* stream_handle, void* event_handle, double latency_us,
+                                      double transfer_us, int sm_count) {
+  if (!finite_nonnegative(latency_us)) {
+    return fail(pfErrorInvalidArgument, "wait latency_us {} must be finite and >= 0", latency_us);
+  }
+  if (!finite_nonnegative(transfer_us)) {
+    return fail(pfErrorInvalidArgument, "wait transfer_us {} must be finite and >= 0",
+                transfer_us);
+  }
   if (sm_count < 0) return fail(pfErrorInvalidArgument, "wait sm_count {} must be >= 0", sm_count);
   PF_SIM_REFUSE_IN_OWN_CALLBACK("wait_event");
   MutexLock lock(impl_->mutex);
@@ -90,6 +120,7 @@ pfResult_t World::wait_event(void* stream_handle, void* event_handle, double lat
   op.record = event->latest;  // CUDA semantics: the record that is latest now
   Impl::retain(op.record);
   op.time_us = latency_us;
+  op.transfer_us = transfer_us;
   op.sms = std::min(sm_count, impl_->sm_count_of(stream->device));
   impl_->enqueue(stream, op);
   return pfSuccess;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <new>
+#include <utility>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -54,7 +55,28 @@ pfResult_t World::create(int device_count, const pfSimDeviceDesc_t* desc, uint64
                 kMaxDevices);
   }
   const pfSimDeviceDesc_t defaults = PF_SIM_DEVICE_DESC_INITIALIZER;
-  const pfSimDeviceDesc_t& d = desc ? *desc : defaults;
+  pfSimDeviceDesc_t d = defaults;
+  if (desc != nullptr) {
+    if (desc->size == 0) {
+      // A version-1 description (its four fields, the rest zero-filled by the aggregate):
+      // version 1's meaning, the old model exactly.
+      d.sm_count = desc->sm_count;
+      d.memory_bytes = desc->memory_bytes;
+      d.jitter_fraction = desc->jitter_fraction;
+      d.interference = desc->interference;
+      d.fill_mem_intensity = 1.0;
+      d.fill_slowdown = 0.0;
+      d.comm_slowdown = 0.0;
+      d.main_mem_intensity = 1.0;
+    } else if (desc->size < sizeof(pfSimDeviceDesc_t)) {
+      return fail(pfErrorInvalidArgument,
+                  "device desc size {} is neither 0 (version 1) nor at least "
+                  "sizeof(pfSimDeviceDesc_t) ({}); start from PF_SIM_DEVICE_DESC_INITIALIZER",
+                  desc->size, sizeof(pfSimDeviceDesc_t));
+    } else {
+      d = *desc;  // a larger size comes from a newer header: the fields we know
+    }
+  }
   if (d.sm_count < 1 || d.sm_count > kMaxSmCount) {
     return fail(pfErrorInvalidArgument, "sm_count {} is out of range [1, {}]", d.sm_count,
                 kMaxSmCount);
@@ -64,9 +86,16 @@ pfResult_t World::create(int device_count, const pfSimDeviceDesc_t* desc, uint64
     return fail(pfErrorInvalidArgument, "jitter_fraction {} must be finite and >= 0",
                 d.jitter_fraction);
   }
-  if (!finite_nonnegative(d.interference)) {
-    return fail(pfErrorInvalidArgument, "interference {} must be finite and >= 0",
-                d.interference);
+  const std::pair<const char*, double> coefficients[] = {
+      {"interference", d.interference},
+      {"fill_mem_intensity", d.fill_mem_intensity},
+      {"fill_slowdown", d.fill_slowdown},
+      {"comm_slowdown", d.comm_slowdown},
+      {"main_mem_intensity", d.main_mem_intensity}};
+  for (const auto& [name, value] : coefficients) {
+    if (!finite_nonnegative(value)) {
+      return fail(pfErrorInvalidArgument, "{} {} must be finite and >= 0", name, value);
+    }
   }
   std::unique_ptr<World> world(new World());
   world->impl_ = std::make_unique<Impl>(seed);
@@ -80,7 +109,11 @@ pfResult_t World::create(int device_count, const pfSimDeviceDesc_t* desc, uint64
       device.sm_count = d.sm_count;
       device.memory_total = d.memory_bytes;
       device.jitter = d.jitter_fraction;
-      device.interference = d.interference;
+      device.interference.main_slowdown = d.interference;
+      device.interference.fill_slowdown = d.fill_slowdown;
+      device.interference.comm_slowdown = d.comm_slowdown;
+      device.interference.fill_mem_intensity = d.fill_mem_intensity;
+      device.interference.main_mem_intensity = d.main_mem_intensity;
       device.fill_sms = d.sm_count;
       device.free_sms = d.sm_count;
       // Simulated arena addresses: a distinct, never-mapped-by-us range per device.
@@ -88,9 +121,10 @@ pfResult_t World::create(int device_count, const pfSimDeviceDesc_t* desc, uint64
     }
   }
   register_world(impl.handle, world.get());
-  log::debug("simulated world: {} device(s), {} SMs, {} bytes, jitter {}, interference {}, "
-             "seed {}", device_count, d.sm_count, d.memory_bytes, d.jitter_fraction,
-             d.interference, seed);
+  log::debug("simulated world: {} device(s), {} SMs, {} bytes, jitter {}, interference: main "
+             "{}, fill {}, comm {}, intensity fill {} main {}; seed {}",
+             device_count, d.sm_count, d.memory_bytes, d.jitter_fraction, d.interference,
+             d.fill_slowdown, d.comm_slowdown, d.fill_mem_intensity, d.main_mem_intensity, seed);
   *out = std::move(world);
   return pfSuccess;
 }
@@ -282,7 +316,11 @@ pfResult_t World::run_until(double time_us) {
   PF_SIM_REFUSE_IN_OWN_CALLBACK("run_until");
   impl_->run_hooks();
   MutexLock lock(impl_->mutex);
-  while (!impl_->heap.empty() && impl_->heap.front().time_us <= time_us) impl_->process_one();
+  impl_->drop_stale_front();
+  while (!impl_->heap.empty() && impl_->heap.front().time_us <= time_us) {
+    impl_->process_one();
+    impl_->drop_stale_front();
+  }
   impl_->bury_drained_streams();
   if (!impl_->heap.empty()) {
     // Not idle: the clock stands at the requested time (it never goes backwards).

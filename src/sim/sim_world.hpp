@@ -74,18 +74,34 @@ class World {
   uint64_t stream_id(const void* stream) const;
 
   // ---- Stream operations (executed in virtual time, in stream order) ----------------------
+  // min(sm_count, SMs of the device) blocks of duration_us (one wave when SMs are free).
   pfResult_t launch_kernel(void* stream, double duration_us, int sm_count);
+  // `blocks` blocks of block_us, one SM each, in waves when blocks > SMs.
+  pfResult_t launch_kernel_blocks(void* stream, int blocks, double block_us);
   pfResult_t delay(void* stream, double duration_us);
   pfResult_t record_event(void* event, void* stream);
   // Waits for the record that was the event's latest when this call was made (+ latency),
   // holding sm_count SMs from when the wait reaches the stream head (0: none).
+  // With sm_count > 0 the latency is the comm kernel's transfer (wait_event_transfer(s, e, 0,
+  // latency, n)); with 0 a plain delay (wait_event_transfer(s, e, latency, 0, 0)).
   pfResult_t wait_event(void* stream, void* event, double latency_us, int sm_count);
+  // Completes at record time + latency_us + transfer_us x (1 + comm_slowdown x fill load when
+  // the transfer starts), or at once when the wait starts later than that.
+  pfResult_t wait_event_transfer(void* stream, void* event, double latency_us,
+                                 double transfer_us, int sm_count);
   pfResult_t write_word(void* stream, uint64_t* word, uint64_t value);
   pfResult_t copy_word(void* stream, const uint64_t* source, uint64_t* destination);
   pfResult_t launch_ticket(void* stream, const pfSliceDesc_t* slice, int blocks,
                            double item_cost_us, pfSimItemFn on_item, void* user);
   pfResult_t launch_opaque(void* stream, uint64_t first_item, uint64_t items, int blocks,
                            double item_cost_us, pfSimItemFn on_item, void* user);
+  // The same with the job's memory behaviour (fill may be null: the defaults).
+  pfResult_t launch_ticket(void* stream, const pfSliceDesc_t* slice, int blocks,
+                           double item_cost_us, const pfSimFillDesc_t* fill, pfSimItemFn on_item,
+                           void* user);
+  pfResult_t launch_opaque(void* stream, uint64_t first_item, uint64_t items, int blocks,
+                           double item_cost_us, const pfSimFillDesc_t* fill, pfSimItemFn on_item,
+                           void* user);
 
   // ---- Events -----------------------------------------------------------------------------
   pfResult_t create_event(void** out);

@@ -79,7 +79,8 @@ struct SimRun {
 };
 
 void run_pipeline(bool fill, const std::string& trace_path, SimRun* out) {
-  pfSimDeviceDesc_t desc = PF_SIM_DEVICE_DESC_INITIALIZER;
+  // Interference off: the test below expects the fill not to slow the main kernels at all.
+  pfSimDeviceDesc_t desc = PF_SIM_DEVICE_DESC_NO_INTERFERENCE_INITIALIZER;
   desc.sm_count = kSms;
   pfSimWorld_t raw = nullptr;
   PF_ASSERT_OK(pfSimWorldCreate(kStages, &desc, 1, &raw));
@@ -220,7 +221,7 @@ TEST(AnalyzerOnSimPipeline, FillingKeepsKernelDurationsAndCoversTheBubbles) {
 // the first kernel: the analyser sees the main kernels slowed exactly when the simulated device
 // slows co-running kernels (by at most 1 + interference x fill share of the SMs).
 std::vector<ActivityRecord> co_running(double interference, bool with_fill) {
-  pfSimDeviceDesc_t desc = PF_SIM_DEVICE_DESC_INITIALIZER;
+  pfSimDeviceDesc_t desc = PF_SIM_DEVICE_DESC_NO_INTERFERENCE_INITIALIZER;  // only beta below
   desc.sm_count = kSms;
   desc.interference = interference;
   pfSimWorld_t raw = nullptr;

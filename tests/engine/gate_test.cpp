@@ -28,7 +28,9 @@ void count_item(void* user, uint64_t) { ++*static_cast<uint64_t*>(user); }
 // main job's priority, sized to the long bubble, no SM reservation.
 void run(bool naive, Delays* out) {
   pfSimWorld_t world = nullptr;
-  ASSERT_PF(pfSimWorldCreate(1, nullptr, 11, &world));
+  // Interference off: the bound below is the gate's alone (tests/sim covers interference).
+  const pfSimDeviceDesc_t device = PF_SIM_DEVICE_DESC_NO_INTERFERENCE_INITIALIZER;
+  ASSERT_PF(pfSimWorldCreate(1, &device, 11, &world));
   pfConfig_t config = PF_CONFIG_INITIALIZER;
   config.backend = pfBackendSim;
   config.sim_world = world;

@@ -102,8 +102,9 @@ struct WorldDeleter {
 };
 using WorldPtr = std::unique_ptr<pfSimWorld, WorldDeleter>;
 
+// Interference off: these tests compute exact times (the calibrated model is tested in tests/sim).
 inline WorldPtr make_world(int devices, int sms, uint64_t seed = 1, double jitter = 0.0) {
-  pfSimDeviceDesc_t desc = PF_SIM_DEVICE_DESC_INITIALIZER;
+  pfSimDeviceDesc_t desc = PF_SIM_DEVICE_DESC_NO_INTERFERENCE_INITIALIZER;
   desc.sm_count = sms;
   desc.jitter_fraction = jitter;
   pfSimWorld_t w = nullptr;

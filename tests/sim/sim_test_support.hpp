@@ -13,9 +13,12 @@
 
 namespace pipefill::sim::testing {
 
+// Interference off except `interference` (beta, the main-kernel slowdown, with fill intensity
+// 1: version 1's model); the interference tests build their own descriptions.
 inline std::unique_ptr<World> make_world(int devices, int sm_count, double jitter = 0.0,
                                          double interference = 0.0, uint64_t seed = 1) {
-  pfSimDeviceDesc_t desc = PF_SIM_DEVICE_DESC_INITIALIZER;
+  pfSimDeviceDesc_t desc = PF_SIM_DEVICE_DESC_NO_INTERFERENCE_INITIALIZER;
+  desc.fill_mem_intensity = 1.0;
   desc.sm_count = sm_count;
   desc.jitter_fraction = jitter;
   desc.interference = interference;

@@ -77,12 +77,19 @@ TEST(SimWorld, PendingHigherPriorityKernelBlocksLowerOneFromFreeSms) {
   void* half = make_stream(*world, 0, 0);
   void* high = make_stream(*world, 0, -1);
   void* low = make_stream(*world, 0, 0);
-  ASSERT_EQ(world->launch_kernel(half, 100.0, 5), pfSuccess);
-  ASSERT_EQ(world->launch_kernel(high, 10.0, 10), pfSuccess);  // waits for all 10 SMs
-  ASSERT_EQ(world->launch_kernel(low, 10.0, 1), pfSuccess);    // 5 are free, but high is pending
+  ASSERT_EQ(world->launch_kernel(half, 100.0, 5), pfSuccess);  // 5 SMs until 100
+  ASSERT_EQ(world->delay(high, 1.0), pfSuccess);
+  ASSERT_EQ(world->launch_kernel(high, 10.0, 10), pfSuccess);
+  ASSERT_EQ(world->delay(low, 1.0), pfSuccess);
+  ASSERT_EQ(world->launch_kernel(low, 10.0, 1), pfSuccess);
   ASSERT_EQ(world->run_until_idle(), pfSuccess);
-  EXPECT_DOUBLE_EQ(records_of_stream(*world, 0, high).at(0).start_us, 100.0);
-  EXPECT_DOUBLE_EQ(records_of_stream(*world, 0, low).at(0).start_us, 110.0);
+  // Block-level dispatch: at 1 high's first 5 blocks take the 5 free SMs (1..11), its other 5
+  // take them again at 11 (11..21). While high has pending blocks, low gets no SM.
+  const auto high_records = records_of_stream(*world, 0, high);  // the delay, then the kernel
+  ASSERT_EQ(high_records.size(), 2u);
+  EXPECT_DOUBLE_EQ(high_records[1].start_us, 1.0);
+  EXPECT_DOUBLE_EQ(high_records[1].end_us, 21.0);
+  EXPECT_DOUBLE_EQ(records_of_stream(*world, 0, low).at(1).start_us, 21.0);
 }
 
 TEST(SimWorld, KernelSmCountIsClampedToTheDevice) {
