@@ -217,7 +217,7 @@ void Executor::harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begi
       // A ticket slice that started while its bubble was open and still claimed nothing: its
       // launch callback enqueued nothing (or no block ever got an SM). Many in a row end the job
       // instead of letting it take bubble time forever.
-      if (job.kind == pfJobTicket && timed && !a.late && !job.detached) {
+      if (is_gated(job.kind) && timed && !a.late && !job.detached) {
         job.slices_without_progress = a.items_done > 0 ? 0 : job.slices_without_progress + 1;
         if (job.slices_without_progress >= kMaxSlicesWithoutProgress) {
           const std::string message = fmt::format(

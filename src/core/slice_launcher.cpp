@@ -5,6 +5,7 @@
 #include "common/callback_scope.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "core/graph_job.hpp"
 #include "core/job_registry.hpp"
 #include "core/scheduler.hpp"
 
@@ -92,7 +93,7 @@ void SliceLauncher::fill(RuntimeState& s, BubbleRecord& bubble, const FillReques
       request.free_bytes = s.arena.largest_free_block();
       request.fill_sms = fill_sms;
       request.remaining_items = remaining_items(*job);
-      request.gated = job->kind == pfJobTicket;
+      request.gated = is_gated(job->kind);
       request.resident_limit = job->resident_reserved;
       const SlicePlan plan = plan_slice(request, job->configs);
       if (!plan.fill) {
@@ -168,8 +169,13 @@ SliceLauncher::Launched SliceLauncher::launch(RuntimeState& s, BubbleRecord& bub
   int launched = pfErrorInternal;
   std::string why;
   try {
-    CallbackScope scope("launch");
-    launched = static_cast<int>(job.launch(job.user, &slice, fill));
+    if (job.kind == pfJobGraph) {
+      // The graph kind has no launch callback: the runtime enqueues the gated graph itself.
+      launched = static_cast<int>(launch_graph_slice(device_, job, slice, fill));
+    } else {
+      CallbackScope scope("launch");
+      launched = static_cast<int>(job.launch(job.user, &slice, fill));
+    }
     if (launched != pfSuccess) why = last_error_message();
   } catch (const std::exception& e) {
     launched = pfErrorJobFailed;
@@ -184,8 +190,10 @@ SliceLauncher::Launched SliceLauncher::launch(RuntimeState& s, BubbleRecord& bub
     const pfResult_t code = known ? static_cast<pfResult_t>(launched) : pfErrorJobFailed;
     const std::string code_text = known ? std::string(result_name(code))
                                         : fmt::format("{} (not a pfResult_t)", launched);
-    const std::string message = fmt::format("job '{}': launch callback returned {} in bubble {}{}{}",
-                                            job.name, code_text, bubble.id, why.empty() ? "" : ": ", why);
+    const std::string message =
+        fmt::format("job '{}': {} returned {} in bubble {}{}{}", job.name,
+                    job.kind == pfJobGraph ? "the graph launch" : "launch callback", code_text,
+                    bubble.id, why.empty() ? "" : ": ", why);
     log::warn("{}", message);
     end_job(s, job, pfJobFailed, code, message);
     record_async_error(s, pfErrorJobFailed, message);
