@@ -217,7 +217,8 @@ void Executor::harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begi
       // A ticket slice that started while its bubble was open and still claimed nothing: its
       // launch callback enqueued nothing (or no block ever got an SM). Many in a row end the job
       // instead of letting it take bubble time forever.
-      if (is_gated(job.kind) && timed && !a.late && !job.detached) {
+      const bool late = a.late || slice.enqueued_after_end;
+      if (is_gated(job.kind) && timed && !late && !job.detached) {
         job.slices_without_progress = a.items_done > 0 ? 0 : job.slices_without_progress + 1;
         if (job.slices_without_progress >= kMaxSlicesWithoutProgress) {
           const std::string message = fmt::format(
@@ -230,7 +231,7 @@ void Executor::harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begi
         }
       }
       s.trace.add(TraceSlice{bubble.id, job.name, observations[i].start_us,
-                             observations[i].end_us, a.items_done, slice.config_index, a.late});
+                             observations[i].end_us, a.items_done, slice.config_index, late});
     }
     if (slice.workspace != 0) s.arena.release(slice.workspace);
     s.free_slice_slots.push_back(slice.event_slot);

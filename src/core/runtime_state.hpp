@@ -34,6 +34,10 @@ struct SliceRecord {
   uintptr_t workspace = 0;      // arena block to release at harvest (0: none)
   uint64_t sequence = 0;        // order of the slice on the fill stream
   bool launch_failed = false;   // the callback failed: tracked only so its resources wait
+  // The bubble's end event had completed when the launch callback returned: the gate was closed
+  // before the slice's kernel was queued, so it ran nothing through no fault of the job (the
+  // slice's start event, recorded before the callback, can still lie inside the bubble).
+  bool enqueued_after_end = false;
 };
 
 // A slice whose launch callback ran but whose read-back or end event could not be enqueued: its

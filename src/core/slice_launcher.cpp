@@ -213,6 +213,7 @@ SliceLauncher::Launched SliceLauncher::launch(RuntimeState& s, BubbleRecord& bub
   record.workspace = workspace_block;
   record.sequence = s.next_slice_sequence++;
   record.launch_failed = failed;
+  record.enqueued_after_end = !failed && observe(s, bubble, /*elapsed=*/false).ended;
   ++job.slices_in_flight;
   job.items_in_flight += record.planned_items;
   if (!failed) {
