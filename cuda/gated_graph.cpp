@@ -13,8 +13,9 @@
 namespace pipefill::cuda {
 namespace {
 
-// WHILE conditional nodes and cudaGraphSetConditional: CUDA 12.3 (runtime and driver).
-constexpr int kConditionalNodesVersion = 12030;
+// WHILE conditional nodes whose body holds child-graph, memcpy and memset nodes: CUDA 12.4
+// (runtime and driver; 12.3 conditional bodies are more restricted).
+constexpr int kConditionalNodesVersion = 12040;
 
 const char* node_type_name(cudaGraphNodeType type) {
   switch (type) {
@@ -162,7 +163,7 @@ pfResult_t make_gated_graph(const GraphJobSpec& spec, std::unique_ptr<GraphItems
   PF_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
   if (driver < kConditionalNodesVersion || runtime < kConditionalNodesVersion)
     return fail(pfErrorNotSupported,
-                "graph fill jobs need conditional (WHILE) graph nodes: CUDA 12.3 or later, but the "
+                "graph fill jobs need conditional (WHILE) graph nodes: CUDA 12.4 or later, but the "
                 "driver is {} and the runtime {}",
                 driver, runtime);
   cudaPointerAttributes attributes{};

@@ -381,7 +381,7 @@ typedef struct pfGraphJobDesc_t {
 
 /* Registers a graph fill job (kind pfJobGraph). Bad descriptions are pfErrorInvalidArgument
  * naming the field; pfErrorNotSupported names the CUDA driver/runtime version when conditional
- * graph nodes are unavailable (they need CUDA 12.3). The graph may be destroyed after the call;
+ * graph nodes are unavailable (they need CUDA 12.4). The graph may be destroyed after the call;
  * the memory its kernels use must stay allocated until pfJobDestroy returned. */
 PF_API pfResult_t pfJobCreateGraph(pfRuntime_t runtime, const pfGraphJobDesc_t* desc, pfJob_t* job);
 
