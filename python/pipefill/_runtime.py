@@ -203,6 +203,11 @@ class Job:
         """GraphJob on the simulated/host backends: items run, duplicates, order, index word."""
         return GraphCounts(**self._native.graph_counts())
 
+    def graph_item_times(self) -> List[float]:
+        """GraphJob with a ``clock_stream`` (host backend): the start time of every item run
+        (µs, the host device's clock, which is the clock of the runtime's trace), in run order."""
+        return list(self._native.graph_item_times())
+
     # Example fill jobs
     def progress(self) -> FillProgress:
         """Example fill jobs only (fjJobGetProgress)."""

@@ -95,6 +95,11 @@ def _address(value: Any, what: str) -> int:
                         f"GraphJob.{what} {value!r} is not an address (int, tensor, ctypes)")
 
 
+def _stream_address(stream: Any) -> int:
+    from ._runtime import stream_handle
+    return stream_handle(stream)
+
+
 @dataclasses.dataclass(frozen=True)
 class GraphJob:
     """Any captured CUDA graph as a fill job (pfJobCreateGraph, kind JobKind.GRAPH).
@@ -120,6 +125,10 @@ class GraphJob:
     index_word: Any = None
     name: str = "graph-job"
     priority: int = 0
+    clock_stream: Any = None
+    """Host backend only: a stream of the runtime (e.g. ``runtime.high_priority_stream()``)
+    whose device clock stamps every item's start (:meth:`pipefill.Job.graph_item_times`, the
+    clock of the runtime's trace)."""
 
     def _create(self, native_runtime: "_pipefill.Runtime") -> "_pipefill.Job":
         if isinstance(self.items, bool) or not isinstance(self.items, int) or self.items < 0:
@@ -127,7 +136,8 @@ class GraphJob:
                                 f"GraphJob.items {self.items!r} must be an int >= 0")
         return native_runtime.create_graph_job(
             self.name, int(self.priority), int(self.items), float(self.item_cost_us),
-            _address(self.graph, "graph"), _address(self.index_word, "index_word"))
+            _address(self.graph, "graph"), _address(self.index_word, "index_word"),
+            _stream_address(self.clock_stream))
 
 
 _EXECUTIONS = {"ticket": 0, "opaque": 1}

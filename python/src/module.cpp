@@ -323,11 +323,19 @@ struct GraphJobRecord {
   uint64_t out_of_order = 0;
   uint64_t index_mismatches = 0;
   uint64_t next_expected = 0;
+  // Host backend: a stream of the device whose clock (pfHostNow, the trace's clock) stamps the
+  // start of every item, for checks against the trace's bubbles. Capped at kMaxItemTimes.
+  void* clock_stream = nullptr;
+  static constexpr size_t kMaxItemTimes = size_t{1} << 20;
+  std::vector<double> item_start_us;
 
   static void on_item(void* user, uint64_t item) {
     auto* job = static_cast<GraphJobRecord*>(user);
     const uint64_t word = std::atomic_ref<uint64_t>(*job->index_word).load();
+    double now = -1.0;
+    if (job->clock_stream != nullptr && pfHostNow(job->clock_stream, &now) != pfSuccess) now = -1.0;
     std::lock_guard<std::mutex> lock(job->mutex);
+    if (job->clock_stream != nullptr && job->item_start_us.size() < kMaxItemTimes) job->item_start_us.push_back(now);
     ++job->items_run;
     if (word != item) ++job->index_mismatches;
     if (item != job->next_expected) ++job->out_of_order;
@@ -476,6 +484,11 @@ class Job {
     d["out_of_order"] = g.out_of_order;
     d["index_mismatches"] = g.index_mismatches;
     return d;
+  }
+  std::vector<double> graph_item_times() {
+    if (!core_->graph) raise_state("job '" + core_->name + "' is not a graph job");
+    std::lock_guard<std::mutex> lock(core_->graph->mutex);
+    return core_->graph->item_start_us;
   }
 
   // ---- example fill jobs ----
@@ -745,12 +758,18 @@ class Runtime {
   // pfJobCreateGraph. graph: a cudaGraph_t as an int (0: none; required on CUDA); index_word: the
   // device word the graph reads (0 on the simulated/host backends: the record's own word).
   Job create_graph_job(const std::string& name, int priority, uint64_t items, double item_cost_us,
-                       uintptr_t graph, uintptr_t index_word) {
+                       uintptr_t graph, uintptr_t index_word, uintptr_t clock_stream) {
     Use use(core_->life, "Runtime");
     auto record = std::make_unique<GraphJobRecord>();
     record->name = name;
     record->items = items;
     const bool counted = core_->backend != pfBackendCuda;
+    if (clock_stream != 0 && core_->backend != pfBackendHost) {
+      throw CallError{static_cast<int>(pfErrorInvalidArgument),
+                      "GraphJob.clock_stream is for the host backend only (it stamps items with "
+                      "pfHostNow)"};
+    }
+    record->clock_stream = as_pointer(clock_stream);
     record->index_word = index_word != 0 ? reinterpret_cast<uint64_t*>(index_word) : &record->own_index_word;
     if (counted && items > 0 && items <= SimTicketJob::kMaxTrackedItems) record->seen.assign((items + 63) / 64, 0);
     pfGraphJobDesc_t desc = PF_GRAPH_JOB_DESC_INITIALIZER;
@@ -997,6 +1016,7 @@ NB_MODULE(_pipefill, m) {
       .def("close", &Job::close, "pfJobDestroy (cancels first; idempotent).")
       .def("ticket_counts", &Job::ticket_counts, "SimTicketJob: items run, duplicates, slices.")
       .def("graph_counts", &Job::graph_counts, "Graph job (sim/host): items run, duplicates, order, index word.")
+      .def("graph_item_times", &Job::graph_item_times, "Graph job with a clock stream: item start times (µs).")
       .def("fill_progress", &Job::fill_progress, "fjJobGetProgress as a dict.")
       .def("fill_output", &Job::fill_output, "item"_a, "fjJobGetOutput.")
       .def("fill_parameters", &Job::fill_parameters, "fjJobGetParameters.")
@@ -1028,7 +1048,8 @@ NB_MODULE(_pipefill, m) {
            "workspace_bytes_per_item"_a, "configs"_a, "kind"_a, "fail_at_slice"_a,
            "pfJobCreate of a simulated ticket job (native launch callback).")
       .def("create_graph_job", &Runtime::create_graph_job, "name"_a, "priority"_a, "items"_a,
-           "item_cost_us"_a, "graph"_a, "index_word"_a, "pfJobCreateGraph (graph, index_word as ints).")
+           "item_cost_us"_a, "graph"_a, "index_word"_a, "clock_stream"_a,
+           "pfJobCreateGraph (graph, index_word, clock_stream as ints).")
       .def("create_capture_stream", &Runtime::create_capture_stream, "pfGraphCaptureStreamCreate.")
       .def("create_fill_job", &Runtime::create_fill_job, "params"_a,
            "fjJobCreate + pfJobCreate of an example fill job.")

@@ -74,12 +74,34 @@ def test_bad_graph_job_descriptions_name_the_field(field, value, needle):
     with pf.Runtime(backend="sim") as rt:
         spec = dict(items=4, item_cost_us=10.0)
         spec[field] = value
-        with pytest.raises(pf.PipeFillError, match=needle.replace("->", "->")) as error:
+        with pytest.raises(pf.PipeFillError, match=needle) as error:
             rt.create_job(pf.GraphJob(**spec))
         assert error.value.code == pf.Result.INVALID_ARGUMENT
         assert rt.jobs == []
         with pytest.raises(pf.PipeFillError, match="not 8-byte aligned"):
             rt.create_job(pf.GraphJob(items=4, item_cost_us=10.0, index_word=0x1003))
+
+
+def items_against_bubbles(trace_path, item_starts):
+    """(items started outside every bubble, most items of one bubble started after its end)
+    from the runtime's trace and a host-backend GraphJob's item start times (same clock). The
+    gate allows one late start per bubble: the item claimed just before the gate closed (its
+    thread may run it later on a loaded machine); a second would be a claim after the close."""
+    import bisect
+    with open(trace_path) as f:
+        data = json.load(f)
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    bubbles = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                     if e.get("ph") == "X" and e.get("cat") == "bubble")
+    begins = [b for b, _ in bubbles]
+    outside, late = 0, {}
+    for t in item_starts:
+        i = bisect.bisect_right(begins, t + 1e-6) - 1
+        if i < 0:
+            outside += 1
+        elif t > bubbles[i][1]:
+            late[i] = late.get(i, 0) + 1
+    return outside, max(late.values(), default=0)
 
 
 def host_runtime():
@@ -96,7 +118,7 @@ def test_host_graph_job_runs_only_inside_bubbles(tmp_path):
     rt = host_runtime()
     stream = rt.high_priority_stream()
     item = 200.0
-    job = rt.create_job(pf.GraphJob(items=40, item_cost_us=item))
+    job = rt.create_job(pf.GraphJob(items=40, item_cost_us=item, clock_stream=stream))
     for _ in range(200):
         if job.status.finished:
             break
@@ -110,19 +132,20 @@ def test_host_graph_job_runs_only_inside_bubbles(tmp_path):
     assert job.graph_counts() == pf.GraphCounts(40, 0, 0, 0)
     trace = tmp_path / "trace.json"
     rt.write_trace(trace)
+    times = job.graph_item_times()
+    assert len(times) == 40 and times == sorted(times)
+    # Counts, not durations: whatever this machine's load, no item starts outside a bubble
+    # except the one per bubble claimed before its gate closed.
+    outside, most_late = items_against_bubbles(trace, times)
+    assert outside == 0
+    assert most_late <= 1
     events = json.loads(trace.read_text())
     events = events["traceEvents"] if isinstance(events, dict) else events
-    bubbles = {e["args"]["id"]: (e["ts"], e["ts"] + e["dur"]) for e in events
+    bubbles = {e["args"]["id"]: e["ts"] for e in events
                if e.get("ph") == "X" and e.get("cat") == "bubble"}
-    slices = [(e["args"]["bubble"], e["ts"], e["ts"] + e["dur"]) for e in events
+    slices = [(e["args"]["bubble"], e["ts"]) for e in events
               if e.get("ph") == "X" and e.get("cat") == "fill"]
-    assert slices
-    # A slice lies inside its bubble; past its end by at most the item that was running (plus
-    # a sleep's overshoot on a loaded machine: one more item's length).
-    for bubble, begin, end in slices:
-        assert bubble in bubbles
-        assert begin >= bubbles[bubble][0] - 1e-6
-        assert end <= bubbles[bubble][1] + 2 * item
+    assert slices and all(begin >= bubbles[b] - 1e-6 for b, begin in slices)
     t0 = pf.host_now(stream)
     pf.host_stream_delay(stream, 300.0)
     pf.host_stream_synchronize(stream)
