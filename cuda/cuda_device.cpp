@@ -29,6 +29,7 @@
 #include "event_query.hpp"
 #include "fallbacks.hpp"
 #include "fill_kernels.hpp"
+#include "gated_graph.hpp"
 #include "partition.hpp"
 
 namespace pipefill {
@@ -459,6 +460,40 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   }
 
   // ---- Calibration --------------------------------------------------------------------------
+  // ---- Graph fill jobs (cuda/gated_graph.hpp) -------------------------------------------------
+  pfResult_t prepare_graph_items(const GraphJobSpec& spec, std::unique_ptr<GraphItems>* out) override {
+    PF_TRY(bind());
+    return make_gated_graph(spec, out);
+  }
+
+  // The slice's bubble id and budget go to the graph's words in fill-stream order, then one launch.
+  pfResult_t launch_graph_items(GraphItems& items, const pfSliceDesc_t& slice, Stream stream) override {
+    if (!is_gated_graph(items))
+      return fail(pfErrorInternal, "launch_graph_items: the items were not prepared by the CUDA device");
+    uint64_t* words = gated_graph_slice_words(items);
+    PF_TRY(write_word(stream, &words[0], slice.bubble_id));
+    PF_TRY(write_word(stream, &words[1], slice.max_items));
+    return launch_gated_graph(items, stream);
+  }
+
+  // A capture stream on the fill partition's context: the green context when there is one.
+  pfResult_t create_capture_stream(Stream* out) override {
+    if (out == nullptr) return fail(pfErrorInvalidArgument, "create_capture_stream: out is null");
+    PF_TRY(bind());
+    if (!partition_configured()) {
+      FillPartition ignored;
+      PF_TRY(configure_partition(-1, &ignored));
+    }
+    if (green_context_ == nullptr) return create_stream(lowest_priority_, out);
+    CUstream raw = nullptr;
+    PF_DRIVER_CHECK(driver_api().green_ctx_stream_create(&raw, green_context_, CU_STREAM_NON_BLOCKING,
+                                                         lowest_priority_));
+    std::lock_guard lock(mutex_);
+    main_streams_.insert(reinterpret_cast<cudaStream_t>(raw));  // destroy_stream knows it
+    *out = raw;
+    return pfSuccess;
+  }
+
   pfResult_t collect_activity(std::vector<ActivityRecord>* out) override {
     if (out == nullptr) return fail(pfErrorInvalidArgument, "collect_activity: out is null");
     if (!collector_)

@@ -6,8 +6,9 @@
 #      answers: a target that fails to build costs only its own steps, and a step runs when its
 #      binary exists. CUPTI conversion tests, the CUDA device tests, the GPU microbenchmarks,
 #      the fill jobs' GPU-vs-CPU tests, the example engine on one GPU (emulated peers) with its
-#      no-fill, PipeFill and naive runs side by side, and last the design probes (gpu-probes/
-#      when present in the checkout).
+#      no-fill, PipeFill and naive runs side by side, a torch model's inference as a graph fill
+#      job (the Python package's CUDA build; outputs vs eager, overrun, main-stream slowdown), and
+#      last the design probes (gpu-probes/ when present in the checkout).
 #   3. a summary, printed LAST.
 # Every step has its own time limit (and the whole script a budget, GPU_CHECK_BUDGET_S), so a
 # hang shows as TIMEOUT, not a stuck run. Full logs go to <build>/logs; what comes back from the
@@ -157,6 +158,26 @@ build_and_run pipefill_fill_jobs_gpu_tests "$build/examples/fill_jobs/pipefill_f
 PIPEFILL_DEBUG=info build_and_run pipeline_engine "$build/examples/pipeline_engine/pipeline_engine" engine_emulated 120 \
   --transport emulated --stages 4 --microbatches 8 --fill mlp --iterations 6 --naive
 
+# Graph fill jobs from torch (issue 10): the package's CUDA build into $build/python (its own
+# CMake folder), then a torch model's inference as a graph fill job inside the bubbles of a
+# synthetic main stream (python/examples/graph_fill_check.py: outputs vs eager, overrun vs one
+# item, main-stream time with and without filling). Skips when python3 lacks torch, nanobind or
+# scikit-build-core; the script itself skips without a GPU.
+py=${GPU_CHECK_PYTHON:-python3}
+if [ "$configured" -eq 0 ] && "$py" -c "import torch, nanobind, scikit_build_core" 2>/dev/null; then
+  rm -rf "$build/python"
+  run build_python_package 150 env CMAKE_ARGS="-DPIPEFILL_ENABLE_CUDA=ON -DPIPEFILL_CUDA_ARCHITECTURES=90 -DPIPEFILL_PYTHON_STUBS=OFF ${staged[*]:-}" \
+    "$py" -m pip install -q --no-build-isolation --no-deps --target "$build/python" \
+    --config-settings=build-dir="$build/python-cmake" "$root"
+  if [ -d "$build/python/pipefill" ]; then
+    run graph_fill 90 env PYTHONPATH="$build/python" "$py" "$root/python/examples/graph_fill_check.py"
+  else
+    absent graph_fill "package build failed"
+  fi
+else
+  absent graph_fill "configure failed, or $py lacks torch/nanobind/scikit-build-core"
+fi
+
 # The design probes run last: their drain experiments launch SM-owning fill blocks on every SM
 # before the 1-block bubble kernel (gpu-probes/probes.cu, drainExperiment), the order that
 # deadlocked bench_gate_drain (issue 8, item 6), and they print their table only at the end.
@@ -207,6 +228,7 @@ done
     grep -E '^\[  FAILED  \] [A-Za-z][^ ]*$' "$logs/fill_jobs_gpu_tests.log" | sort -u | head -10
     grep -E '^\[  SKIPPED \] [A-Za-z][^ ]*$' "$logs/fill_jobs_gpu_tests.log" | sort -u | head -6
   fi
+  [ -f "$logs/graph_fill.log" ] && grep -E '^(graph-fill:|SKIPPED)' "$logs/graph_fill.log" | sed 's/^/-- /'
   [ -f "$logs/engine_emulated.log" ] &&
     grep -E '^(run [0-9]/[0-9]|mean from|max overrun|bubble end|fill check|pipeline_engine: error)' \
       "$logs/engine_emulated.log" | sed 's/^/-- engine: /'

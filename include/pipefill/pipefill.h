@@ -252,7 +252,9 @@ PF_API pfResult_t pfIterationEnd(pfRuntime_t runtime);
 
 typedef enum pfJobKind_t {
   pfJobTicket = 0, /* items claimed by persistent gated blocks; overrun <= one item */
-  pfJobOpaque = 1  /* ungated work (library calls): admitted only when it fits the time left */
+  pfJobOpaque = 1, /* ungated work (library calls): admitted only when it fits the time left */
+  pfJobGraph = 2   /* one captured CUDA graph per item, gated by the runtime before every item
+                      (pfJobCreateGraph; not accepted by pfJobCreate) */
 } pfJobKind_t;
 
 typedef enum pfJobStatus_t {
@@ -351,6 +353,64 @@ PF_API pfResult_t pfJobCancel(pfJob_t job);
 PF_API pfResult_t pfJobWait(pfJob_t job, double timeout_us);
 /* Detaches and frees the job (cancels it first if still running; waits for its slices). */
 PF_API pfResult_t pfJobDestroy(pfJob_t job);
+
+/* ---- Graph fill jobs: any captured CUDA graph as a fill item ------------------------------ */
+/* One item is one run of a captured CUDA graph (e.g. the inference of one micro-batch) whose
+ * kernels read the item's index from `index_word`. At pfJobCreateGraph the runtime builds and
+ * instantiates, once and outside any bubble, a graph of its own around it on the fill stream's
+ * context:
+ *
+ *   claim -> WHILE (claimed) { the user's graph (a child graph node) -> claim }
+ *
+ * where "claim" is a one-thread kernel that checks the bubble's gate, the slice's item budget and
+ * the job's item count (the claim of ticket kernels, pipefill/item_protocol.hpp), writes the item
+ * to *index_word and sets the WHILE node's condition. Per slice the runtime launches that graph on
+ * the fill stream (no launch callback): opaque work becomes gated work whose overrun past the
+ * bubble's end is at most one item, and every item runs exactly once across bubbles.
+ *
+ * What the graph may do (docs/api.md, "Graph fill jobs"): kernel, memcpy, memset, empty and child
+ * graph nodes only (no host, event, memory allocation/free or conditional nodes: CUDA refuses them
+ * inside a conditional body); no allocation, no host synchronisation; read the item index from
+ * index_word (a uint64, i.e. an int64 index tensor); write results only into memory allocated
+ * before the job was created (the runtime never copies outputs); take a bounded time close to
+ * item_cost_us. All its kernels must belong to the fill stream's CUDA context: capture it on a
+ * stream from pfGraphCaptureStreamCreate. A fault in the graph is a sticky CUDA error of the whole
+ * context (the training job's included): the runtime reports it as the async error.
+ * On the simulated and the host device the same job runs as gated items of item_cost_us each on
+ * one worker: the runtime writes the item to *index_word (host memory there) and calls on_item. */
+typedef void (*pfGraphItemFn)(void* user, uint64_t item);
+
+typedef struct pfGraphJobDesc_t {
+  size_t size;             /* sizeof(pfGraphJobDesc_t): lets the library accept later layouts */
+  const char* name;
+  int priority;            /* larger runs first under pfPolicyPriority */
+  uint64_t item_count;     /* > 0; the index word takes the values 0 .. item_count-1, once each */
+  double item_cost_us;     /* measured duration of one item (one run of the graph); > 0 */
+  int parallelism;         /* 0 or 1: one instance of the graph runs its items one after another */
+  void* graph;             /* cudaGraph_t of one item (CUDA backend: required; cloned, so the
+                              caller may destroy it after the call). Other backends: unused */
+  uint64_t* index_word;    /* 8-byte aligned word the graph reads the item index from: device
+                              memory (CUDA), host memory (sim, host); written by the runtime */
+  pfGraphItemFn on_item;   /* simulated/host backends only (NULL on CUDA): called for every item,
+                              after *index_word was written; must not call into PipeFill */
+  void* user;              /* passed to on_item and teardown */
+  void (*teardown)(void* user); /* optional: once, after the job ended and its last slice ran */
+} pfGraphJobDesc_t;
+
+#define PF_GRAPH_JOB_DESC_INITIALIZER \
+  {sizeof(pfGraphJobDesc_t), NULL, 0, 0, 0.0, 0, NULL, NULL, NULL, NULL, NULL}
+
+/* Registers a graph fill job (kind pfJobGraph). Bad descriptions are pfErrorInvalidArgument
+ * naming the field; pfErrorNotSupported names the CUDA driver/runtime version when conditional
+ * graph nodes are unavailable (they need CUDA 12.4). The graph may be destroyed after the call;
+ * the memory its kernels use must stay allocated until pfJobDestroy returned. */
+PF_API pfResult_t pfJobCreateGraph(pfRuntime_t runtime, const pfGraphJobDesc_t* desc, pfJob_t* job);
+
+/* A stream on the fill partition's CUDA context (the green context when there is one, else an
+ * ordinary stream), lowest priority, for capturing the graph of a graph fill job so that its
+ * kernels belong to that context. Never a fill or main stream: capture only (destroy with
+ * pfStreamDestroy). The simulated and host backends return one of their ordinary streams. */
+PF_API pfResult_t pfGraphCaptureStreamCreate(pfRuntime_t runtime, void** stream);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Statistics and traces                                                                       */
@@ -566,6 +626,9 @@ PF_API pfResult_t pfHostLaunchHostFunc(void* stream, pfHostFn fn, void* user);
 /* Blocks until every operation enqueued on the stream before the call has executed. Refused
  * (pfErrorInvalidState) from inside a callback (launch, item_fn, host function). */
 PF_API pfResult_t pfHostStreamSynchronize(void* stream);
+/* The host device's clock (µs since the device was made: the clock of its event times and of the
+ * runtime's trace) of the device owning `stream`. Callable from item functions. */
+PF_API pfResult_t pfHostNow(void* stream, double* time_us);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -22,12 +22,28 @@ from ._errors import PipeFillError
 
 _pipefill.set_error_type(PipeFillError)
 
-from ._runtime import (Bubble, FillProgress, Job, JobInfo, Runtime, Stats, Stream,  # noqa: E402
+from ._runtime import (Bubble, FillProgress, GraphCounts, Job, JobInfo, Runtime, Stats, Stream,  # noqa: E402
                        StreamLike, TicketCounts, stream_handle)
 from ._sim import SimEvent, SimStream, SimWorld  # noqa: E402
 from . import jobs  # noqa: E402
-from .jobs import (EncoderInference, JobConfig, MlpInference, SimTicketJob,  # noqa: E402
-                   Training)
+from .jobs import (EncoderInference, GraphJob, JobConfig, MlpInference,  # noqa: E402
+                   SimTicketJob, Training)
+
+
+def host_stream_delay(stream: "StreamLike", duration_us: float) -> None:
+    """pfHostStreamDelay: the host-backend stream waits ``duration_us`` (e.g. a stand-in for
+    the main job's compute in tests)."""
+    _pipefill.host_stream_delay(stream_handle(stream), float(duration_us))
+
+
+def host_stream_synchronize(stream: "StreamLike") -> None:
+    """pfHostStreamSynchronize: blocks until the host-backend stream's work has executed."""
+    _pipefill.host_stream_synchronize(stream_handle(stream))
+
+
+def host_now(stream: "StreamLike") -> float:
+    """pfHostNow: the host device's clock (µs; the clock of its events and of the trace)."""
+    return _pipefill.host_now(stream_handle(stream))
 
 
 def error_string(code: int) -> str:
@@ -47,9 +63,11 @@ def _version_text(code: int) -> str:
 __version__ = _version_text(_pipefill.HEADER_VERSION)
 
 __all__ = [
-    "Backend", "Bubble", "BubbleKind", "Config", "EncoderInference", "FillProgress", "Job",
+    "Backend", "Bubble", "BubbleKind", "Config", "EncoderInference", "FillProgress", "GraphCounts",
+    "GraphJob", "Job",
     "JobConfig", "JobInfo", "JobKind", "JobStatus", "LogLevel", "MlpInference", "PipeFillError",
     "Policy", "Result", "Runtime", "SimEvent", "SimStream", "SimTicketJob", "SimWorld", "Stats",
     "Stream", "StreamLike", "TicketCounts", "Training", "error_string", "jobs",
-    "library_version", "stream_handle",
+    "library_version", "stream_handle", "host_now", "host_stream_delay",
+    "host_stream_synchronize",
 ]

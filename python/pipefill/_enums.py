@@ -68,6 +68,7 @@ class JobKind(enum.IntEnum):
 
     TICKET = 0  #: items claimed by persistent gated blocks; overrun <= one item
     OPAQUE = 1  #: ungated work, admitted only when it fits the time left
+    GRAPH = 2  #: one captured CUDA graph per item, gated before every item (jobs.GraphJob)
 
 
 class JobStatus(enum.IntEnum):

@@ -107,6 +107,21 @@ class TicketCounts:
 
 
 @dataclasses.dataclass(frozen=True)
+class GraphCounts:
+    """What a :class:`pipefill.jobs.GraphJob` observed on the simulated/host backends (the
+    runtime calls a native per-item hook there; on CUDA the graph is the work and nothing is
+    counted)."""
+
+    items_run: int
+    duplicates: int
+    """Items that ran more than once (must stay 0)."""
+    out_of_order: int
+    """Items that did not follow the previous one (one graph instance runs them in order)."""
+    index_mismatches: int
+    """Items whose index word did not hold the item when it ran (must stay 0)."""
+
+
+@dataclasses.dataclass(frozen=True)
 class FillProgress:
     """fjProgress_t of an example fill job."""
 
@@ -182,6 +197,16 @@ class Job:
     def counts(self) -> TicketCounts:
         """SimTicketJob only: items run, duplicates, slices launched."""
         return TicketCounts(**self._native.ticket_counts())
+
+    # GraphJob
+    def graph_counts(self) -> GraphCounts:
+        """GraphJob on the simulated/host backends: items run, duplicates, order, index word."""
+        return GraphCounts(**self._native.graph_counts())
+
+    def graph_item_times(self) -> List[float]:
+        """GraphJob with a ``clock_stream`` (host backend): the start time of every item run
+        (µs, the host device's clock, which is the clock of the runtime's trace), in run order."""
+        return list(self._native.graph_item_times())
 
     # Example fill jobs
     def progress(self) -> FillProgress:
@@ -390,6 +415,12 @@ class Runtime:
         """Waits for every enqueued fill slice and harvests all bubble timings. Never call it
         inside a bubble."""
         self._native.synchronize()
+
+    def capture_stream(self) -> Stream:
+        """A stream to capture a :class:`pipefill.jobs.GraphJob`'s graph on
+        (pfGraphCaptureStreamCreate): on CUDA it belongs to the fill partition's context (the
+        green context when there is one), so the graph's kernels do too. Capture only."""
+        return Stream(self, self._native.create_capture_stream())
 
     def high_priority_stream(self) -> Stream:
         """A main-job stream at the device's highest priority (pfStreamCreateHighPriority)."""

@@ -13,7 +13,7 @@ Fields left at None take the C defaults (fjParamsInit).
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 from . import _pipefill
 from ._enums import JobKind, Result
@@ -75,6 +75,69 @@ class SimTicketJob:
             self.name, int(self.priority), int(self.items), float(self.item_cost_us),
             int(self.parallelism), int(self.resident_bytes), int(self.workspace_bytes_per_item),
             [c._tuple() for c in configs], int(self.kind), int(self.fail_at_slice))
+
+
+def _address(value: Any, what: str) -> int:
+    """An int address from an int, a ctypes object, or a tensor/array with data_ptr()."""
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        raise PipeFillError(Result.INVALID_ARGUMENT, f"GraphJob.{what} cannot be a bool")
+    if isinstance(value, int):
+        return value
+    data_ptr = getattr(value, "data_ptr", None)
+    if callable(data_ptr):
+        return int(data_ptr())
+    as_parameter = getattr(value, "value", None)
+    if isinstance(as_parameter, int):
+        return as_parameter
+    raise PipeFillError(Result.INVALID_ARGUMENT,
+                        f"GraphJob.{what} {value!r} is not an address (int, tensor, ctypes)")
+
+
+def _stream_address(stream: Any) -> int:
+    from ._runtime import stream_handle
+    return stream_handle(stream)
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphJob:
+    """Any captured CUDA graph as a fill job (pfJobCreateGraph, kind JobKind.GRAPH).
+
+    One item is one run of ``graph`` (a ``cudaGraph_t`` as an int, e.g.
+    ``torch.cuda.CUDAGraph(keep_graph=True).raw_cuda_graph()``), whose kernels read the item's
+    index from ``index_word`` (the address of an 8-byte device word, e.g. an int64 CUDA tensor of
+    shape ()). The runtime wraps the graph, once at creation, in a graph that checks the gate
+    before every item: the overrun past a bubble's end is at most one item, and each index
+    0..items-1 runs exactly once across bubbles. The graph must not allocate, synchronise with
+    the host or hold event/host/conditional nodes, and must write its results into memory
+    allocated before the job (see docs/pytorch.md, "Graph fill jobs").
+    :func:`pipefill.torch.graph_fill_job` captures one for a module.
+
+    On the simulated and host backends there is no graph: ``graph`` and ``index_word`` may stay
+    None; each item takes ``item_cost_us`` and is counted (:meth:`pipefill.Job.graph_counts`).
+    """
+
+    items: int
+    item_cost_us: float
+    """Measured duration of one run of the graph (µs); > 0."""
+    graph: Any = None
+    index_word: Any = None
+    name: str = "graph-job"
+    priority: int = 0
+    clock_stream: Any = None
+    """Host backend only: a stream of the runtime (e.g. ``runtime.high_priority_stream()``)
+    whose device clock stamps every item's start (:meth:`pipefill.Job.graph_item_times`, the
+    clock of the runtime's trace)."""
+
+    def _create(self, native_runtime: "_pipefill.Runtime") -> "_pipefill.Job":
+        if isinstance(self.items, bool) or not isinstance(self.items, int) or self.items < 0:
+            raise PipeFillError(Result.INVALID_ARGUMENT,
+                                f"GraphJob.items {self.items!r} must be an int >= 0")
+        return native_runtime.create_graph_job(
+            self.name, int(self.priority), int(self.items), float(self.item_cost_us),
+            _address(self.graph, "graph"), _address(self.index_word, "index_word"),
+            _stream_address(self.clock_stream))
 
 
 _EXECUTIONS = {"ticket": 0, "opaque": 1}

@@ -10,8 +10,9 @@
   schedule computes changes: the hook only observes which communication is waited on.
 - :func:`bubble_on_wait`: the same for engines that post and wait on requests themselves
   (Megatron-Core's ``p2p_communication``): one bubble around waiting on a group of requests.
-- :func:`graph_job`: a seam for the graph fill jobs of the next round (raises
-  NotImplementedError until the C API has them).
+- :func:`graph_fill_job` / :func:`module_inference_job`: capture one item of a module's work
+  with ``torch.cuda.CUDAGraph(keep_graph=True)`` and register ``raw_cuda_graph()`` as a gated
+  graph fill job (pfJobCreateGraph), results in preallocated outputs.
 
 How the schedule hook works, and why it survives torch versions
 ----------------------------------------------------------------
@@ -64,7 +65,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.pipelining import schedules as _schedules
 
-from . import Backend, BubbleKind, PipeFillError, Runtime, StreamLike
+from . import Backend, BubbleKind, PipeFillError, Result, Runtime, StreamLike
 from . import stream_handle as _generic_stream_handle
 
 TESTED_TORCH = ("2.15",)
@@ -86,16 +87,117 @@ def current_stream_handle(device: Optional[Union[int, "torch.device"]] = None) -
     return int(torch.cuda.current_stream(device).cuda_stream)
 
 
-# ---- graph fill jobs (next round) ---------------------------------------------------------
+# ---- graph fill jobs ----------------------------------------------------------------------
+
+class GraphFillJob:
+    """A :class:`pipefill.jobs.GraphJob` made by :func:`graph_fill_job`, with what it needs kept
+    alive: the captured ``torch.cuda.CUDAGraph`` (its graph is cloned by the runtime, but the
+    memory its kernels use belongs to torch's graph pool), the index tensor and the outputs."""
+
+    def __init__(self, job: Any, graph: "torch.cuda.CUDAGraph", index: "torch.Tensor",
+                 outputs: Any, item_cost_us: float) -> None:
+        self.job = job
+        self.graph = graph
+        self.index = index
+        self.outputs = outputs
+        self.item_cost_us = item_cost_us
+
+    def wait(self, timeout: Optional[float] = None) -> Any:
+        """Waits for the job (:meth:`pipefill.Job.wait`), then for the fill stream's writes to
+        the outputs to be visible (``torch.cuda.synchronize``); returns the outputs."""
+        self.job.wait(timeout)
+        torch.cuda.synchronize()
+        return self.outputs
+
+    def close(self) -> None:
+        self.job.close()
+
+
+def graph_fill_job(runtime: Runtime, step: Callable[["torch.Tensor"], Any], items: int, *,
+                   outputs: Any = None, item_cost_us: Optional[float] = None,
+                   name: str = "graph-job", priority: int = 0, warmup: int = 2,
+                   measure_runs: int = 5) -> GraphFillJob:
+    """Captures one item of work and registers it as a graph fill job (pfJobCreateGraph).
+
+    ``step(index)`` does the work of one item: ``index`` is an int64 CUDA tensor of shape ()
+    that holds the item number when the item runs (the job's device index word); ``step`` must
+    select its inputs with it on the device (``inputs.index_select(0, index.view(1))``) and write
+    its results into preallocated tensors (``outputs.index_copy_(0, index.view(1), y)``), never
+    allocate outside torch's graph pool, never synchronise with the host and never read the
+    index on the host. It is run ``warmup`` times on a side stream (index 0), then captured once
+    with ``torch.cuda.CUDAGraph(keep_graph=True)`` on the runtime's capture stream
+    (:meth:`pipefill.Runtime.capture_stream`, the fill partition's context) and passed to the
+    runtime as ``raw_cuda_graph()``. ``item_cost_us`` defaults to the median of ``measure_runs``
+    replays timed with CUDA events. Results are valid after :meth:`GraphFillJob.wait`.
+    CUDA backend only (the simulated and host backends take a :class:`pipefill.jobs.GraphJob`
+    without a graph).
+    """
+    from .jobs import GraphJob
+    if runtime.backend != Backend.CUDA:
+        raise PipeFillError(Result.NOT_SUPPORTED,
+                            f"graph_fill_job captures a CUDA graph: the runtime's backend is "
+                            f"{runtime.backend.name.lower()}, not cuda (use pipefill.jobs.GraphJob "
+                            "without a graph on the simulated and host backends)")
+    device = torch.cuda.current_device()
+    index = torch.zeros((), dtype=torch.int64, device=device)
+    capture = runtime.capture_stream()
+    stream = torch.cuda.ExternalStream(capture.handle, device=device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(max(0, warmup)):
+            step(index)
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph(keep_graph=True)
+    with torch.cuda.graph(graph, stream=stream):
+        step(index)
+    if item_cost_us is None:
+        graph.instantiate()
+        samples = []
+        for _ in range(max(1, measure_runs)):
+            start = torch.cuda.Event(enable_timing=True)
+            stop = torch.cuda.Event(enable_timing=True)
+            with torch.cuda.stream(stream):
+                start.record()
+                graph.replay()
+                stop.record()
+            stop.synchronize()
+            samples.append(start.elapsed_time(stop) * 1000.0)
+        item_cost_us = sorted(samples)[len(samples) // 2]
+    job = runtime.create_job(GraphJob(items=items, item_cost_us=float(item_cost_us),
+                                      graph=graph.raw_cuda_graph(), index_word=index,
+                                      name=name, priority=priority))
+    return GraphFillJob(job, graph, index, outputs, float(item_cost_us))
+
+
+def module_inference_job(runtime: Runtime, module: "torch.nn.Module", inputs: "torch.Tensor", *,
+                         batch: int = 1, **options: Any) -> GraphFillJob:
+    """Inference of ``module`` over ``inputs`` (first dimension: samples) as a graph fill job:
+    item ``i`` computes ``module(inputs[i*batch:(i+1)*batch])`` into a preallocated output
+    tensor (``GraphFillJob.outputs``, same first dimension as ``inputs``). ``inputs`` must be
+    a CUDA tensor whose first dimension is a multiple of ``batch``; options go to
+    :func:`graph_fill_job`."""
+    if inputs.shape[0] % batch != 0:
+        raise PipeFillError(Result.INVALID_ARGUMENT,
+                            f"module_inference_job: {inputs.shape[0]} samples are not a multiple "
+                            f"of batch {batch}")
+    items = inputs.shape[0] // batch
+    offsets = torch.arange(batch, device=inputs.device, dtype=torch.int64)
+    with torch.no_grad():
+        probe = module(inputs[:batch])
+    outputs = torch.empty((inputs.shape[0],) + tuple(probe.shape[1:]), dtype=probe.dtype,
+                          device=inputs.device)
+
+    def step(index: "torch.Tensor") -> None:
+        with torch.no_grad():
+            rows = index * batch + offsets
+            outputs.index_copy_(0, rows, module(inputs.index_select(0, rows)))
+
+    return graph_fill_job(runtime, step, items, outputs=outputs, **options)
+
 
 def graph_job(*args: Any, **kwargs: Any) -> Any:
-    """Registers one captured CUDA graph (``torch.cuda.CUDAGraph(keep_graph=True)``,
-    ``raw_cuda_graph()``) as a gated fill job. Not built yet: it waits for the graph fill job
-    kind of the C API (a pfJobDesc_t carrying a cudaGraph_t and a device item-index word,
-    instantiated once with a conditional node that checks the gate before every item)."""
-    raise NotImplementedError(
-        "pipefill.torch.graph_job waits for the graph fill job C API (a job kind carrying a "
-        "cudaGraph_t and a device item-index word; issue 10 item 2), which is not built yet")
+    """The round-1 name of :func:`graph_fill_job` (same arguments)."""
+    return graph_fill_job(*args, **kwargs)
 
 
 # ---- hook points --------------------------------------------------------------------------

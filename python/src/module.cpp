@@ -310,12 +310,54 @@ struct SimTicketJob {
   }
 };
 
+// The host side of a graph fill job (pfJobCreateGraph). On the simulated and host backends the
+// runtime calls on_item per item after writing the index word: this record owns that word (when
+// the caller gave none) and counts the items, duplicates, items out of index order and items whose
+// index word did not hold the item. On CUDA the user's graph is the work; nothing is counted here.
+struct GraphJobRecord {
+  std::string name;
+  uint64_t items = 0;
+  alignas(8) uint64_t own_index_word = ~uint64_t{0};
+  uint64_t* index_word = nullptr;
+  std::mutex mutex;
+  std::vector<uint64_t> seen;
+  uint64_t items_run = 0;
+  uint64_t duplicates = 0;
+  uint64_t out_of_order = 0;
+  uint64_t index_mismatches = 0;
+  uint64_t next_expected = 0;
+  // Host backend: a stream of the device whose clock (pfHostNow, the trace's clock) stamps the
+  // start of every item, for checks against the trace's bubbles. Capped at kMaxItemTimes.
+  void* clock_stream = nullptr;
+  static constexpr size_t kMaxItemTimes = size_t{1} << 20;
+  std::vector<double> item_start_us;
+
+  static void on_item(void* user, uint64_t item) {
+    auto* job = static_cast<GraphJobRecord*>(user);
+    const uint64_t word = std::atomic_ref<uint64_t>(*job->index_word).load();
+    double now = -1.0;
+    if (job->clock_stream != nullptr && pfHostNow(job->clock_stream, &now) != pfSuccess) now = -1.0;
+    std::lock_guard<std::mutex> lock(job->mutex);
+    if (job->clock_stream != nullptr && job->item_start_us.size() < kMaxItemTimes) job->item_start_us.push_back(now);
+    ++job->items_run;
+    if (word != item) ++job->index_mismatches;
+    if (item != job->next_expected) ++job->out_of_order;
+    job->next_expected = item + 1;
+    if (item >= job->items || job->seen.empty()) return;
+    uint64_t& bits = job->seen[item / 64];
+    const uint64_t bit = uint64_t{1} << (item % 64);
+    if (bits & bit) ++job->duplicates;
+    bits |= bit;
+  }
+};
+
 struct JobCore {
   Lifetime life;
   pfJob_t job = nullptr;
   std::string name;
   fjJob_t fill = nullptr;  // example fill job: destroyed after pfJobDestroy
   std::unique_ptr<SimTicketJob> ticket;
+  std::unique_ptr<GraphJobRecord> graph;
   fjParams_t fill_params{};
 
   // Cancels (so waits on other threads return), then destroys under the exclusive lock.
@@ -432,6 +474,24 @@ class Job {
     d["tracked"] = !t.seen.empty();
     d["slices"] = t.slices.load();
     return d;
+  }
+
+  // ---- graph fill job ----
+  nb::dict graph_counts() {
+    if (!core_->graph) raise_state("job '" + core_->name + "' is not a graph job");
+    GraphJobRecord& g = *core_->graph;
+    std::lock_guard<std::mutex> lock(g.mutex);
+    nb::dict d;
+    d["items_run"] = g.items_run;
+    d["duplicates"] = g.duplicates;
+    d["out_of_order"] = g.out_of_order;
+    d["index_mismatches"] = g.index_mismatches;
+    return d;
+  }
+  std::vector<double> graph_item_times() {
+    if (!core_->graph) raise_state("job '" + core_->name + "' is not a graph job");
+    std::lock_guard<std::mutex> lock(core_->graph->mutex);
+    return core_->graph->item_start_us;
   }
 
   // ---- example fill jobs ----
@@ -698,6 +758,46 @@ class Runtime {
     return attach(std::move(job));
   }
 
+  // pfJobCreateGraph. graph: a cudaGraph_t as an int (0: none; required on CUDA); index_word: the
+  // device word the graph reads (0 on the simulated/host backends: the record's own word).
+  Job create_graph_job(const std::string& name, int priority, uint64_t items, double item_cost_us,
+                       uintptr_t graph, uintptr_t index_word, uintptr_t clock_stream) {
+    Use use(core_->life, "Runtime");
+    auto record = std::make_unique<GraphJobRecord>();
+    record->name = name;
+    record->items = items;
+    const bool counted = core_->backend != pfBackendCuda;
+    if (clock_stream != 0 && core_->backend != pfBackendHost) {
+      throw CallError{static_cast<int>(pfErrorInvalidArgument),
+                      "GraphJob.clock_stream is for the host backend only (it stamps items with "
+                      "pfHostNow)"};
+    }
+    record->clock_stream = as_pointer(clock_stream);
+    record->index_word = index_word != 0 ? reinterpret_cast<uint64_t*>(index_word) : &record->own_index_word;
+    if (counted && items > 0 && items <= SimTicketJob::kMaxTrackedItems) record->seen.assign((items + 63) / 64, 0);
+    pfGraphJobDesc_t desc = PF_GRAPH_JOB_DESC_INITIALIZER;
+    desc.name = record->name.c_str();
+    desc.priority = priority;
+    desc.item_count = items;
+    desc.item_cost_us = item_cost_us;
+    desc.graph = reinterpret_cast<void*>(graph);
+    desc.index_word = record->index_word;
+    desc.on_item = counted ? &GraphJobRecord::on_item : nullptr;
+    desc.user = record.get();
+    auto job = std::make_shared<JobCore>();
+    job->name = name;
+    job->graph = std::move(record);
+    check(pfJobCreateGraph(core_->runtime, &desc, &job->job));
+    return attach(std::move(job));
+  }
+
+  uintptr_t create_capture_stream() {
+    Use use(core_->life, "Runtime");
+    void* stream = nullptr;
+    check(pfGraphCaptureStreamCreate(core_->runtime, &stream));
+    return as_handle(stream);
+  }
+
   Job create_fill_job(const fjParams_t& given) {
     Use use(core_->life, "Runtime");
     fjParams_t params = given;
@@ -821,6 +921,28 @@ NB_MODULE(_pipefill, m) {
   m.attr("CONFIG_SIZE") = sizeof(pfConfig_t);
   m.attr("MAX_TRACKED_ITEMS") = SimTicketJob::kMaxTrackedItems;
 
+  // The host device's stream API (pfHost*) that needs no callback: delays, synchronisation and
+  // the device clock. Streams are ints (Runtime.create_high_priority_stream, capture streams).
+  m.def(
+      "host_stream_delay",
+      [](uintptr_t stream, double duration_us) { check(pfHostStreamDelay(as_pointer(stream), duration_us)); },
+      "stream"_a, "duration_us"_a, "pfHostStreamDelay.");
+  m.def(
+      "host_stream_synchronize",
+      [](uintptr_t stream) {
+        nb::gil_scoped_release release;
+        check(pfHostStreamSynchronize(as_pointer(stream)));
+      },
+      "stream"_a, "pfHostStreamSynchronize (GIL released).");
+  m.def(
+      "host_now",
+      [](uintptr_t stream) {
+        double t = 0.0;
+        check(pfHostNow(as_pointer(stream), &t));
+        return t;
+      },
+      "stream"_a, "pfHostNow: the host device's clock in microseconds.");
+
   nb::class_<RawConfig>(m, "RawConfig", "pfConfig_t as a record; starts with every field unset.")
       .def(nb::init<>())
       .def_prop_ro("size", [](const RawConfig& r) { return r.c.size; })
@@ -896,6 +1018,8 @@ NB_MODULE(_pipefill, m) {
       .def("wait", &Job::wait, "timeout_us"_a, "pfJobWait (GIL released; < 0 waits forever).")
       .def("close", &Job::close, "pfJobDestroy (cancels first; idempotent).")
       .def("ticket_counts", &Job::ticket_counts, "SimTicketJob: items run, duplicates, slices.")
+      .def("graph_counts", &Job::graph_counts, "Graph job (sim/host): items run, duplicates, order, index word.")
+      .def("graph_item_times", &Job::graph_item_times, "Graph job with a clock stream: item start times (µs).")
       .def("fill_progress", &Job::fill_progress, "fjJobGetProgress as a dict.")
       .def("fill_output", &Job::fill_output, "item"_a, "fjJobGetOutput.")
       .def("fill_parameters", &Job::fill_parameters, "fjJobGetParameters.")
@@ -926,6 +1050,10 @@ NB_MODULE(_pipefill, m) {
            "items"_a, "item_cost_us"_a, "parallelism"_a, "resident_bytes"_a,
            "workspace_bytes_per_item"_a, "configs"_a, "kind"_a, "fail_at_slice"_a,
            "pfJobCreate of a simulated ticket job (native launch callback).")
+      .def("create_graph_job", &Runtime::create_graph_job, "name"_a, "priority"_a, "items"_a,
+           "item_cost_us"_a, "graph"_a, "index_word"_a, "clock_stream"_a,
+           "pfJobCreateGraph (graph, index_word, clock_stream as ints).")
+      .def("create_capture_stream", &Runtime::create_capture_stream, "pfGraphCaptureStreamCreate.")
       .def("create_fill_job", &Runtime::create_fill_job, "params"_a,
            "fjJobCreate + pfJobCreate of an example fill job.")
       .def("jobs", &Runtime::jobs, "The jobs still attached.");

@@ -225,6 +225,35 @@ PF_API pfResult_t pfJobCreate(pfRuntime_t runtime, const pfJobDesc_t* desc, pfJo
   });
 }
 
+PF_API pfResult_t pfJobCreateGraph(pfRuntime_t runtime, const pfGraphJobDesc_t* desc,
+                                   pfJob_t* job) {
+  return guarded(__func__, [&] {
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfJobCreateGraph", &rt));
+    if (desc == nullptr) return fail(pfErrorInvalidArgument, "pfJobCreateGraph: desc is NULL");
+    if (job == nullptr) {
+      return fail(pfErrorInvalidArgument, "pfJobCreateGraph: job (output) is NULL");
+    }
+    *job = nullptr;
+    JobState* created = nullptr;
+    PF_TRY(rt->create_graph_job(desc, &created));
+    *job = created->handle;
+    return pfSuccess;
+  });
+}
+
+PF_API pfResult_t pfGraphCaptureStreamCreate(pfRuntime_t runtime, void** stream) {
+  return guarded(__func__, [&] {
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfGraphCaptureStreamCreate", &rt));
+    if (stream == nullptr) {
+      return fail(pfErrorInvalidArgument, "pfGraphCaptureStreamCreate: stream (output) is NULL");
+    }
+    *stream = nullptr;
+    return rt->create_capture_stream(stream);
+  });
+}
+
 PF_API pfResult_t pfJobGetStatus(pfJob_t job, pfJobInfo_t* info) {
   return guarded(__func__, [&] {
     JobRef j;

@@ -343,7 +343,7 @@ void Executor::harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begi
       // launch callback enqueued nothing (or no block ever got an SM). Many in a row end the job
       // instead of letting it take bubble time forever.
       const bool late = a.late || slice.enqueued_after_end;
-      if (job.kind == pfJobTicket && timed && !late && !job.detached) {
+      if (is_gated(job.kind) && timed && !late && !job.detached) {
         job.slices_without_progress = a.items_done > 0 ? 0 : job.slices_without_progress + 1;
         if (job.slices_without_progress >= kMaxSlicesWithoutProgress) {
           const std::string message = fmt::format(

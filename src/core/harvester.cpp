@@ -10,7 +10,7 @@ namespace pipefill::core {
 SliceAccounting account_slice(double begin_us, double end_us, const SliceObservation& s) {
   SliceAccounting a;
   a.items_completed_after = s.items_completed_before;
-  if (s.kind == pfJobTicket) {
+  if (s.kind != pfJobOpaque) {  // gated: ticket and graph jobs
     const uint64_t done_total = std::min(s.cursor_readback, s.item_count);
     if (done_total > s.items_completed_before) {
       a.items_done = done_total - s.items_completed_before;
@@ -22,7 +22,7 @@ SliceAccounting account_slice(double begin_us, double end_us, const SliceObserva
     a.items_done = a.items_completed_after - std::min(a.items_completed_after, s.items_completed_before);
   }
   a.late = s.start_us >= end_us;
-  a.ran_work = a.items_done > 0 || s.kind != pfJobTicket;
+  a.ran_work = a.items_done > 0 || s.kind == pfJobOpaque;
   if (a.ran_work) {
     a.filled_us = std::max(0.0, std::min(s.end_us, end_us) - std::max(s.start_us, begin_us));
     a.filled_sm_us = a.filled_us * std::max(0, s.sms);

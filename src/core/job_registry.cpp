@@ -7,6 +7,7 @@
 #include "common/callback_scope.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "core/graph_job.hpp"
 #include "core/handles.hpp"
 
 namespace pipefill::core {
@@ -101,20 +102,24 @@ pfResult_t configs_from_desc(const pfJobDesc_t& desc, const std::string& name,
 }
 
 void run_teardown(JobState& job) {
-  if (job.teardown == nullptr) return;
-  try {
-    CallbackScope scope("teardown");
-    job.teardown(job.user);
-  } catch (...) {
-    log::warn("job '{}': teardown threw; ignored", job.name);
+  if (job.teardown != nullptr) {
+    try {
+      CallbackScope scope("teardown");
+      job.teardown(job.user);
+    } catch (...) {
+      log::warn("job '{}': teardown threw; ignored", job.name);
+    }
   }
+  // A graph job's prepared graph goes with its teardown: no slice of it is in flight any more,
+  // and nothing launches a slice of an ended job.
+  job.graph_items.reset();
 }
 
 }  // namespace
 
 uint64_t remaining_items(const JobState& job) {
   const uint64_t done_or_planned =
-      job.kind == pfJobOpaque ? job.next_opaque_item : job.items_completed + job.items_in_flight;
+      !is_gated(job.kind) ? job.next_opaque_item : job.items_completed + job.items_in_flight;
   return done_or_planned >= job.item_count ? 0 : job.item_count - done_or_planned;
 }
 
@@ -174,6 +179,11 @@ pfResult_t JobRegistry::create(RuntimeState& s, Runtime* owner, const pfJobDesc_
   if (desc->item_count == 0) {
     return fail(pfErrorInvalidArgument, "pfJobCreate: desc->item_count = 0 (must be > 0)");
   }
+  if (desc->kind == pfJobGraph) {
+    return fail(pfErrorInvalidArgument,
+                "pfJobCreate: desc->kind = pfJobGraph: graph jobs are made by pfJobCreateGraph "
+                "(a pfGraphJobDesc_t carries the graph and its index word)");
+  }
   if (desc->kind != pfJobTicket && desc->kind != pfJobOpaque) {
     return fail(pfErrorInvalidArgument, "pfJobCreate: desc->kind = {} is not a pfJobKind_t",
                 desc->kind);
@@ -202,51 +212,9 @@ pfResult_t JobRegistry::create(RuntimeState& s, Runtime* owner, const pfJobDesc_
   job->teardown = desc->teardown;
   PF_TRY(configs_from_desc(*desc, job->name, &job->configs));
 
-  {
-    MutexLock lock(s.mu);
-    const auto free_slot = std::find(s.job_slot_used.begin(), s.job_slot_used.end(), false);
-    if (free_slot == s.job_slot_used.end()) {
-      return fail(pfErrorBusy, "pfJobCreate: job '{}': {} jobs are attached (the maximum)",
-                  job->name, kMaxJobs);
-    }
-    const size_t largest = s.arena.largest_free_block();
-    job->setup_config =
-        choose_setup_config(job->configs, largest, resources_.partition.fill_sms);
-    if (job->setup_config < 0) {
-      size_t needed = SIZE_MAX;
-      for (const JobConfigModel& c : job->configs) needed = std::min(needed, c.resident_bytes);
-      return fail(pfErrorOutOfMemory,
-                  "pfJobCreate: job '{}' needs {} resident bytes but the fill arena has {} free "
-                  "bytes (largest block {}) of {}",
-                  job->name, needed, s.arena.free_bytes(), largest, s.arena.capacity());
-    }
-    job->resident_reserved = job->configs[static_cast<size_t>(job->setup_config)].resident_bytes;
-    if (job->resident_reserved > 0 &&
-        !s.arena.allocate(job->resident_reserved, 0, &job->resident_block)) {
-      return fail(pfErrorOutOfMemory,
-                  "pfJobCreate: job '{}' needs {} resident bytes but the fill arena has {} free",
-                  job->name, job->resident_reserved, s.arena.free_bytes());
-    }
-    job->slot = static_cast<int>(free_slot - s.job_slot_used.begin());
-    *free_slot = true;
-    job->cursor = resources_.cursor_word(job->slot);
-    job->budget_counter = resources_.budget_word(job->slot);
-    job->sequence = s.next_job_sequence++;
-    job->last_config = job->setup_config;
-  }
-  auto release_reservation = [&] {
-    MutexLock lock(s.mu);
-    if (job->resident_block != 0) s.arena.release(job->resident_block);
-    s.job_slot_used[static_cast<size_t>(job->slot)] = false;
-  };
-  // A reused slot may hold an old cursor: reset it in fill-stream order, before any slice.
-  // (On fill stream 0: the warm-up below synchronizes that stream before the job is attached,
-  // so the reset has landed before a slice of the job on any fill stream claims an item.)
-  const pfResult_t reset = device_.write_word(resources_.fill_streams[0], job->cursor, 0);
-  if (reset != pfSuccess) {
-    release_reservation();
-    return reset;
-  }
+  PF_TRY(reserve(s, *job, "pfJobCreate"));
+  auto release_reservation = [&] { release(s, *job); };
+  PF_TRY(reset_cursor(s, *job));
   if (job->setup != nullptr) {
     SetupAllocatorContext context{job.get()};
     const pfArenaAllocator_t allocator{&context, &setup_allocate};
@@ -277,6 +245,61 @@ pfResult_t JobRegistry::create(RuntimeState& s, Runtime* owner, const pfJobDesc_
                   why.empty() ? "" : ": ", why);
     }
   }
+  PF_TRY(attach(s, job));
+  *out = job.get();
+  return pfSuccess;
+}
+
+pfResult_t JobRegistry::reserve(RuntimeState& s, JobState& job, const char* function) {
+  MutexLock lock(s.mu);
+  const auto free_slot = std::find(s.job_slot_used.begin(), s.job_slot_used.end(), false);
+  if (free_slot == s.job_slot_used.end()) {
+    return fail(pfErrorBusy, "{}: job '{}': {} jobs are attached (the maximum)", function,
+                job.name, kMaxJobs);
+  }
+  const size_t largest = s.arena.largest_free_block();
+  job.setup_config = choose_setup_config(job.configs, largest, resources_.partition.fill_sms);
+  if (job.setup_config < 0) {
+    size_t needed = SIZE_MAX;
+    for (const JobConfigModel& c : job.configs) needed = std::min(needed, c.resident_bytes);
+    return fail(pfErrorOutOfMemory,
+                "{}: job '{}' needs {} resident bytes but the fill arena has {} free "
+                "bytes (largest block {}) of {}",
+                function, job.name, needed, s.arena.free_bytes(), largest, s.arena.capacity());
+  }
+  job.resident_reserved = job.configs[static_cast<size_t>(job.setup_config)].resident_bytes;
+  if (job.resident_reserved > 0 &&
+      !s.arena.allocate(job.resident_reserved, 0, &job.resident_block)) {
+    return fail(pfErrorOutOfMemory,
+                "{}: job '{}' needs {} resident bytes but the fill arena has {} free", function,
+                job.name, job.resident_reserved, s.arena.free_bytes());
+  }
+  job.slot = static_cast<int>(free_slot - s.job_slot_used.begin());
+  *free_slot = true;
+  job.cursor = resources_.cursor_word(job.slot);
+  job.budget_counter = resources_.budget_word(job.slot);
+  job.sequence = s.next_job_sequence++;
+  job.last_config = job.setup_config;
+  return pfSuccess;
+}
+
+void JobRegistry::release(RuntimeState& s, JobState& job) {
+  MutexLock lock(s.mu);
+  if (job.resident_block != 0) s.arena.release(job.resident_block);
+  job.resident_block = 0;
+  s.job_slot_used[static_cast<size_t>(job.slot)] = false;
+}
+
+pfResult_t JobRegistry::reset_cursor(RuntimeState& s, JobState& job) {
+  // A reused slot may hold an old cursor: reset it in fill-stream order, before any slice.
+  // (On fill stream 0: the warm-up synchronizes that stream before the job is attached, so the
+  // reset has landed before a slice of the job on any fill stream claims an item.)
+  const pfResult_t reset = device_.write_word(resources_.fill_streams[0], job.cursor, 0);
+  if (reset != pfSuccess) release(s, job);
+  return reset;
+}
+
+pfResult_t JobRegistry::attach(RuntimeState& s, const std::shared_ptr<JobState>& job) {
   // The handle exists before the executor can see the job (its slices carry it), and before
   // the warm-up (its empty slices carry it too).
   publish_job(job);
@@ -287,7 +310,8 @@ pfResult_t JobRegistry::create(RuntimeState& s, Runtime* owner, const pfJobDesc_
       const std::string message = last_error_message();
       unpublish_job(*job);
       run_teardown(*job);  // setup succeeded: the job frees what it made
-      release_reservation();
+      release(s, *job);
+      job->graph_items.reset();
       log::warn("{}", message);
       return set_error(warmed, message);
     }
@@ -296,9 +320,35 @@ pfResult_t JobRegistry::create(RuntimeState& s, Runtime* owner, const pfJobDesc_
     MutexLock lock(s.mu);
     s.jobs.push_back(job);
   }
+  static constexpr const char* kKindNames[] = {"ticket", "opaque", "graph"};
   log::info("job '{}' created: {} items, kind {}, config {} of {}, {} resident bytes", job->name,
-            job->item_count, job->kind == pfJobTicket ? "ticket" : "opaque", job->setup_config,
-            job->configs.size(), job->resident_reserved);
+            job->item_count, kKindNames[job->kind], job->setup_config, job->configs.size(),
+            job->resident_reserved);
+  return pfSuccess;
+}
+
+pfResult_t JobRegistry::create_graph(RuntimeState& s, Runtime* owner, const pfGraphJobDesc_t* desc,
+                                     JobState** out) {
+  auto job = std::make_shared<JobState>();
+  job->runtime = owner;
+  GraphJobSpec spec;
+  PF_TRY(graph_job_from_desc(desc, job.get(), &spec));
+  PF_TRY(reserve(s, *job, "pfJobCreateGraph"));
+  PF_TRY(reset_cursor(s, *job));
+  spec.gate = resources_.gate();
+  spec.cursor = job->cursor;
+  spec.budget_counter = job->budget_counter;
+  spec.scratch_words = reinterpret_cast<uint64_t*>(job->resident_block);
+  spec.fill_stream = resources_.fill_streams[0];
+  // Once, here: on CUDA the gated graph is built and instantiated now, never inside a bubble.
+  const pfResult_t prepared = device_.prepare_graph_items(spec, &job->graph_items);
+  if (prepared != pfSuccess) {
+    const std::string why = last_error_message();
+    release(s, *job);
+    job->graph_items.reset();
+    return set_error(prepared, fmt::format("pfJobCreateGraph: job '{}': {}", job->name, why));
+  }
+  PF_TRY(attach(s, job));
   *out = job.get();
   return pfSuccess;
 }

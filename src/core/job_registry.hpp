@@ -28,6 +28,10 @@ class JobRegistry {
   // changes nothing (a failed warm-up runs the job's teardown: its setup had succeeded).
   pfResult_t create(RuntimeState& s, Runtime* owner, const pfJobDesc_t* desc, JobState** out)
       EXCLUDES(s.mu);
+  // pfJobCreateGraph: the same for a graph job (core/graph_job.hpp); the device prepares its
+  // items (CUDA: builds and instantiates the gated graph) after the slot is reserved.
+  pfResult_t create_graph(RuntimeState& s, Runtime* owner, const pfGraphJobDesc_t* desc,
+                          JobState** out) EXCLUDES(s.mu);
   // pfJobGetStatus. Succeeds (and leaves the thread's message empty) for a failed job too: the
   // failure's message comes with pfJobWait's pfErrorJobFailed.
   pfResult_t info(RuntimeState& s, JobState& job, pfJobInfo_t* out) EXCLUDES(s.mu);
@@ -51,6 +55,14 @@ class JobRegistry {
   static constexpr double kForeverUs = 1e15;
 
  private:
+  // The steps every kind shares: a device-word slot and the resident share (`function` names the
+  // C call in messages), their release on a later failure, the cursor reset on the fill stream
+  // (releases on failure), and publishing + attaching the finished job.
+  pfResult_t reserve(RuntimeState& s, JobState& job, const char* function) EXCLUDES(s.mu);
+  void release(RuntimeState& s, JobState& job) EXCLUDES(s.mu);
+  pfResult_t reset_cursor(RuntimeState& s, JobState& job) EXCLUDES(s.mu);
+  pfResult_t attach(RuntimeState& s, const std::shared_ptr<JobState>& job) EXCLUDES(s.mu);
+
   Device& device_;
   const FillResources& resources_;
   WarmUp warm_up_;

@@ -10,11 +10,13 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/handles.hpp"
 #include "core/planner.hpp"
+#include "device/device.hpp"
 #include "pipefill/pipefill.h"
 
 namespace pipefill::core {
@@ -50,6 +52,9 @@ struct JobState {
   int slot = -1;                       // index of the job's device words
   uint64_t* cursor = nullptr;          // device word: next unclaimed item
   uint64_t* budget_counter = nullptr;  // device word: claims of the current slice
+  // Graph jobs (pfJobGraph): what the device prepared at creation, launched per slice instead of
+  // a launch callback (core/graph_job.hpp); released by the teardown, after the last slice.
+  std::unique_ptr<GraphItems> graph_items;
 
   // ---- Progress (guarded by the runtime's state lock) --------------------------------------
   pfJobStatus_t status = pfJobPending;
@@ -77,6 +82,10 @@ struct JobState {
 };
 
 inline constexpr uint32_t kMaxSlicesWithoutProgress = 8;
+
+// Ticket and graph jobs are gated and report their progress through the cursor; opaque jobs are
+// neither (their planned items count as done).
+inline bool is_gated(pfJobKind_t kind) { return kind != pfJobOpaque; }
 
 inline bool is_terminal(pfJobStatus_t s) {
   return s == pfJobCompleted || s == pfJobFailed || s == pfJobCancelled;

@@ -195,6 +195,14 @@ pfResult_t Runtime::create_job(const pfJobDesc_t* desc, JobState** out) {
   return jobs_->create(state_, this, desc, out);
 }
 
+pfResult_t Runtime::create_graph_job(const pfGraphJobDesc_t* desc, JobState** out) {
+  return jobs_->create_graph(state_, this, desc, out);
+}
+
+pfResult_t Runtime::create_capture_stream(void** stream) {
+  return device_->create_capture_stream(stream);
+}
+
 pfResult_t Runtime::job_info(JobState* job, pfJobInfo_t* info) {
   return jobs_->info(state_, *job, info);
 }

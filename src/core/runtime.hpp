@@ -75,6 +75,9 @@ class Runtime {
   pfResult_t destroy_stream(void* stream);
 
   pfResult_t create_job(const pfJobDesc_t* desc, JobState** out);
+  pfResult_t create_graph_job(const pfGraphJobDesc_t* desc, JobState** out);
+  // pfGraphCaptureStreamCreate: a stream on the fill partition's context (Device docs).
+  pfResult_t create_capture_stream(void** stream);
   pfResult_t job_info(JobState* job, pfJobInfo_t* info);
   pfResult_t cancel_job(JobState* job);
   pfResult_t wait_job(JobState* job, double timeout_us);

@@ -7,6 +7,7 @@
 #include "common/callback_scope.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "core/graph_job.hpp"
 #include "core/job_registry.hpp"
 #include "core/scheduler.hpp"
 
@@ -137,7 +138,7 @@ BubblePlan SliceLauncher::plan(RuntimeState& s, const FillRequest& in,
     request.free_bytes = largest > planned_bytes ? largest - planned_bytes : 0;
     request.fill_sms = free_sms;
     request.remaining_items = remaining_items(*job);
-    request.gated = job->kind == pfJobTicket;
+    request.gated = is_gated(job->kind);
     request.resident_limit = job->resident_reserved;
     request.pack_sms = true;
     SlicePlan slice = plan_slice(request, job->configs);
@@ -265,8 +266,13 @@ int SliceLauncher::launch_slice_work(const JobState& job, const pfSliceDesc_t& s
   // through the enum type is undefined behaviour).
   int result = pfErrorInternal;
   try {
-    CallbackScope scope("launch");
-    result = static_cast<int>(job.launch(job.user, &slice, stream));
+    if (job.kind == pfJobGraph) {
+      // The graph kind has no launch callback: the runtime enqueues the gated graph itself.
+      result = static_cast<int>(launch_graph_slice(device_, job, slice, stream));
+    } else {
+      CallbackScope scope("launch");
+      result = static_cast<int>(job.launch(job.user, &slice, stream));
+    }
     if (result != pfSuccess) *why = last_error_message();
   } catch (const std::exception& e) {
     result = pfErrorJobFailed;
@@ -332,7 +338,8 @@ SliceLauncher::Launched SliceLauncher::launch(RuntimeState& s, BubbleRecord& bub
     const bool known = launched > pfSuccess && launched < pfResultCount;
     const pfResult_t code = known ? static_cast<pfResult_t>(launched) : pfErrorJobFailed;
     const std::string message =
-        fmt::format("job '{}': launch callback returned {} in bubble {}{}{}", job.name,
+        fmt::format("job '{}': {} returned {} in bubble {}{}{}", job.name,
+                    job.kind == pfJobGraph ? "the graph launch" : "launch callback",
                     result_text(launched), bubble.id, why.empty() ? "" : ": ", why);
     log::warn("{}", message);
     end_job(s, job, pfJobFailed, code, message);

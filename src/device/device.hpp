@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "analysis/activity.hpp"
+#include "common/error.hpp"
 #include "pipefill/pipefill.h"
 
 namespace pipefill {
@@ -50,6 +51,34 @@ class DrivenClock {
   virtual void add_pre_run_hook(const void* owner, std::function<void()> hook) = 0;
   virtual void remove_pre_run_hook(const void* owner) = 0;
 };
+
+// ---- Graph fill jobs ---------------------------------------------------------------------------
+// What a device prepares, once at pfJobCreateGraph (never inside a bubble), to run the items of a
+// graph fill job: on CUDA the instantiated gated graph (cuda/gated_graph.hpp), on the simulated and
+// host devices the item cost, the index word and the per-item callback. The job owns it; it is
+// released when the job's teardown runs, once no slice of the job is in flight.
+class GraphItems {
+ public:
+  virtual ~GraphItems() = default;
+};
+
+// Everything a device needs to prepare a graph job. The words are the job's for its whole life
+// (its slot's cursor and budget counter, the runtime's gate).
+struct GraphJobSpec {
+  std::string name;
+  void* graph = nullptr;                   // cudaGraph_t of one item (CUDA); unused elsewhere
+  uint64_t* index_word = nullptr;          // the word the graph reads the item index from
+  uint64_t item_count = 0;
+  double item_cost_us = 0.0;
+  pfGraphItemFn on_item = nullptr;         // simulated/host devices: called per item
+  void* user = nullptr;
+  const volatile uint64_t* gate = nullptr;
+  uint64_t* cursor = nullptr;
+  uint64_t* budget_counter = nullptr;
+  uint64_t* scratch_words = nullptr;       // kGraphScratchWords words of the job's arena share
+  Stream fill_stream = nullptr;            // its context is the one the graph is built in
+};
+inline constexpr size_t kGraphScratchWords = 2;  // CUDA: the current slice's bubble id, budget
 
 class Device {
  public:
@@ -139,6 +168,34 @@ class Device {
   // with CUDA_DEVICE_MAX_CONNECTIONS=1 in grid-cap mode). Then fill slices must be enqueued
   // before the main stream's wait in a bubble: the runtime's auto launch mode goes inline.
   virtual bool single_hardware_queue() const { return false; }
+
+  // ---- Graph fill jobs (optional) --------------------------------------------------------
+  // Prepares a graph job (see GraphItems). pfErrorNotSupported (the default) names the device.
+  virtual pfResult_t prepare_graph_items(const GraphJobSpec& spec,
+                                         std::unique_ptr<GraphItems>* out) {
+    (void)spec;
+    (void)out;
+    return fail(pfErrorNotSupported, "the {} has no graph fill jobs", name());
+  }
+  // Enqueues the gated items of one slice on `stream` (a fill stream): at most slice.max_items
+  // items while *slice.gate < slice.bubble_id, claimed from slice.cursor. Called on the executor
+  // side with the runtime's state lock held: no allocation, no synchronisation.
+  virtual pfResult_t launch_graph_items(GraphItems& items, const pfSliceDesc_t& slice,
+                                        Stream stream) {
+    (void)items;
+    (void)slice;
+    (void)stream;
+    return fail(pfErrorNotSupported, "the {} has no graph fill jobs", name());
+  }
+  // A stream to capture a graph job's graph on: on the fill partition's context (CUDA: the
+  // green context when there is one), never a fill stream; destroyed with destroy_stream. The
+  // default is an ordinary stream at the lowest priority.
+  virtual pfResult_t create_capture_stream(Stream* out) {
+    int lowest = 0, highest = 0;
+    const pfResult_t range = priority_range(&lowest, &highest);
+    if (range != pfSuccess) return range;
+    return create_stream(lowest, out);
+  }
 
   // ---- Capabilities (optional) -----------------------------------------------------------
   // Non-null for a device whose clock is driven by the caller (the simulator).

@@ -77,6 +77,16 @@ PF_API pfResult_t pfHostLaunchHostFunc(void* stream, pfHostFn fn, void* user) {
   });
 }
 
+PF_API pfResult_t pfHostNow(void* stream, double* time_us) {
+  return c_boundary(__func__, [&]() -> pfResult_t {
+    if (time_us == nullptr) return fail(pfErrorInvalidArgument, "{}: time_us is NULL", __func__);
+    std::shared_ptr<Engine> engine;
+    PF_TRY(find_engine(__func__, stream, &engine));
+    *time_us = engine->now_us();
+    return pfSuccess;
+  });
+}
+
 PF_API pfResult_t pfHostStreamSynchronize(void* stream) {
   return c_boundary(__func__, [&]() -> pfResult_t {
     if (const char* callback = pipefill::CallbackScope::active()) {

@@ -2,7 +2,10 @@
 // (the runtime calls these from C entry points and from its executor thread).
 #include "host/host_device.hpp"
 
+#include <atomic>
+#include <chrono>
 #include <exception>
+#include <thread>
 #include <new>
 
 #include <fmt/format.h>
@@ -135,6 +138,55 @@ pfResult_t HostDevice::free_arena(void* base) { return engine_->free_arena(base)
 pfResult_t HostDevice::configure_partition(int reserved_sms, FillPartition* partition) {
   return guarded("configure_partition",
                  [&] { return engine_->configure_partition(reserved_sms, partition); });
+}
+
+// ---- Graph fill jobs -----------------------------------------------------------------------
+namespace {
+
+// A graph job on the host device: each item is a ticket item (claimed by the protocol a GPU
+// block runs) that writes its index where the graph would read it, reports it, and then takes
+// the job's item cost of real time (sleeping, so idle cores stay idle).
+class HostGraphItems final : public GraphItems {
+ public:
+  explicit HostGraphItems(const GraphJobSpec& spec)
+      : index_word_(spec.index_word), on_item_(spec.on_item), user_(spec.user),
+        item_cost_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+            std::chrono::duration<double, std::micro>(spec.item_cost_us))) {}
+
+  static void run_item(void* self, uint64_t item) {
+    auto* items = static_cast<HostGraphItems*>(self);
+    const auto start = std::chrono::steady_clock::now();
+    std::atomic_ref<uint64_t>(*items->index_word_).store(item);
+    if (items->on_item_ != nullptr) items->on_item_(items->user_, item);
+    std::this_thread::sleep_until(start + items->item_cost_);
+  }
+
+ private:
+  uint64_t* index_word_;
+  pfGraphItemFn on_item_;
+  void* user_;
+  std::chrono::steady_clock::duration item_cost_;
+};
+
+}  // namespace
+
+pfResult_t HostDevice::prepare_graph_items(const GraphJobSpec& spec,
+                                           std::unique_ptr<GraphItems>* out) {
+  return guarded("prepare_graph_items", [&] {
+    *out = std::make_unique<HostGraphItems>(spec);
+    return pfSuccess;
+  });
+}
+
+pfResult_t HostDevice::launch_graph_items(GraphItems& items, const pfSliceDesc_t& slice,
+                                          Stream stream) {
+  auto* graph = dynamic_cast<HostGraphItems*>(&items);
+  if (graph == nullptr) {
+    return fail(pfErrorInternal, "launch_graph_items: the items were not prepared by {}", name());
+  }
+  return guarded("launch_graph_items", [&] {
+    return engine_->launch_ticket(stream, &slice, 1, &HostGraphItems::run_item, graph);
+  });
 }
 
 }  // namespace pipefill::host

@@ -50,6 +50,13 @@ class HostDevice final : public Device {
 
   double now_us() override { return engine_->now_us(); }
 
+  // Graph fill jobs: gated items on one block through the ticket kernel; each item writes the
+  // index word, calls the job's on_item and lasts (at least) the job's item cost in real time.
+  pfResult_t prepare_graph_items(const GraphJobSpec& spec,
+                                 std::unique_ptr<GraphItems>* out) override;
+  pfResult_t launch_graph_items(GraphItems& items, const pfSliceDesc_t& slice,
+                                Stream stream) override;
+
  private:
   std::shared_ptr<Engine> engine_;
 };

@@ -1,5 +1,6 @@
 #include "sim/sim_device.hpp"
 
+#include <atomic>
 #include <exception>
 #include <new>
 
@@ -186,6 +187,53 @@ pfResult_t SimDevice::collect_activity(std::vector<ActivityRecord>* out) {
   if (out == nullptr) return fail(pfErrorInvalidArgument, "collect_activity: out is NULL");
   activity_collected_ = world_->activities_since(device_, activity_collected_, out);
   return pfSuccess;
+}
+
+// ---- Graph fill jobs -----------------------------------------------------------------------
+namespace {
+
+// A graph job on the simulator: the graph is not run (there is no GPU); each item is a ticket
+// item of the job's cost that writes its index where the graph would read it, then reports it.
+class SimGraphItems final : public GraphItems {
+ public:
+  explicit SimGraphItems(const GraphJobSpec& spec)
+      : index_word_(spec.index_word), on_item_(spec.on_item), user_(spec.user),
+        item_cost_us_(spec.item_cost_us) {}
+  double item_cost_us() const { return item_cost_us_; }
+
+  static void run_item(void* self, uint64_t item) {
+    auto* items = static_cast<SimGraphItems*>(self);
+    std::atomic_ref<uint64_t>(*items->index_word_).store(item);
+    if (items->on_item_ != nullptr) items->on_item_(items->user_, item);
+  }
+
+ private:
+  uint64_t* index_word_;
+  pfGraphItemFn on_item_;
+  void* user_;
+  double item_cost_us_;
+};
+
+}  // namespace
+
+pfResult_t SimDevice::prepare_graph_items(const GraphJobSpec& spec,
+                                          std::unique_ptr<GraphItems>* out) {
+  return guarded("prepare_graph_items", [&] {
+    *out = std::make_unique<SimGraphItems>(spec);
+    return pfSuccess;
+  });
+}
+
+pfResult_t SimDevice::launch_graph_items(GraphItems& items, const pfSliceDesc_t& slice,
+                                         Stream stream) {
+  auto* graph = dynamic_cast<SimGraphItems*>(&items);
+  if (graph == nullptr) {
+    return fail(pfErrorInternal, "launch_graph_items: the items were not prepared by {}", name());
+  }
+  return guarded("launch_graph_items", [&] {
+    return world_->launch_ticket(stream, &slice, 1, graph->item_cost_us(),
+                                 &SimGraphItems::run_item, graph);
+  });
 }
 
 }  // namespace pipefill::sim

@@ -77,6 +77,13 @@ class SimDevice final : public Device, public DrivenClock {
   // simulated counterpart of the CUPTI collector).
   pfResult_t collect_activity(std::vector<ActivityRecord>* out) override;
 
+  // Graph fill jobs: gated items of the job's cost on one block, through the ticket kernel
+  // (World::launch_ticket); each item writes the index word, then calls the job's on_item.
+  pfResult_t prepare_graph_items(const GraphJobSpec& spec,
+                                 std::unique_ptr<GraphItems>* out) override;
+  pfResult_t launch_graph_items(GraphItems& items, const pfSliceDesc_t& slice,
+                                Stream stream) override;
+
  private:
   std::atomic<size_t> activity_collected_{0};
   World* world_;

@@ -150,6 +150,28 @@ def fill_outside_bubbles(trace_path: str, slack_us: float):
     return len(slices), len(outside)
 
 
+def items_against_bubbles(trace_path, item_starts):
+    """(items started outside every bubble, most items of one bubble started after its end)
+    from the runtime's trace and a host-backend GraphJob's item start times (same clock). The
+    gate allows one late start per bubble: the item claimed just before the gate closed (its
+    thread may run it later on a loaded machine); a second would be a claim after the close."""
+    import bisect
+    with open(trace_path) as f:
+        data = json.load(f)
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    bubbles = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                     if e.get("ph") == "X" and e.get("cat") == "bubble")
+    begins = [b for b, _ in bubbles]
+    outside, late = 0, {}
+    for t in item_starts:
+        i = bisect.bisect_right(begins, t + 1e-6) - 1
+        if i < 0:
+            outside += 1
+        elif t > bubbles[i][1]:
+            late[i] = late.get(i, 0) + 1
+    return outside, max(late.values(), default=0)
+
+
 def equivalence(rank: int, world: int, out: dict, schedule_names) -> None:
     for name in schedule_names:
         cls = SCHEDULES[name][0]
@@ -196,6 +218,47 @@ def equivalence(rank: int, world: int, out: dict, schedule_names) -> None:
         except Exception as error:  # reported, not raised: the other schedules still run
             result["exception"] = "".join(traceback.format_exception(error))
         out[name] = result
+
+
+def host_device(rank: int, world: int, out: dict) -> None:
+    """1F1B with each rank's runtime on the real-time host device and a graph fill job (items of
+    HOST_ITEM_US real time each on one host-device SM thread): slices start inside their bubble
+    and no item starts outside a bubble but the one per bubble claimed before its gate closed
+    (item start times against the trace, one clock), every item once and in index order,
+    losses/gradients unchanged."""
+    item_us = HOST_ITEM_US
+    schedule, modules, indices, num_stages = build("1F1B", rank, world)
+    base = train(schedule, modules, indices, num_stages, STEPS)
+    dist.barrier()
+    schedule, modules, indices, num_stages = build("1F1B", rank, world)
+    with pf.Runtime(backend="host", stage_id=rank, stage_count=world, reserved_sms=0,
+                    min_samples=1) as runtime:
+        clock = runtime.high_priority_stream()
+        job = runtime.create_job(pf.GraphJob(items=10**6, item_cost_us=item_us,
+                                             clock_stream=clock))
+        bubbles = pft.instrument(schedule, runtime, strict=True)
+        filled = train(schedule, modules, indices, num_stages, STEPS)
+        bubbles.remove()
+        runtime.synchronize()
+        stats = runtime.stats()
+        trace = os.path.join(os.environ["PIPEFILL_TEST_OUT"], f"host-rank{rank}.json")
+        runtime.write_trace(trace)
+        slices, outside = fill_outside_bubbles(trace, slack_us=float("inf"))
+        items_outside, most_late = items_against_bubbles(trace, job.graph_item_times())
+        counts = job.graph_counts()
+        out.update(identical_losses=identical(base[0], filled[0]),
+                   identical_grads=identical(base[1], filled[1]),
+                   expected_waits=pft.expected_receive_waits(schedule, rank, indices, num_stages),
+                   step_bubbles=bubbles.step_bubbles, runtime_bubbles=stats.bubbles,
+                   items_run=counts.items_run, items_completed=stats.items_completed,
+                   duplicates=counts.duplicates, out_of_order=counts.out_of_order,
+                   index_mismatches=counts.index_mismatches, fill_slices=slices,
+                   fill_slices_outside=outside, items_outside=items_outside,
+                   most_late_items=most_late, errors=[str(e) for e in bubbles.errors])
+    dist.barrier()
+
+
+HOST_ITEM_US = 200.0
 
 
 def failure(rank: int, world: int, out: dict, mode: str, timeout_s: float) -> None:
@@ -248,6 +311,8 @@ def main() -> None:
                                 timeout=datetime.timedelta(seconds=args.timeout))
         if args.scenario == "equivalence":
             equivalence(rank, world, out, args.schedules.split(","))
+        elif args.scenario == "host":
+            host_device(rank, world, out)
         else:
             failure(rank, world, out, args.scenario, args.timeout)
     except Exception as error:

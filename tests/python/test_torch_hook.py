@@ -90,9 +90,11 @@ def test_runtime_errors_do_not_break_the_trainer():
         strict.schedule.step()
 
 
-def test_graph_job_is_a_seam_for_the_next_round():
-    with pytest.raises(NotImplementedError, match="graph fill job C API"):
-        pft.graph_job(None)
+def test_graph_fill_job_needs_the_cuda_backend():
+    with pf.Runtime(backend="sim") as rt:
+        with pytest.raises(pf.PipeFillError, match="not cuda") as error:
+            pft.graph_fill_job(rt, lambda index: None, 4)
+        assert error.value.code == pf.Result.NOT_SUPPORTED
 
 
 def test_stream_handles_from_torch():

@@ -1,0 +1,196 @@
+#include "gated_graph.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <vector>
+
+#include "common/log.hpp"
+#include "cuda_check.hpp"
+#include "gated_graph_launchers.hpp"
+#include "stream_context.hpp"
+
+namespace pipefill::cuda {
+namespace {
+
+// WHILE conditional nodes whose body holds child-graph, memcpy and memset nodes: CUDA 12.4
+// (runtime and driver; 12.3 conditional bodies are more restricted).
+constexpr int kConditionalNodesVersion = 12040;
+
+const char* node_type_name(cudaGraphNodeType type) {
+  switch (type) {
+    case cudaGraphNodeTypeKernel: return "kernel";
+    case cudaGraphNodeTypeMemcpy: return "memcpy";
+    case cudaGraphNodeTypeMemset: return "memset";
+    case cudaGraphNodeTypeHost: return "host";
+    case cudaGraphNodeTypeGraph: return "child graph";
+    case cudaGraphNodeTypeEmpty: return "empty";
+    case cudaGraphNodeTypeWaitEvent: return "event wait";
+    case cudaGraphNodeTypeEventRecord: return "event record";
+    case cudaGraphNodeTypeExtSemaphoreSignal: return "external semaphore signal";
+    case cudaGraphNodeTypeExtSemaphoreWait: return "external semaphore wait";
+    case cudaGraphNodeTypeMemAlloc: return "memory allocation";
+    case cudaGraphNodeTypeMemFree: return "memory free";
+    case cudaGraphNodeTypeConditional: return "conditional";
+    default: return "unknown";
+  }
+}
+
+// The contract of a graph fill job's item (docs/api.md, "Graph fill jobs"): only node types CUDA
+// accepts inside a conditional body, and none that allocates or synchronises with the host.
+pfResult_t check_nodes(cudaGraph_t graph, const std::string& where, int depth) {
+  if (depth > 8) return fail(pfErrorInvalidArgument, "desc->graph: child graphs nested deeper than 8");
+  size_t count = 0;
+  PF_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
+  std::vector<cudaGraphNode_t> nodes(count);
+  if (count > 0) PF_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
+  for (size_t i = 0; i < count; ++i) {
+    cudaGraphNodeType type{};
+    PF_CUDA_CHECK(cudaGraphNodeGetType(nodes[i], &type));
+    switch (type) {
+      case cudaGraphNodeTypeKernel:
+      case cudaGraphNodeTypeMemcpy:
+      case cudaGraphNodeTypeMemset:
+      case cudaGraphNodeTypeEmpty:
+        break;
+      case cudaGraphNodeTypeGraph: {
+        cudaGraph_t child = nullptr;
+        PF_CUDA_CHECK(cudaGraphChildGraphNodeGetGraph(nodes[i], &child));
+        PF_TRY(check_nodes(child, where + " child graph " + std::to_string(i), depth + 1));
+        break;
+      }
+      default:
+        return fail(pfErrorInvalidArgument,
+                    "desc->graph: node {} of{} is a {} node; a graph fill job's item may hold only "
+                    "kernel, memcpy, memset, empty and child-graph nodes (no allocation, no host "
+                    "synchronisation, no events or conditionals)",
+                    i, where, node_type_name(type));
+    }
+  }
+  return pfSuccess;
+}
+
+class CudaGatedGraph final : public GraphItems {
+ public:
+  ~CudaGatedGraph() override {
+    ScopedStreamContext scope;
+    if (fill_stream_ != nullptr && scope.enter(fill_stream_) != pfSuccess) clear_last_error();
+    if (exec_ != nullptr && cudaGraphExecDestroy(exec_) != cudaSuccess) (void)cudaGetLastError();
+    if (graph_ != nullptr && cudaGraphDestroy(graph_) != cudaSuccess) (void)cudaGetLastError();
+  }
+
+  pfResult_t build(const GraphJobSpec& spec) {
+    fill_stream_ = spec.fill_stream;
+    slice_words_ = spec.scratch_words;
+    ScopedStreamContext scope;  // one context throughout: the fill stream's (green or primary)
+    PF_TRY(scope.enter(spec.fill_stream));
+    PF_CUDA_CHECK(detail::load_graph_claim_kernel());  // no module load inside a bubble
+    PF_CUDA_CHECK(cudaGraphCreate(&graph_, 0));
+    cudaGraphConditionalHandle handle{};
+    PF_CUDA_CHECK(cudaGraphConditionalHandleCreate(&handle, graph_, 0, cudaGraphCondAssignDefault));
+    GraphClaimWords words{};
+    words.gate = spec.gate;
+    words.slice_words = spec.scratch_words;
+    words.cursor = spec.cursor;
+    words.budget_counter = spec.budget_counter;
+    words.index_word = spec.index_word;
+    words.item_count = spec.item_count;
+    void* args[] = {&handle, &words};
+    cudaKernelNodeParams claim{};
+    claim.func = const_cast<void*>(detail::graph_claim_kernel_function());
+    claim.gridDim = dim3(1);
+    claim.blockDim = dim3(1);
+    claim.kernelParams = args;
+    cudaGraphNode_t first_claim = nullptr;
+    PF_CUDA_CHECK(cudaGraphAddKernelNode(&first_claim, graph_, nullptr, 0, &claim));
+    cudaGraphNodeParams loop{};
+    loop.type = cudaGraphNodeTypeConditional;
+    loop.conditional.handle = handle;
+    loop.conditional.type = cudaGraphCondTypeWhile;
+    loop.conditional.size = 1;
+    cudaGraphNode_t while_node = nullptr;
+    PF_CUDA_CHECK(cudaGraphAddNode(&while_node, graph_, &first_claim, nullptr, 1, &loop));
+    cudaGraph_t body = loop.conditional.phGraph_out[0];
+    cudaGraphNode_t item = nullptr;  // the user's graph, cloned: the caller may destroy theirs
+    PF_CUDA_CHECK(cudaGraphAddChildGraphNode(&item, body, nullptr, 0, static_cast<cudaGraph_t>(spec.graph)));
+    cudaGraphNode_t next_claim = nullptr;
+    PF_CUDA_CHECK(cudaGraphAddKernelNode(&next_claim, body, &item, 1, &claim));
+    PF_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+    // Upload now, on a private stream of the same context (never the fill stream, whose queued
+    // slices may wait for bubbles the caller has yet to enqueue), so no lazy upload happens in a
+    // bubble.
+    cudaStream_t upload = nullptr;
+    PF_CUDA_CHECK(cudaStreamCreateWithFlags(&upload, cudaStreamNonBlocking));
+    cudaError_t error = cudaGraphUpload(exec_, upload);
+    if (error == cudaSuccess) error = cudaStreamSynchronize(upload);
+    const cudaError_t destroyed = cudaStreamDestroy(upload);
+    PF_CUDA_CHECK(error);
+    PF_CUDA_CHECK(destroyed);
+    return pfSuccess;
+  }
+
+  pfResult_t launch(void* stream) {
+    ScopedStreamContext scope;
+    PF_TRY(scope.enter(stream));
+    PF_CUDA_CHECK(cudaGraphLaunch(exec_, static_cast<cudaStream_t>(stream)));
+    return pfSuccess;
+  }
+
+  uint64_t* slice_words() const { return slice_words_; }
+
+ private:
+  void* fill_stream_ = nullptr;
+  uint64_t* slice_words_ = nullptr;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+}  // namespace
+
+pfResult_t make_gated_graph(const GraphJobSpec& spec, std::unique_ptr<GraphItems>* out) {
+  if (out == nullptr) return fail(pfErrorInvalidArgument, "make_gated_graph: out is null");
+  if (spec.graph == nullptr)
+    return fail(pfErrorInvalidArgument,
+                "desc->graph is NULL (the CUDA backend needs the cudaGraph_t of one item)");
+  if (spec.on_item != nullptr)
+    return fail(pfErrorInvalidArgument,
+                "desc->on_item must be NULL on the CUDA backend (the graph is the item's work)");
+  if (spec.scratch_words == nullptr || spec.gate == nullptr || spec.cursor == nullptr ||
+      spec.budget_counter == nullptr || spec.fill_stream == nullptr)
+    return fail(pfErrorInternal, "make_gated_graph: job '{}' has no device words or fill stream", spec.name);
+  int driver = 0, runtime = 0;
+  PF_CUDA_CHECK(cudaDriverGetVersion(&driver));
+  PF_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+  if (driver < kConditionalNodesVersion || runtime < kConditionalNodesVersion)
+    return fail(pfErrorNotSupported,
+                "graph fill jobs need conditional (WHILE) graph nodes: CUDA 12.4 or later, but the "
+                "driver is {} and the runtime {}",
+                driver, runtime);
+  cudaPointerAttributes attributes{};
+  PF_CUDA_CHECK(cudaPointerGetAttributes(&attributes, spec.index_word));
+  if (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged)
+    return fail(pfErrorInvalidArgument,
+                "desc->index_word {} is not device memory (cudaPointerGetAttributes type {}): the "
+                "graph's kernels read it",
+                static_cast<const void*>(spec.index_word), static_cast<int>(attributes.type));
+  PF_TRY(check_nodes(static_cast<cudaGraph_t>(spec.graph), "", 0));
+  auto graph = std::make_unique<CudaGatedGraph>();
+  PF_TRY(graph->build(spec));
+  log::info("graph job '{}': gated graph instantiated ({} items)", spec.name, spec.item_count);
+  *out = std::move(graph);
+  return pfSuccess;
+}
+
+uint64_t* gated_graph_slice_words(GraphItems& items) {
+  return static_cast<CudaGatedGraph&>(items).slice_words();
+}
+
+pfResult_t launch_gated_graph(GraphItems& items, void* stream) {
+  return static_cast<CudaGatedGraph&>(items).launch(stream);
+}
+
+bool is_gated_graph(const GraphItems& items) {
+  return dynamic_cast<const CudaGatedGraph*>(&items) != nullptr;
+}
+
+}  // namespace pipefill::cuda

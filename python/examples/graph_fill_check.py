@@ -1,0 +1,115 @@
+"""GPU check of graph fill jobs (scripts/gpu-check.sh, step graph_fill): a torch model's
+inference as a graph fill job (pipefill.torch.module_inference_job) inside the bubbles of a
+synthetic main stream on one GPU.
+
+Prints, one fact per line (prefix "graph-fill:"):
+  - outputs equal eager inference (max abs difference),
+  - max overrun past a bubble's end vs one item's cost (the gate's bound),
+  - main-stream iteration time without filling and with it, side by side, and the ratio.
+Exits 0 with "SKIPPED: no CUDA device" without a GPU (or without torch / the CUDA build of the
+package), 1 when a check fails.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--iterations", type=int, default=40)
+    parser.add_argument("--bubble-us", type=float, default=600.0)
+    parser.add_argument("--samples", type=int, default=2048)
+    parser.add_argument("--batch", type=int, default=16)
+    args = parser.parse_args()
+    try:
+        import torch
+    except ImportError as error:
+        print(f"SKIPPED: no CUDA device (torch does not import: {error})")
+        return 0
+    if not torch.cuda.is_available():
+        print("SKIPPED: no CUDA device (torch.cuda.is_available() is False)")
+        return 0
+    import pipefill as pf
+    import pipefill.torch as pft
+    try:
+        rt = pf.Runtime(backend="cuda", stage_id=0, stage_count=1, min_samples=2)
+    except pf.PipeFillError as error:
+        print(f"SKIPPED: no CUDA device (pipefill CUDA runtime: {error.message})")
+        return 0
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(),
+                                torch.nn.Linear(4096, 1024)).cuda().eval()
+    inputs = torch.randn(args.samples, 1024, device="cuda")
+    with torch.no_grad():
+        eager = torch.cat([model(inputs[i:i + args.batch])
+                           for i in range(0, args.samples, args.batch)])
+    main_stream = torch.cuda.Stream(priority=-1)
+    a = torch.randn(4096, 4096, device="cuda")
+    # torch.cuda._sleep spins a number of GPU cycles: calibrate cycles per microsecond.
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(10_000_000)
+    stop.record()
+    stop.synchronize()
+    cycles_per_us = 10_000_000 / (start.elapsed_time(stop) * 1000.0)
+
+    def iteration() -> None:
+        with torch.cuda.stream(main_stream):
+            torch.mm(a, a)  # the stage's compute
+            with rt.bubble(main_stream, expected_us=args.bubble_us):
+                torch.cuda._sleep(int(args.bubble_us * cycles_per_us))  # the receive wait
+        rt.iteration_end()
+
+    def timed(n: int) -> list:
+        times = []
+        for _ in range(n):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record(main_stream)
+            iteration()
+            e.record(main_stream)
+            e.synchronize()
+            times.append(s.elapsed_time(e) * 1000.0)
+        return times
+
+    for _ in range(3):
+        iteration()  # warm-up; gives the bubble class its history
+    torch.cuda.synchronize()
+    rt.synchronize()
+    no_fill = timed(args.iterations)  # bubbles marked, no job: the baseline
+    fill = pft.module_inference_job(rt, model, inputs, batch=args.batch)
+    filled = timed(args.iterations)
+    extra = 0
+    while not fill.job.status.finished and extra < 2000:
+        iteration()
+        rt.synchronize()
+        extra += 1
+    rt.synchronize()
+    info = fill.job.info()
+    outputs = fill.wait(30.0) if info.status == pf.JobStatus.COMPLETED else fill.outputs
+    stats = rt.stats()
+    diff = (outputs - eager).abs().max().item()
+    equal = info.status == pf.JobStatus.COMPLETED and torch.allclose(outputs, eager, rtol=1e-4,
+                                                                    atol=1e-4)
+    base, with_fill = statistics.median(no_fill), statistics.median(filled)
+    print(f"graph-fill: job {info.status.name}, {info.items_completed}/{info.item_count} items "
+          f"of {args.batch} samples, {stats.slices_launched} slices, {args.iterations + extra} "
+          f"filled iterations")
+    print(f"graph-fill: outputs equal eager: {equal} (max abs diff {diff:.3g})")
+    ok_overrun = stats.max_overrun_us <= fill.item_cost_us
+    print(f"graph-fill: max overrun {stats.max_overrun_us:.1f} us vs item cost "
+          f"{fill.item_cost_us:.1f} us: {'<= one item' if ok_overrun else 'MORE THAN ONE ITEM'}")
+    print(f"graph-fill: main-stream iteration median {base:.1f} us without filling, "
+          f"{with_fill:.1f} us with filling, ratio {with_fill / base:.3f} "
+          f"({args.iterations} iterations each, bubble {args.bubble_us:.0f} us)")
+    print(f"graph-fill: filled {stats.filled_time_us:.0f} of {stats.bubble_time_us:.0f} us "
+          f"of bubble time ({stats.filled_share:.1%})")
+    fill.close()
+    rt.close()
+    return 0 if equal and ok_overrun else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
