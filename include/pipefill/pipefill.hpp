@@ -139,7 +139,7 @@ class Runtime {
 
   pfStats_t stats() const {
     pfStats_t s;
-    check(pfRuntimeGetStats(rt_, &s));
+    check(pfRuntimeGetStatsV2(rt_, &s, sizeof s));  // every field this header knows
     return s;
   }
   pfConfig_t config() const {

@@ -73,11 +73,21 @@ class Stats:
     jobs_completed: int
     jobs_failed: int
     host_begin_end_ns: float
+    filled_sm_us: float = 0.0
+    """SM x us of fill work inside bubbles (several jobs' slices side by side count each)."""
+    capacity_sm_us: float = 0.0
+    """Fill SMs x bubble time: what filled_sm_us is out of."""
 
     @property
     def filled_share(self) -> float:
         """filled_time_us / bubble_time_us (0 when there was no bubble time)."""
         return self.filled_time_us / self.bubble_time_us if self.bubble_time_us > 0 else 0.0
+
+    @property
+    def filled_sm_share(self) -> float:
+        """filled_sm_us / capacity_sm_us: how much of the fill partition's bubble time ran
+        fill work (0 when there was none)."""
+        return self.filled_sm_us / self.capacity_sm_us if self.capacity_sm_us > 0 else 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -428,7 +438,7 @@ class Runtime:
 
     # ---- results ----
     def stats(self) -> Stats:
-        """pfRuntimeGetStats."""
+        """pfRuntimeGetStatsV2 (every field, SM x us included)."""
         return Stats(**self._native.stats())
 
     def write_trace(self, path: Union[str, "os.PathLike[str]"]) -> None:

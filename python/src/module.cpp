@@ -665,7 +665,7 @@ class Runtime {
     pfStats_t s{};
     {
       Use use(core_->life, "Runtime");
-      check(pfRuntimeGetStats(core_->runtime, &s));
+      check(pfRuntimeGetStatsV2(core_->runtime, &s, sizeof s));
     }
     nb::dict d;
     d["iterations"] = s.iterations;
@@ -681,6 +681,8 @@ class Runtime {
     d["jobs_completed"] = s.jobs_completed;
     d["jobs_failed"] = s.jobs_failed;
     d["host_begin_end_ns"] = s.host_begin_end_ns;
+    d["filled_sm_us"] = s.filled_sm_us;
+    d["capacity_sm_us"] = s.capacity_sm_us;
     return d;
   }
   void write_trace(const std::string& path) {
@@ -1044,7 +1046,7 @@ NB_MODULE(_pipefill, m) {
       .def("bubble_end", &Runtime::bubble_end, "stream"_a, "pfBubbleEnd.")
       .def("in_bubble", &Runtime::in_bubble, "True between a bubble_begin and its bubble_end.")
       .def("iteration_end", &Runtime::iteration_end, "pfIterationEnd.")
-      .def("stats", &Runtime::stats, "pfRuntimeGetStats as a dict.")
+      .def("stats", &Runtime::stats, "pfRuntimeGetStatsV2 as a dict.")
       .def("write_trace", &Runtime::write_trace, "path"_a, "pfTraceWrite (GIL released).")
       .def("create_sim_ticket_job", &Runtime::create_sim_ticket_job, "name"_a, "priority"_a,
            "items"_a, "item_cost_us"_a, "parallelism"_a, "resident_bytes"_a,

@@ -347,9 +347,11 @@ void Executor::harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begi
         job.slices_without_progress = a.items_done > 0 ? 0 : job.slices_without_progress + 1;
         if (job.slices_without_progress >= kMaxSlicesWithoutProgress) {
           const std::string message = fmt::format(
-              "job '{}': {} slices in a row ran in open bubbles and completed no item; does its "
-              "launch callback enqueue a ticket kernel on the given stream?",
-              job.name, job.slices_without_progress);
+              "job '{}': {} slices in a row ran in open bubbles and completed no item; {}",
+              job.name, job.slices_without_progress,
+              job.kind == pfJobGraph
+                  ? "does its graph's item finish (no host sync, no wait on other streams)?"
+                  : "does its launch callback enqueue a ticket kernel on the given stream?");
           log::warn("{}", message);
           end_job(s, job, pfJobFailed, pfErrorJobFailed, message);
           record_async_error(s, pfErrorJobFailed, message);

@@ -63,7 +63,7 @@ pfResult_t graph_job_from_desc(const pfGraphJobDesc_t* desc, JobState* job, Grap
   return pfSuccess;
 }
 
-pfResult_t launch_graph_slice(Device& device, JobState& job, const pfSliceDesc_t& slice,
+pfResult_t launch_graph_slice(Device& device, const JobState& job, const pfSliceDesc_t& slice,
                               Stream stream) {
   if (job.graph_items == nullptr) {
     return fail(pfErrorInternal, "graph job '{}' has no prepared graph items (torn down?)",

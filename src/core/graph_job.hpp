@@ -31,7 +31,7 @@ pfResult_t graph_job_from_desc(const pfGraphJobDesc_t* desc, JobState* job, Grap
 
 // One slice of a graph job on `stream`. No allocation, no synchronisation (executor side, with the
 // state lock held). A failure returns its code with the message set; the caller ends the job.
-pfResult_t launch_graph_slice(Device& device, JobState& job, const pfSliceDesc_t& slice,
+pfResult_t launch_graph_slice(Device& device, const JobState& job, const pfSliceDesc_t& slice,
                               Stream stream);
 
 }  // namespace pipefill::core

@@ -137,6 +137,11 @@ def test_bubbles_fill_a_ticket_job(use_context_manager):
             # Every completed item ran exactly once, and the runtime counted the same items.
             assert counts.items_run == st.items_completed == job.info().items_completed > 0
             assert counts.duplicates == 0 and counts.out_of_range == 0 and counts.tracked
+            # SM x us: every item ran on one SM for its 10 us inside a bubble (no overrun: the
+            # main stream's end below is undelayed), out of fill SMs x bubble time.
+            assert st.filled_sm_us == pytest.approx(counts.items_run * 10.0)
+            assert 0 < st.filled_sm_share <= 1.0
+            assert st.capacity_sm_us >= st.filled_sm_us
             assert job.status == JobStatus.RUNNING
             # Filling inside the bubble does not delay the main stream (ticket items <= gap).
             assert end == pytest.approx(5 * (200.0 + 400.0), abs=1e-6)
