@@ -38,9 +38,9 @@ cmake -S . -B build-tsan -G Ninja "${launcher[@]}" -DCMAKE_BUILD_TYPE=Debug -DPI
   -DPIPEFILL_SANITIZE=thread -DPIPEFILL_BUILD_BENCHMARKS=OFF -DPIPEFILL_BUILD_EXAMPLES=OFF \
   -DPIPEFILL_BUILD_TOOLS=OFF >/dev/null
 cmake --build build-tsan -j "$jobs"
-step "tests (TSan: executor, runtime and host-device threads)"
+step "tests (TSan: executor, runtime, host-device and graph-job threads)"
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-  ctest --test-dir build-tsan -j "$jobs" --timeout 600 -L 'executor|runtime|host'
+  ctest --test-dir build-tsan -j "$jobs" --timeout 600 -L 'executor|runtime|host|graph'
 
 step "build (clang, -Wthread-safety -Werror=thread-safety, CUDA off)"
 # The annotated locks (common/mutex.hpp) are checked at compile time: an access to a GUARDED_BY

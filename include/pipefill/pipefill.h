@@ -174,8 +174,19 @@ typedef struct pfConfig_t {
         PF_UNSET_INT, PF_UNSET_SIZE, PF_UNSET_INT, PF_UNSET_INT                             \
   }
 
-/* Same as assigning PF_CONFIG_INITIALIZER. */
+/* Bytes of the version-2 layout (0.2 headers: pfConfig_t ended at sim_memory_bytes). */
+#define PF_CONFIG_V2_SIZE (offsetof(pfConfig_t, fill_streams))
+
+/* Same as assigning PF_CONFIG_INITIALIZER to a caller's struct of config_size bytes (pass
+ * sizeof(pfConfig_t)): writes min(config_size, sizeof(pfConfig_t)) bytes, with `size` and
+ * `version` those of the layout that fits, and nothing past config_size. config_size below
+ * PF_CONFIG_V2_SIZE: pfErrorInvalidArgument. */
+PF_API pfResult_t pfConfigInitSized(pfConfig_t* config, size_t config_size);
+/* The exported symbol writes the version-2 layout only (PF_CONFIG_V2_SIZE bytes), so a binary
+ * built against an older header is never written past its struct; code compiled against this
+ * header calls pfConfigInitSized(config, sizeof(pfConfig_t)) through the macro below. */
 PF_API pfResult_t pfConfigInit(pfConfig_t* config);
+#define pfConfigInit(config) pfConfigInitSized((config), sizeof(pfConfig_t))
 
 /* ------------------------------------------------------------------------------------------ */
 /* Runtime                                                                                     */

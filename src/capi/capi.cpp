@@ -80,12 +80,33 @@ PF_API pfResult_t pfGetVersion(int* version) {
   });
 }
 
+namespace {
+pfResult_t init_config(const char* function, pfConfig_t* config, size_t config_size) {
+  if (config == nullptr) return fail(pfErrorInvalidArgument, "{}: config is NULL", function);
+  if (config_size < PF_CONFIG_V2_SIZE) {
+    return fail(pfErrorInvalidArgument,
+                "{}: config_size = {} is smaller than the oldest layout this library fills ({} "
+                "bytes); pass sizeof(pfConfig_t)",
+                function, config_size, PF_CONFIG_V2_SIZE);
+  }
+  pfConfig_t c = PF_CONFIG_INITIALIZER;
+  const size_t bytes = std::min(config_size, sizeof(pfConfig_t));
+  c.size = bytes;
+  c.version = bytes >= sizeof(pfConfig_t) ? PF_CONFIG_VERSION : 2;  // the layout that fits
+  std::memcpy(config, &c, bytes);
+  return pfSuccess;
+}
+}  // namespace
+
+PF_API pfResult_t pfConfigInitSized(pfConfig_t* config, size_t config_size) {
+  return guarded(__func__, [&] { return init_config("pfConfigInitSized", config, config_size); });
+}
+
+// The exported pfConfigInit of binaries built against a 0.2 header (the header's macro of the
+// same name calls pfConfigInitSized): their struct is the version-2 layout.
+#undef pfConfigInit
 PF_API pfResult_t pfConfigInit(pfConfig_t* config) {
-  return guarded(__func__, [&] {
-    if (config == nullptr) return fail(pfErrorInvalidArgument, "pfConfigInit: config is NULL");
-    *config = pfConfig_t PF_CONFIG_INITIALIZER;
-    return pfSuccess;
-  });
+  return guarded(__func__, [&] { return init_config("pfConfigInit", config, PF_CONFIG_V2_SIZE); });
 }
 
 // ---- Runtime ------------------------------------------------------------------------------

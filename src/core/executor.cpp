@@ -86,6 +86,20 @@ void Executor::refresh_plans(RuntimeState& s) {
   }
 }
 
+BubbleRecord& Executor::open_bubble_record(RuntimeState& s, const BubbleMessage& m) {
+  // The record of a begun bubble, until it is harvested (both launch modes make it the same way).
+  s.pending.emplace_back();
+  BubbleRecord& bubble = s.pending.back();
+  bubble.id = m.bubble_id;
+  bubble.iteration = m.iteration;
+  bubble.index_in_iteration = m.index_in_iteration;
+  bubble.class_key = bubble_class_key(m.index_in_iteration, m.label);
+  bubble.kind = m.kind;
+  bubble.tracked = m.tracked;
+  if (!m.tracked) bubble.skip_reason = "bubble event pool exhausted";
+  return bubble;
+}
+
 void Executor::begin_bubble(const BubbleMessage& m, SliceTails* tails) {
   RuntimeState& s = state_;
   MutexLock lock(s.mu);
@@ -100,18 +114,8 @@ void Executor::begin_bubble(const BubbleMessage& m, SliceTails* tails) {
       harvest(s);
       refresh_plans(s);
     }
-    s.pending.emplace_back();
-    BubbleRecord& bubble = s.pending.back();
-    bubble.id = m.bubble_id;
-    bubble.iteration = m.iteration;
-    bubble.index_in_iteration = m.index_in_iteration;
-    bubble.class_key = bubble_class_key(m.index_in_iteration, m.label);
-    bubble.kind = m.kind;
-    bubble.tracked = m.tracked;
-    if (!m.tracked) {
-      bubble.skip_reason = "bubble event pool exhausted";
-      return;
-    }
+    BubbleRecord& bubble = open_bubble_record(s, m);
+    if (!bubble.tracked) return;
     for (const PreparedPlan& prepared : s.prepared_plans) {
       if (prepared.class_key != bubble.class_key) continue;
       bubble.predicted_us = prepared.predicted_us;
@@ -173,18 +177,8 @@ void Executor::handle_begin(RuntimeState& s, const BubbleMessage& m) {
   harvest(s);
   // Inline mode: pfBubbleBegin made the bubble's record and enqueued its slices.
   if (options_.launch_mode == pfLaunchInline) return;
-  s.pending.emplace_back();
-  BubbleRecord& bubble = s.pending.back();
-  bubble.id = m.bubble_id;
-  bubble.iteration = m.iteration;
-  bubble.index_in_iteration = m.index_in_iteration;
-  bubble.class_key = bubble_class_key(m.index_in_iteration, m.label);
-  bubble.kind = m.kind;
-  bubble.tracked = m.tracked;
-  if (!m.tracked) {
-    bubble.skip_reason = "bubble event pool exhausted";
-    return;
-  }
+  BubbleRecord& bubble = open_bubble_record(s, m);
+  if (!bubble.tracked) return;
   std::string why;
   const FillRequest request = request_for(s, bubble.class_key, m.expected_us, &why);
   bubble.predicted_us = request.gated_predicted_us;

@@ -63,6 +63,8 @@ class Executor final : public MessageHandler, public InlineFill {
   pfResult_t drain_fill_streams(RuntimeState& s) EXCLUDES(s.mu);
 
  private:
+  static BubbleRecord& open_bubble_record(RuntimeState& s, const BubbleMessage& m)
+      REQUIRES(s.mu);
   void handle_begin(RuntimeState& s, const BubbleMessage& m) REQUIRES(s.mu);
   void handle_end(RuntimeState& s, const BubbleMessage& m) REQUIRES(s.mu);
   void harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begin_us, double end_us)

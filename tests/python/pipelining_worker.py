@@ -220,42 +220,50 @@ def equivalence(rank: int, world: int, out: dict, schedule_names) -> None:
         out[name] = result
 
 
-def host_device(rank: int, world: int, out: dict) -> None:
-    """1F1B with each rank's runtime on the real-time host device and a graph fill job (items of
-    HOST_ITEM_US real time each on one host-device SM thread): slices start inside their bubble
-    and no item starts outside a bubble but the one per bubble claimed before its gate closed
-    (item start times against the trace, one clock), every item once and in index order,
-    losses/gradients unchanged."""
+def host_device(rank: int, world: int, out: dict, names: list) -> None:
+    """Each schedule of `names` with each rank's runtime on the real-time host device and a graph
+    fill job (items of HOST_ITEM_US real time each on one host-device SM thread): slices start
+    inside their bubble and no item starts outside a bubble but the one per bubble claimed before
+    its gate closed (item start times against the trace, one clock), every item once and in
+    index order, losses/gradients unchanged. out[name] holds each schedule's figures."""
     item_us = HOST_ITEM_US
-    schedule, modules, indices, num_stages = build("1F1B", rank, world)
-    base = train(schedule, modules, indices, num_stages, STEPS)
-    dist.barrier()
-    schedule, modules, indices, num_stages = build("1F1B", rank, world)
-    with pf.Runtime(backend="host", stage_id=rank, stage_count=world, reserved_sms=0,
-                    min_samples=1) as runtime:
-        clock = runtime.high_priority_stream()
-        job = runtime.create_job(pf.GraphJob(items=10**6, item_cost_us=item_us,
-                                             clock_stream=clock))
-        bubbles = pft.instrument(schedule, runtime, strict=True)
-        filled = train(schedule, modules, indices, num_stages, STEPS)
-        bubbles.remove()
-        runtime.synchronize()
-        stats = runtime.stats()
-        trace = os.path.join(os.environ["PIPEFILL_TEST_OUT"], f"host-rank{rank}.json")
-        runtime.write_trace(trace)
-        slices, outside = fill_outside_bubbles(trace, slack_us=float("inf"))
-        items_outside, most_late = items_against_bubbles(trace, job.graph_item_times())
-        counts = job.graph_counts()
-        out.update(identical_losses=identical(base[0], filled[0]),
-                   identical_grads=identical(base[1], filled[1]),
-                   expected_waits=pft.expected_receive_waits(schedule, rank, indices, num_stages),
-                   step_bubbles=bubbles.step_bubbles, runtime_bubbles=stats.bubbles,
-                   items_run=counts.items_run, items_completed=stats.items_completed,
-                   duplicates=counts.duplicates, out_of_order=counts.out_of_order,
-                   index_mismatches=counts.index_mismatches, fill_slices=slices,
-                   fill_slices_outside=outside, items_outside=items_outside,
-                   most_late_items=most_late, errors=[str(e) for e in bubbles.errors])
-    dist.barrier()
+    for name in names:
+        result: dict = {}
+        try:
+            schedule, modules, indices, num_stages = build(name, rank, world)
+            base = train(schedule, modules, indices, num_stages, STEPS)
+            dist.barrier()
+            schedule, modules, indices, num_stages = build(name, rank, world)
+            with pf.Runtime(backend="host", stage_id=rank, stage_count=world, reserved_sms=0,
+                            min_samples=1) as runtime:
+                clock = runtime.high_priority_stream()
+                job = runtime.create_job(pf.GraphJob(items=10**6, item_cost_us=item_us,
+                                                     clock_stream=clock))
+                bubbles = pft.instrument(schedule, runtime, strict=True)
+                filled = train(schedule, modules, indices, num_stages, STEPS)
+                bubbles.remove()
+                runtime.synchronize()
+                stats = runtime.stats()
+                trace = os.path.join(os.environ["PIPEFILL_TEST_OUT"], f"host-{name}-rank{rank}.json")
+                runtime.write_trace(trace)
+                slices, outside = fill_outside_bubbles(trace, slack_us=float("inf"))
+                items_outside, most_late = items_against_bubbles(trace, job.graph_item_times())
+                counts = job.graph_counts()
+                result.update(
+                    identical_losses=identical(base[0], filled[0]),
+                    identical_grads=identical(base[1], filled[1]),
+                    expected_waits=pft.expected_receive_waits(schedule, rank, indices,
+                                                              num_stages),
+                    step_bubbles=bubbles.step_bubbles, runtime_bubbles=stats.bubbles,
+                    items_run=counts.items_run, items_completed=stats.items_completed,
+                    duplicates=counts.duplicates, out_of_order=counts.out_of_order,
+                    index_mismatches=counts.index_mismatches, fill_slices=slices,
+                    fill_slices_outside=outside, items_outside=items_outside,
+                    most_late_items=most_late, errors=[str(e) for e in bubbles.errors])
+            dist.barrier()
+        except Exception as error:  # reported, not raised: the other schedules still run
+            result["exception"] = "".join(traceback.format_exception(error))
+        out[name] = result
 
 
 HOST_ITEM_US = 200.0
@@ -312,7 +320,7 @@ def main() -> None:
         if args.scenario == "equivalence":
             equivalence(rank, world, out, args.schedules.split(","))
         elif args.scenario == "host":
-            host_device(rank, world, out)
+            host_device(rank, world, out, args.schedules.split(","))
         else:
             failure(rank, world, out, args.scenario, args.timeout)
     except Exception as error:

@@ -2,8 +2,8 @@
 
 For GPipe, 1F1B, interleaved 1F1B, looped BFS and the zero-bubble schedules (interleaved ZB,
 ZBV, DualPipeV) each rank trains a few steps without PipeFill and again with it (a fill job on
-the rank's runtime on the simulated backend; a second run puts it on the real-time host
-device with a graph fill job), then checks:
+the rank's runtime on the simulated backend; a second run puts GPipe, 1F1B and interleaved
+1F1B on the real-time host device with a graph fill job), then checks:
 bubble instructions per stage == the receive waits of the schedule's own action list; losses
 and gradients bit-identical; fill work (from the runtime's trace) only inside bubbles. The
 failure tests make one rank raise, exit or stall and check that every process ends, that no
@@ -34,7 +34,8 @@ SCHEDULES = ["GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBu
              "ZBVZeroBubble", "DualPipeV"]
 
 
-def launch(tmp: pathlib.Path, scenario: str, deadline_s: float, timeout_s: float = 30.0):
+def launch(tmp: pathlib.Path, scenario: str, deadline_s: float, timeout_s: float = 30.0,
+           schedules: str = ""):
     """Starts WORLD worker processes; returns (return codes, per-rank JSON or None, seconds).
     Processes still running at the deadline are killed and the test fails: nothing may hang."""
     env = dict(os.environ, WORLD_SIZE=str(WORLD), PIPEFILL_TEST_OUT=str(tmp),
@@ -44,7 +45,8 @@ def launch(tmp: pathlib.Path, scenario: str, deadline_s: float, timeout_s: float
     for rank in range(WORLD):
         log = open(tmp / f"log{rank}.txt", "w")
         procs.append(subprocess.Popen(
-            [sys.executable, str(WORKER), "--scenario", scenario, "--timeout", str(timeout_s)],
+            [sys.executable, str(WORKER), "--scenario", scenario, "--timeout", str(timeout_s)]
+            + (["--schedules", schedules] if schedules else []),
             env=dict(env, RANK=str(rank)), stdout=log, stderr=subprocess.STDOUT))
     codes = []
     for rank, p in enumerate(procs):
@@ -120,13 +122,13 @@ def test_fill_work_runs_only_inside_bubbles_simulated(equivalence, name):
         assert r["items_run"] == r["items_completed"] and r["duplicates"] == 0
 
 
-def test_fill_work_runs_only_inside_bubbles_on_the_host_device(tmp_path):
-    """Each rank's runtime on the real-time host device with a graph fill job (host-device
-    items of 200 µs of real time): its slices (from the runtime's trace) start inside the bubble
-    they were launched for; no item starts outside a bubble, except at most the one per bubble
-    that was claimed before the gate closed (counts from item start times on the trace's clock,
-    so the machine's load does not matter); every item ran once in index order; losses and
-    gradients are bit-identical to the run without PipeFill."""
+HOST_SCHEDULES = ["GPipe", "1F1B", "Interleaved1F1B"]
+
+
+@pytest.fixture(scope="module")
+def host_runs(tmp_path_factory):
+    """One 4-process run of HOST_SCHEDULES with every rank's runtime on the real-time host
+    device (skipped where the build has no host device)."""
     try:
         with pf.Runtime(backend="host"):
             pass
@@ -134,10 +136,24 @@ def test_fill_work_runs_only_inside_bubbles_on_the_host_device(tmp_path):
         if error.code == pf.Result.NOT_SUPPORTED:
             pytest.skip(f"no host device in this build: {error.message}")
         raise
-    codes, results, _ = launch(tmp_path, "host", deadline_s=300)
+    tmp = tmp_path_factory.mktemp("pipelining-host")
+    env_schedules = ",".join(HOST_SCHEDULES)
+    codes, results, _ = launch(tmp, "host", deadline_s=400, schedules=env_schedules)
     assert codes == [0] * WORLD
-    for rank, r in enumerate(results):
-        assert r is not None and "fatal" not in r, rank
+    return results
+
+
+@pytest.mark.parametrize("name", HOST_SCHEDULES)
+def test_fill_work_runs_only_inside_bubbles_on_the_host_device(host_runs, name):
+    """Each rank's runtime on the real-time host device with a graph fill job (host-device
+    items of 200 µs of real time): bubble instructions per stage equal the schedule's receive
+    waits; its slices (from the runtime's trace) start inside the bubble they were launched for;
+    no item starts outside a bubble, except at most the one per bubble that was claimed before
+    the gate closed (counts from item start times on the trace's clock, so the machine's load
+    does not matter); every item ran once in index order; losses and gradients are
+    bit-identical to the run without PipeFill."""
+    for rank in range(WORLD):
+        r = result(host_runs, rank, name)
         assert r["identical_losses"] and r["identical_grads"], rank
         assert r["step_bubbles"] == [r["expected_waits"]] * 3, rank
         assert r["runtime_bubbles"] == 3 * r["expected_waits"], rank

@@ -87,5 +87,60 @@ TEST(ConfigAbi, Version2LayoutGetsDefaultsForTheAppendedFields) {
   PF_ASSERT_OK(pfRuntimeDestroy(rt));
 }
 
+// pfConfigInit as a binary built against the 0.2 header calls it (the exported symbol, not
+// this header's macro): it fills the version-2 layout and writes nothing past it. (Python's
+// ctypes test harness, laid out from the 0.2 header, crashed when it wrote the whole struct.)
+TEST(ConfigAbi, ExportedConfigInitWritesOnlyTheVersion2Layout) {
+  std::vector<unsigned char> buffer(sizeof(pfConfig_t) + 64, 0xAB);
+  auto* config = reinterpret_cast<pfConfig_t*>(buffer.data());
+  PF_ASSERT_OK((pfConfigInit)(config));  // the parentheses bypass the macro
+  EXPECT_EQ(config->size, PF_CONFIG_V2_SIZE);
+  EXPECT_EQ(config->version, 2);
+  const pfConfig_t init = PF_CONFIG_INITIALIZER;
+  EXPECT_EQ(config->reserved_sms, init.reserved_sms);
+  EXPECT_EQ(config->sim_memory_bytes, init.sim_memory_bytes);
+  for (size_t i = PF_CONFIG_V2_SIZE; i < buffer.size(); ++i) {
+    ASSERT_EQ(buffer[i], 0xAB) << "byte " << i << " lies beyond the version-2 layout";
+  }
+  // What it wrote is valid input: the appended fields take their defaults.
+  config->backend = pfBackendSim;
+  pfRuntime_t rt = nullptr;
+  PF_ASSERT_OK(pfRuntimeCreate(config, &rt));
+  pfConfig_t got = PF_CONFIG_INITIALIZER;
+  PF_ASSERT_OK(pfRuntimeGetConfig(rt, &got));
+  EXPECT_EQ(got.fill_streams, 4);
+  EXPECT_EQ(got.launch_mode, pfLaunchExecutor);  // auto on a simulated (multi-queue) device
+  PF_ASSERT_OK(pfRuntimeDestroy(rt));
+}
+
+TEST(ConfigAbi, SizedConfigInitFillsTheCallersLayout) {
+  // The header's pfConfigInit: the whole current struct, byte for byte the initializer.
+  pfConfig_t full;
+  std::memset(&full, 0x5A, sizeof full);
+  PF_ASSERT_OK(pfConfigInit(&full));
+  const pfConfig_t init = PF_CONFIG_INITIALIZER;
+  EXPECT_EQ(full.size, sizeof(pfConfig_t));
+  EXPECT_EQ(full.version, PF_CONFIG_VERSION);
+  EXPECT_EQ(full.fill_streams, init.fill_streams);
+  EXPECT_EQ(full.launch_mode, init.launch_mode);
+  EXPECT_EQ(full.sim_world, nullptr);
+  // A layout between versions gets the version-2 header values and nothing past its size.
+  std::vector<unsigned char> buffer(sizeof(pfConfig_t) + 16, 0xCD);
+  auto* config = reinterpret_cast<pfConfig_t*>(buffer.data());
+  const size_t between = PF_CONFIG_V2_SIZE + sizeof(int);
+  PF_ASSERT_OK(pfConfigInitSized(config, between));
+  EXPECT_EQ(config->size, between);
+  EXPECT_EQ(config->version, 2);
+  for (size_t i = between; i < buffer.size(); ++i) ASSERT_EQ(buffer[i], 0xCD) << "byte " << i;
+  // Too small for any layout: refused, nothing written.
+  std::vector<unsigned char> small(64, 0xEE);
+  EXPECT_EQ(pfConfigInitSized(reinterpret_cast<pfConfig_t*>(small.data()), 8),
+            pfErrorInvalidArgument);
+  EXPECT_NE(std::string(pfGetLastErrorMessage()).find("config_size = 8"), std::string::npos)
+      << pfGetLastErrorMessage();
+  for (unsigned char b : small) ASSERT_EQ(b, 0xEE);
+  EXPECT_EQ(pfConfigInitSized(nullptr, sizeof(pfConfig_t)), pfErrorInvalidArgument);
+}
+
 }  // namespace
 }  // namespace pipefill::testing
