@@ -7,7 +7,11 @@
 //  4. the same on a GPU (skipped without one: this executable is built without the engine's
 //     CUDA transports; run `pipeline_engine --transport auto --naive` on a GPU instead);
 //  5. the peers side by side (no fill, naive, FreeRide-, Tally-, PipeFill-paper-style, ours) on
-//     one simulated stage with the calibrated interference on (BM_PeersSideBySideSim).
+//     one simulated stage with the calibrated interference on, bubbles that sometimes end early
+//     (BM_PeersSideBySideSim);
+//  6. the same peers as fill modes of the multi-stage example engine (4 stages, 1F1B, jittered
+//     kernels): same pipeline, fill job, seed and interference for every mode, with fill
+//     throughput vs a dedicated device and bubble end -> main kernel p50/p99 (BM_PeersEngineSim).
 // Times reported as counters are VIRTUAL (simulated) times; the wall time Google Benchmark
 // prints is only the cost of simulating.
 #include <benchmark/benchmark.h>
@@ -31,6 +35,7 @@
 #include "../examples/pipeline_engine/instructions.cpp"
 #include "../examples/pipeline_engine/sim_transport.cpp"
 #include "../examples/pipeline_engine/engine.cpp"
+#include "../examples/pipeline_engine/peers.cpp"
 #include "../examples/pipeline_engine/cuda_transport_stub.cpp"
 
 namespace {
@@ -625,6 +630,84 @@ void BM_PeersSideBySideSim(benchmark::State& state) {
                 "early bubble's length, so the usual 400 us bubble is filled only that far\n");
 }
 BENCHMARK(BM_PeersSideBySideSim)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+// 6. The peers as fill modes of the multi-stage example engine (examples/pipeline_engine: engine.hpp
+// FillMode, sim_transport.cpp peer_fill, peers.cpp): 4 stages, 1F1B, 8 micro-batches, kernel
+// durations jittered 5% (so bubbles vary and predictions matter), MLP inference fill on every
+// stage, the calibrated interference; 20 iterations, the first 2 (the predictor's history) not
+// counted. Every mode is measured the same way by the simulated transport.
+void BM_PeersEngineSim(benchmark::State& state) {
+  EngineOptions o;
+  o.transport = "sim";
+  o.iterations = 20;
+  o.warm_iterations = 2;
+  o.fill = "mlp";
+  o.keep_every = 0;
+  o.jitter = 0.05;
+  const std::vector<FillMode> modes{FillMode::PipeFill, FillMode::Naive, FillMode::FreeRide,
+                                    FillMode::Tally, FillMode::PaperStyle};
+  std::vector<PeerRow> rows;
+  for (auto _ : state) {
+    const Status s = compare_fill_modes(o, modes, &rows);
+    if (!s.ok()) {
+      state.SkipWithError(s.message.c_str());
+      return;
+    }
+  }
+  std::printf("[engine-peers] example engine on the simulated transport: %d stages, 1f1b, %d "
+              "micro-batches, kernel jitter %.2f, fill mlp, interference beta %.2f beta_f %.2f "
+              "gamma %.2f (calibrated; docs/simulated-device.md), %d iterations (first %d not "
+              "counted), seed %llu\n",
+              o.pipeline.stages, o.pipeline.microbatches, o.jitter, o.interference, o.fill_slowdown,
+              o.comm_slowdown, o.iterations, o.warm_iterations,
+              static_cast<unsigned long long>(o.seed));
+  std::printf("%s", format_peer_table(o, rows, "[engine-peers] ").c_str());
+  const PeerRow* ours = nullptr;
+  for (const PeerRow& r : rows) {
+    if (r.mode == FillMode::PipeFill) ours = &r;
+    state.counters[std::string(fill_mode_name(r.mode)) + "_slowdown_pct"] = r.slowdown_pct;
+    state.counters[std::string(fill_mode_name(r.mode)) + "_filled_pct"] = r.filled_pct;
+    state.counters[std::string(fill_mode_name(r.mode)) + "_throughput"] = r.throughput;
+  }
+  if (ours == nullptr) return;
+  std::printf("[engine-peers] targets (issue 11): ours <= 0.5%% slowdown: %s (%.3f%%); >= 90%% "
+              "filled: %s (%.1f%%); throughput >= 0.85 of dedicated: %s (%.3f); own p99 <= 50 us: "
+              "%s (%.2f us)\n",
+              ours->slowdown_pct <= 0.5 ? "met" : "MISSED", ours->slowdown_pct,
+              ours->filled_pct >= 90 ? "met" : "MISSED", ours->filled_pct,
+              ours->throughput >= 0.85 ? "met" : "MISSED", ours->throughput,
+              ours->all_blocks_p99_us <= 50 ? "met" : "MISSED", ours->all_blocks_p99_us);
+  for (const PeerRow& r : rows) {
+    if (r.mode == FillMode::None || r.mode == FillMode::PipeFill) continue;
+    const bool ahead = ours->slowdown_pct < r.slowdown_pct && ours->filled_pct >= r.filled_pct;
+    std::printf("[engine-peers] ours vs %s: %s (slowdown %.3f%% vs %.3f%%, filled %.1f%% vs "
+                "%.1f%%)\n",
+                fill_mode_name(r.mode),
+                ahead ? "ahead (less slowdown, equal or more filled)"
+                : ours->slowdown_pct < r.slowdown_pct ? "less slowdown, fills less"
+                                                      : "MORE slowdown",
+                ours->slowdown_pct, r.slowdown_pct, ours->filled_pct, r.filled_pct);
+  }
+  // Sensitivity rows: the same comparison at other (beta = beta_f, gamma).
+  for (const auto& [beta, gamma] : {std::pair{0.0, 0.0}, std::pair{0.2, 0.1}, std::pair{1.6, 2.2}}) {
+    EngineOptions so = o;
+    so.interference = so.fill_slowdown = beta;
+    so.comm_slowdown = gamma;
+    std::vector<PeerRow> srows;
+    const Status s = compare_fill_modes(so, modes, &srows);
+    if (!s.ok()) {
+      state.SkipWithError(s.message.c_str());
+      return;
+    }
+    std::string line;
+    for (const PeerRow& r : srows)
+      if (r.mode != FillMode::None)
+        line += fmt::format(" | {} {:.3f}% / {:.1f}%", fill_mode_name(r.mode), r.slowdown_pct, r.filled_pct);
+    std::printf("[engine-peers] sensitivity beta=beta_f=%.1f gamma=%.1f: slowdown / filled%s\n", beta,
+                gamma, line.c_str());
+  }
+}
+BENCHMARK(BM_PeersEngineSim)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 // 4. GPU: the CUDA transports are compiled only into the pipeline_engine example.
 void BM_EngineIterationGpu(benchmark::State& state) {

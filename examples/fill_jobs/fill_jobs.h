@@ -57,6 +57,11 @@ typedef struct fjParams_t {
   int parallelism;            /* items in flight at once (0: all fill SMs; training: 1) */
   /* Inference: keep the output of every Nth item for checking (1: all, 0: none). */
   uint64_t keep_every;
+  /* Simulated backend, optional: called after every completed item (after the job's own
+   * accounting), on the thread that runs the simulated world. The example engine uses it to
+   * measure when fill work ran, the same way for its own launches and the runtime's. */
+  void (*on_item)(void* user, uint64_t item);
+  void* on_item_user;
 } fjParams_t;
 
 typedef struct fjProgress_t {

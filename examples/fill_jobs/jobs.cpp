@@ -120,7 +120,11 @@ void fjJob::compute_item(uint64_t item) {
 
 namespace {
 
-void sim_item_callback(void* user, uint64_t item) { static_cast<fjJob*>(user)->compute_item(item); }
+void sim_item_callback(void* user, uint64_t item) {
+  auto* job = static_cast<fjJob*>(user);
+  job->compute_item(item);
+  if (job->params.on_item) job->params.on_item(job->params.on_item_user, item);
+}
 
 pfResult_t launch_callback(void* user, const pfSliceDesc_t* slice, void* stream) {
   auto* job = static_cast<fjJob*>(user);

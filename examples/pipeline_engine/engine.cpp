@@ -21,6 +21,41 @@ do {                                                                            
                                           fjGetLastErrorMessage())};                      \
 } while (0)
 
+const char* fill_mode_name(FillMode mode) {
+  switch (mode) {
+    case FillMode::None: return "no fill";
+    case FillMode::PipeFill: return "PipeFill";
+    case FillMode::Naive: return "naive";
+    case FillMode::FreeRide: return "FreeRide-style";
+    case FillMode::Tally: return "Tally-style";
+    case FillMode::PaperStyle: return "PipeFill-paper";
+  }
+  return "?";
+}
+
+bool parse_fill_mode(const std::string& name, FillMode* out) {
+  static const std::pair<const char*, FillMode> kModes[] = {
+      {"none", FillMode::None},         {"pipefill", FillMode::PipeFill},
+      {"naive", FillMode::Naive},       {"freeride", FillMode::FreeRide},
+      {"tally", FillMode::Tally},       {"paper", FillMode::PaperStyle}};
+  for (const auto& [text, mode] : kModes) {
+    if (name == text) {
+      *out = mode;
+      return true;
+    }
+  }
+  return false;
+}
+
+namespace {
+bool is_peer(FillMode mode) {
+  return mode == FillMode::FreeRide || mode == FillMode::Tally || mode == FillMode::PaperStyle;
+}
+// The transport sees modes as ints (transport.hpp); keep the numbering it relies on.
+static_assert(static_cast<int>(FillMode::FreeRide) == 3 && static_cast<int>(FillMode::Tally) == 4 &&
+              static_cast<int>(FillMode::PaperStyle) == 5);
+}  // namespace
+
 int parse_fill_kind(const std::string& name) {
   if (name == "none") return -1;
   if (name == "mlp") return fjMlpInference;
@@ -75,6 +110,7 @@ struct Stage {
   fjJob_t fill = nullptr;
   pfJob_t job = nullptr;
   double item_cost_us = 0.0;
+  double margin_us = 0.0, margin_fraction = 0.0;  // the runtime's resolved safety margins
   pfStats_t stats_before{};
 };
 
@@ -102,7 +138,14 @@ class Engine {
     topts.interference = options_.interference;
     topts.fill_slowdown = options_.fill_slowdown;
     topts.comm_slowdown = options_.comm_slowdown;
-    topts.reserve_sms = mode_ != FillMode::Naive;
+    // Only PipeFill keeps SMs for the main job; the baselines reserve none (their papers don't).
+    topts.reserve_sms = mode_ == FillMode::None || mode_ == FillMode::PipeFill;
+    topts.warm_iterations = options_.warm_iterations;
+    if (is_peer(mode_) && transport_.backend() != pfBackendSim)
+      return Status{pfErrorNotSupported,
+                    fmt::format("the {} baseline runs on --transport sim only (the {} transport has "
+                                "no FreeRide/Tally/paper-style fill)",
+                                fill_mode_name(mode_), transport_.name())};
     ENGINE_TRY(transport_.open(options_.pipeline, costs_, programs_, topts));
     opened_ = true;
 
@@ -121,7 +164,14 @@ class Engine {
       config.sim_seed = options_.seed;
       transport_.configure_runtime(s, &config);
       ENGINE_PF(pfRuntimeCreate(&config, &st.runtime));
+      pfConfig_t resolved = PF_CONFIG_INITIALIZER;
+      const pfResult_t got = pfRuntimeGetConfig(st.runtime, &resolved);
+      if (got == pfSuccess) {
+        st.margin_us = resolved.safety_margin_us;
+        st.margin_fraction = resolved.safety_margin_fraction;
+      }
       stages_.push_back(st);
+      if (got != pfSuccess) return pf_status(got, "pfRuntimeGetConfig");
       ENGINE_TRY(transport_.attach(s, stages_.back().runtime));
       if (kind >= 0 && mode_ != FillMode::None) ENGINE_TRY(create_fill_job(stages_.back(), kind));
     }
@@ -171,11 +221,19 @@ class Engine {
         result->max_overrun_us = std::max(result->max_overrun_us, now.max_overrun_us);
         result->host_begin_end_ns = now.host_begin_end_ns;
       }
-      if (mode_ == FillMode::Naive) r.items = transport_.naive_items_done() - naive_before;
+      if (mode_ != FillMode::PipeFill && mode_ != FillMode::None)
+        r.items = transport_.naive_items_done() - naive_before;
       for (double d : transport_.take_resume_delays_us()) result->resume_delays_us.push_back(d);
       result->iterations.push_back(r);
     }
     result->naive_items = transport_.naive_items_done();
+    Transport::FillAccounting accounting = transport_.take_fill_accounting();
+    result->filled_sm_us = accounting.filled_sm_us;
+    result->bubble_us = accounting.bubble_us;
+    result->item_work_sm_us = accounting.item_work_sm_us;
+    result->first_block_delays_us = std::move(accounting.first_block_delays_us);
+    result->all_blocks_delays_us = std::move(accounting.all_blocks_delays_us);
+    if (!stages_.empty()) result->item_cost_us = stages_.front().item_cost_us;
     for (Stage& st : stages_) {
       StageFillSummary summary;
       if (st.job) {
@@ -240,8 +298,15 @@ class Engine {
     if (options_.fill_execution >= 0) p.execution = options_.fill_execution;
     p.seed = options_.seed * 1000 + static_cast<uint64_t>(st.index);  // a job per GPU
     p.keep_every = options_.keep_every;
+    Transport::ItemCallback observe = nullptr;
+    void* observe_user = nullptr;
+    if (transport_.item_observer(st.index, &observe, &observe_user)) {
+      p.on_item = observe;
+      p.on_item_user = observe_user;
+    }
     ENGINE_PF_FJ(fjJobCreate(&p, &st.fill));
     ENGINE_PF_FJ(fjJobItemCost(st.fill, &st.item_cost_us));
+    transport_.set_fill_item_cost(st.item_cost_us);
     if (mode_ == FillMode::PipeFill) {
       pfJobDesc_t desc;
       ENGINE_PF_FJ(fjJobGetDesc(st.fill, &desc));
@@ -266,6 +331,16 @@ class Engine {
         hint.kind = in.bubble_kind;
         if (options_.hint_durations) hint.expected_duration_us = in.expected_us;
         ENGINE_PF(pfBubbleBegin(st.runtime, stream, &hint));
+        ENGINE_TRY(transport_.bubble_began(st.index, in.bubble_index));
+        if (is_peer(mode_) && st.fill) {
+          Transport::PeerFill fill;
+          fill.mode = static_cast<int>(mode_);
+          fill.bubble_index = in.bubble_index;
+          fill.item_cost_us = st.item_cost_us;
+          fill.margin_us = st.margin_us;
+          fill.margin_fraction = st.margin_fraction;
+          ENGINE_TRY(transport_.peer_fill(st.index, fill));
+        }
         if (mode_ == FillMode::Naive && st.fill) {
           // Naive: as many items as the schedule's expected bubble holds on every SM, ungated.
           const uint64_t items = static_cast<uint64_t>(
@@ -276,6 +351,7 @@ class Engine {
       }
       case InstrType::BubbleEnd:
         ENGINE_PF(pfBubbleEnd(st.runtime, stream));
+        if (mode_ == FillMode::Tally) ENGINE_TRY(transport_.peer_bubble_end(st.index));
         return transport_.bubble_ended(st.index);
       default:
         return transport_.execute(st.index, in);

@@ -12,7 +12,16 @@
 
 namespace engine {
 
-enum class FillMode { None, PipeFill, Naive };
+// How fill work gets into the bubbles. PipeFill is this library; the others are the baselines
+// a user would pick instead, each written from its published description (engine.cpp and
+// sim_transport.cpp cite them). The peers (FreeRide, Tally, PaperStyle) run on the simulated
+// transport only.
+enum class FillMode { None, PipeFill, Naive, FreeRide, Tally, PaperStyle };
+
+const char* fill_mode_name(FillMode mode);
+// "none", "pipefill", "naive", "freeride", "tally", "paper"; false for anything else.
+bool parse_fill_mode(const std::string& name, FillMode* out);
+
 
 struct EngineOptions {
   PipelineSpec pipeline;
@@ -30,6 +39,9 @@ struct EngineOptions {
   double fill_slowdown = 0.6;
   double comm_slowdown = 0.5;
   bool hint_durations = false;     // pass the schedule's expected bubble durations as hints
+  // Sim transport: fill accounting (RunResult::filled_sm_us ...) counts iterations from this
+  // one on (the predictor's warm-up is left out).
+  int warm_iterations = 2;
   std::string trace_prefix;        // write <prefix>.stage<N>.json Chrome traces
 };
 
@@ -60,6 +72,17 @@ struct RunResult {
   uint64_t naive_items = 0;
   // Per bubble: its end to the start of the stage's next main-job kernel (sim transport).
   std::vector<double> resume_delays_us;
+  // Sim transport, every mode alike: per bubble, its end to the first block of the stage's next
+  // main-job kernel (from the simulated device's activity log).
+  std::vector<double> first_block_delays_us;
+  std::vector<double> all_blocks_delays_us;  // ... to its last block: it holds every SM it needs
+  // Sim transport, every mode alike, over the iterations from `warm_iterations` on: fill item
+  // work (nominal item cost, SM x us) inside the bubbles, the bubbles' length, and all fill
+  // item work done. Filled share = filled_sm_us / (bubble_us x fill-usable SMs).
+  double filled_sm_us = 0.0;
+  double bubble_us = 0.0;
+  double item_work_sm_us = 0.0;
+  double item_cost_us = 0.0;  // nominal cost of one item on one SM
 };
 
 // Resolves the fill-kind name to fjKind_t (-1 for "none", -2 when unknown).

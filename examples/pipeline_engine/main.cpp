@@ -13,6 +13,7 @@
 #include <string>
 
 #include "engine.hpp"
+#include "peers.hpp"
 #include "schedule/pytorch_csv.hpp"
 
 using namespace engine;
@@ -46,15 +47,6 @@ int fail(const Status& status) {
   return 1;
 }
 
-const char* mode_name(FillMode mode) {
-  switch (mode) {
-    case FillMode::None: return "no fill";
-    case FillMode::PipeFill: return "PipeFill";
-    case FillMode::Naive: return "naive";
-  }
-  return "?";
-}
-
 // One line per run, printed the moment the run ends: its iteration times and fill totals.
 void print_run(int index, int runs, const RunResult& r, size_t warm) {
   std::vector<double> ms;
@@ -66,7 +58,7 @@ void print_run(int index, int runs, const RunResult& r, size_t warm) {
   std::string times;
   for (double t : ms) times += fmt::format(" {:.3f}", t);
   std::printf("run %d/%d (%s) on %s: iteration ms%s; mean from iteration %zu: %.3f ms; fill items %llu\n",
-              index, runs, mode_name(r.mode), r.transport.c_str(), times.c_str(), warm + 1,
+              index, runs, fill_mode_name(r.mode), r.transport.c_str(), times.c_str(), warm + 1,
               mean_from(ms, warm), static_cast<unsigned long long>(items));
   std::fflush(stdout);
 }
@@ -77,7 +69,7 @@ int main(int argc, char** argv) {
   EngineOptions o;
   PipelineSpec& p = o.pipeline;
   std::string schedule = "1f1b", fill_exec = "default";
-  bool naive = false;
+  bool naive = false, peers = false;
   int print_program = -1;
 
   CLI::App app{"PipeFill example pipeline engine (Megatron-style 1F1B / interleaved 1F1B)"};
@@ -114,6 +106,7 @@ int main(int argc, char** argv) {
   app.add_option("--comm-slowdown", o.comm_slowdown, "Sim: gamma, p2p transfer slowdown per unit of fill load")->capture_default_str();
   app.add_flag("--hint-durations", o.hint_durations, "Pass the schedule's expected bubble durations as hints (fills from iteration 1)");
   app.add_flag("--naive", naive, "Also run the naive baseline (ungated fill at the main job's priority, no SM reservation)");
+  app.add_flag("--peers", peers, "Sim: then run every fill mode side by side (no fill, PipeFill, naive, FreeRide-, Tally-, PipeFill-paper-style) and print their table");
   app.add_option("--trace", o.trace_prefix, "Write Chrome traces <prefix>.stage<N>.json of the filled run");
   app.add_option("--print-program", print_program, "Print this stage's instruction list and exit");
   CLI11_PARSE(app, argc, argv);
@@ -276,5 +269,22 @@ int main(int argc, char** argv) {
       return fail(Status{pfErrorInternal, "fill-job accounting mismatch (see the fill check line)"});
   }
   if (!naive_status.ok()) return fail(naive_status);
+  if (peers) {
+    if (!fill_on)
+      return fail(Status{pfErrorInvalidArgument, "--peers needs a fill job (--fill mlp, encoder or train)"});
+    if (base.transport != "sim")
+      return fail(Status{pfErrorNotSupported,
+                         fmt::format("--peers runs on the sim transport only, this run used {}", base.transport)});
+    EngineOptions po = o;
+    po.transport = "sim";
+    po.warm_iterations = static_cast<int>(warm);
+    std::vector<PeerRow> rows;
+    const Status s = compare_fill_modes(
+        po, {FillMode::PipeFill, FillMode::Naive, FillMode::FreeRide, FillMode::Tally, FillMode::PaperStyle},
+        &rows);
+    if (!s.ok()) return fail(s);
+    std::printf("\nfill modes side by side (same pipeline, fill job, seed and interference):\n%s",
+                format_peer_table(po, rows, "").c_str());
+  }
   return 0;
 }

@@ -51,6 +51,8 @@ struct TransportOptions {
   double fill_slowdown = 0.0;
   double comm_slowdown = 0.0;
   bool reserve_sms = true;    // false: fill may use every SM (the naive baseline)
+  // Fill accounting (take_fill_accounting): iterations before this one are not counted.
+  int warm_iterations = 0;
 };
 
 class Transport {
@@ -88,6 +90,36 @@ class Transport {
     return Status{pfErrorNotSupported, name() + " transport has no naive fill baseline"};
   }
   virtual uint64_t naive_items_done() const { return 0; }
+
+  // The peers' fill (engine.hpp FillMode FreeRide / Tally / PaperStyle), started right after the
+  // engine's pfBubbleBegin for the stage's `bubble_index`-th bubble of the iteration, and the
+  // stream-ordered end of the bubble (Tally's retreat flag) right after its pfBubbleEnd. Only
+  // the simulated transport has them.
+  struct PeerFill {
+    int mode = 0;            // engine::FillMode, as int (transport.hpp does not see engine.hpp)
+    int bubble_index = -1;
+    double item_cost_us = 0.0;
+    double margin_us = 0.0;        // the runtime's safety margins (paper-style fits with them)
+    double margin_fraction = 0.0;
+  };
+  virtual Status peer_fill(int /*stage*/, const PeerFill& /*fill*/) {
+    return Status{pfErrorNotSupported, name() + " transport has no FreeRide/Tally/paper-style baselines"};
+  }
+  virtual Status peer_bubble_end(int /*stage*/) { return {}; }
+
+  // Fill accounting, every mode alike (simulated transport): an item callback for fill jobs the
+  // runtime launches (fjParams_t::on_item), the bubbles' begin marks, and the totals.
+  using ItemCallback = void (*)(void* user, uint64_t item);
+  virtual bool item_observer(int /*stage*/, ItemCallback* /*fn*/, void** /*user*/) { return false; }
+  // The nominal cost of one fill item on one SM (known once the engine made its fill jobs).
+  virtual void set_fill_item_cost(double /*item_cost_us*/) {}
+  virtual Status bubble_began(int /*stage*/, int /*bubble_index*/) { return {}; }
+  struct FillAccounting {
+    double filled_sm_us = 0.0, bubble_us = 0.0, item_work_sm_us = 0.0;
+    std::vector<double> first_block_delays_us;  // bubble end -> next main kernel's first block
+    std::vector<double> all_blocks_delays_us;   // ... -> its last block (it holds all its SMs)
+  };
+  virtual FillAccounting take_fill_accounting() { return {}; }
 
   // Called right after the engine's pfBubbleEnd. Transports that can measure it then report the
   // delay from the bubble's end (the wait completing) to the start of the stage's next compute

@@ -32,6 +32,9 @@ struct ActivityRecord {
   uint64_t bytes = 0;      // memcpy/memset/memory
   uint64_t correlation = 0;
   int grid_blocks = 0;     // kernels: blocks launched (0 unknown)
+  // Simulated kernels: when the last of their blocks started, i.e. when the kernel held every SM
+  // it asked for (-1: unknown; real traces do not say).
+  double all_blocks_started_us = -1.0;
   // Memory records only: bytes in use on the device right after this event when the producer
   // knows it (PyTorch's "[memory]" events carry "Total Allocated"), else -1. Lets the analyser
   // use absolute levels instead of summing deltas from an unknown starting point.

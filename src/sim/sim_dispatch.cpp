@@ -63,6 +63,7 @@ void World::Impl::start_kernel_blocks(SimStream* stream, Op& op, int count) {
   DeviceState& device = devices[stream->device];
   if (stream->blocks_unstarted == op.sms) stream->head_start_us = now;  // the first group
   stream->blocks_unstarted -= count;
+  if (stream->blocks_unstarted == 0) stream->head_all_started_us = now;
   stream->blocks_active += count;
   device.free_sms -= count;
   device.main_blocks_active += count;

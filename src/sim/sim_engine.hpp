@@ -106,6 +106,7 @@ struct SimStream {
   // State of the head op once started.
   bool head_started = false;
   double head_start_us = 0.0;  // kernel / fill: its first block's start
+  double head_all_started_us = 0.0;  // kernel: when its last block started (it holds every SM)
   int held_sms = 0;            // wait: the SMs it holds
   int blocks_unstarted = 0;    // kernel / fill: blocks still pending
   int blocks_active = 0;       // kernel / fill: blocks holding an SM
@@ -258,7 +259,8 @@ struct World::Impl {
   double jitter_factor(const DeviceState& device, uint64_t stream_key, uint64_t ordinal,
                        uint64_t item = 0) const;
   void record_activity(int device, ActivityKind kind, const char* name, const SimStream& stream,
-                       double start_us, double end_us, uint64_t correlation, int blocks)
+                       double start_us, double end_us, uint64_t correlation, int blocks,
+                       double all_blocks_started_us = -1.0)
       REQUIRES(mutex);
   // Enqueues an op; an idle stream gets an Advance event at the current time (ops never run
   // at enqueue: everything happens inside a run, in event order).

@@ -89,7 +89,7 @@ double World::Impl::jitter_factor(const DeviceState& device, uint64_t stream_key
 
 void World::Impl::record_activity(int device, ActivityKind kind, const char* name,
                                   const SimStream& stream, double start_us, double end_us,
-                                  uint64_t correlation, int blocks) {
+                                  uint64_t correlation, int blocks, double all_blocks_started_us) {
   if (!record_activities) return;
   ActivityRecord record;
   record.kind = kind;
@@ -100,6 +100,7 @@ void World::Impl::record_activity(int device, ActivityKind kind, const char* nam
   record.end_us = end_us;
   record.correlation = correlation;
   record.grid_blocks = blocks;
+  record.all_blocks_started_us = all_blocks_started_us;
   devices[device].activities.push_back(std::move(record));
 }
 
@@ -202,7 +203,7 @@ void World::Impl::complete_head(SimStream* stream) {
   switch (op.type) {
     case OpType::Kernel:  // its blocks gave their SMs back as they ended
       record_activity(stream->device, ActivityKind::Kernel, "sim_kernel", *stream,
-                      stream->head_start_us, now, op.sequence, op.sms);
+                      stream->head_start_us, now, op.sequence, op.sms, stream->head_all_started_us);
       break;
     case OpType::Delay:
       record_activity(stream->device, ActivityKind::Memcpy, "sim_delay", *stream,

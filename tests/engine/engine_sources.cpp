@@ -8,3 +8,4 @@
 #include "../../examples/pipeline_engine/sim_transport.cpp"
 #include "../../examples/pipeline_engine/engine.cpp"
 #include "../../examples/pipeline_engine/cuda_transport_stub.cpp"
+#include "../../examples/pipeline_engine/peers.cpp"

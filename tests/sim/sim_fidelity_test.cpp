@@ -49,6 +49,7 @@ pfSimDeviceDesc_t desc_with(int sm_count, double beta, double beta_f, double gam
 struct Span {
   double first_start;
   double last_end;
+  double last_start = 0.0;  // when the last block started: the kernel holds every SM it asked for
 };
 Span list_schedule(std::vector<double> sm_free, int blocks, double ready,
                    const std::function<double(double)>& duration) {
@@ -62,6 +63,7 @@ Span list_schedule(std::vector<double> sm_free, int blocks, double ready,
     free_at.push(end);
     span.first_start = std::min(span.first_start, start);
     span.last_end = std::max(span.last_end, end);
+    span.last_start = std::max(span.last_start, start);
   }
   return span;
 }
@@ -114,8 +116,11 @@ TEST(SimDispatch, KernelStartsPartiallyAndFillsSmsAsFillBlocksExit) {
   ASSERT_EQ(kernels.size(), 1u);
   EXPECT_DOUBLE_EQ(kernels[0].start_us, 5.0);
   EXPECT_DOUBLE_EQ(kernels[0].end_us, expected.last_end);
+  // The log also says when the kernel held every SM it asked for (its last block's start).
+  EXPECT_DOUBLE_EQ(kernels[0].all_blocks_started_us, expected.last_start);
   // Hand check of the reference: groups at 5, 15, 25 (4 blocks), 33 (6), 35 (4), 43 (6), 45 (2).
   EXPECT_DOUBLE_EQ(expected.last_end, 55.0);
+  EXPECT_DOUBLE_EQ(expected.last_start, 45.0);
   EXPECT_EQ(words.cursor, 6u);  // the fill claimed one item per block, then saw the gate
 }
 

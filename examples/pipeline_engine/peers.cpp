@@ -1,0 +1,90 @@
+#include "peers.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace engine {
+
+double percentile_of(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+Status compare_fill_modes(const EngineOptions& options, const std::vector<FillMode>& modes,
+                          std::vector<PeerRow>* rows) {
+  if (options.transport != "sim")
+    return Status{pfErrorNotSupported,
+                  fmt::format("the fill modes side by side run on the sim transport, got '{}'",
+                              options.transport)};
+  if (options.warm_iterations < 0 || options.warm_iterations >= options.iterations)
+    return Status{pfErrorInvalidArgument,
+                  fmt::format("warm_iterations must be in [0, iterations = {}), got {}",
+                              options.iterations, options.warm_iterations)};
+  std::vector<FillMode> order{FillMode::None};
+  for (FillMode m : modes)
+    if (m != FillMode::None) order.push_back(m);
+  std::vector<PeerRow> out;
+  const size_t warm = static_cast<size_t>(options.warm_iterations);
+  const double fill_sms = options.pipeline.sm_count - options.pipeline.comm_sms;
+  for (FillMode mode : order) {
+    RunResult r;
+    ENGINE_TRY(run_engine(options, mode, &r));
+    PeerRow row;
+    row.mode = mode;
+    double sum = 0.0;
+    for (size_t i = warm; i < r.iterations.size(); ++i) sum += r.iterations[i].time_us;
+    row.iteration_us = sum / static_cast<double>(r.iterations.size() - warm);
+    if (r.bubble_us > 0) {
+      row.filled_pct = 100.0 * r.filled_sm_us / (r.bubble_us * fill_sms);
+      row.throughput = r.item_work_sm_us / (r.bubble_us * options.pipeline.sm_count);
+    }
+    row.first_block_p50_us = percentile_of(r.first_block_delays_us, 0.5);
+    row.first_block_p99_us = percentile_of(r.first_block_delays_us, 0.99);
+    row.all_blocks_p50_us = percentile_of(r.all_blocks_delays_us, 0.5);
+    row.all_blocks_p99_us = percentile_of(r.all_blocks_delays_us, 0.99);
+    row.bubbles = r.first_block_delays_us.size();
+    out.push_back(row);
+  }
+  for (PeerRow& row : out) row.slowdown_pct = 100.0 * (row.iteration_us / out.front().iteration_us - 1.0);
+  *rows = std::move(out);
+  return {};
+}
+
+std::string format_peer_table(const EngineOptions& o, const std::vector<PeerRow>& rows,
+                              const std::string& prefix) {
+  const PeerRow* ours = nullptr;
+  for (const PeerRow& r : rows)
+    if (r.mode == FillMode::PipeFill) ours = &r;
+  auto ratio = [](double value, double of) {
+    return of > 0 ? fmt::format("{:.2f}", value / of) : std::string("n/a");
+  };
+  std::string s;
+  s += fmt::format("{}{:<15} {:>10} {:>8} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+                   prefix, "mode", "slowdown%", "filled%", "thr/dedic", "start p50", "start p99",
+                   "own p50", "own p99", "slow/ours", "fill/ours", "thr/ours");
+  for (const PeerRow& r : rows) {
+    s += fmt::format("{}{:<15} {:>10.3f} {:>8.1f} {:>10.3f} {:>10.2f} {:>10.2f} {:>9.2f} {:>9.2f} {:>9} {:>9} {:>9}\n",
+                     prefix, fill_mode_name(r.mode), r.slowdown_pct, r.filled_pct, r.throughput,
+                     r.first_block_p50_us, r.first_block_p99_us, r.all_blocks_p50_us,
+                     r.all_blocks_p99_us,
+                     ours ? ratio(r.slowdown_pct, ours->slowdown_pct) : "n/a",
+                     ours ? ratio(r.filled_pct, ours->filled_pct) : "n/a",
+                     ours ? ratio(r.throughput, ours->throughput) : "n/a");
+  }
+  s += fmt::format(
+      "{}columns: slowdown% = mean iteration time from iteration {} vs no fill; filled% = fill "
+      "item work (nominal item cost) inside bubbles / (bubble time x {} non-comm SMs); thr/dedic "
+      "= all fill item work / (bubble time x {} SMs), i.e. items per bubble-second vs the same "
+      "job alone on a dedicated simulated GPU; start = bubble end -> first block of the stage's "
+      "next main kernel, own = -> its last block (it holds every SM it needs), p50/p99 over {} "
+      "bubbles (us); x/ours = ratio to PipeFill's\n",
+      prefix, o.warm_iterations + 1, o.pipeline.sm_count - o.pipeline.comm_sms,
+      o.pipeline.sm_count, rows.empty() ? 0 : rows.front().bubbles);
+  return s;
+}
+
+}  // namespace engine

@@ -1,0 +1,37 @@
+// The fill modes side by side (no fill, PipeFill and the peers' mechanisms, engine.hpp FillMode)
+// on the same pipeline, fill job, seed and interference, each run on a fresh simulated
+// transport; the figures every mode is measured by the same way (sim_transport.cpp).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine.hpp"
+
+namespace engine {
+
+struct PeerRow {
+  FillMode mode = FillMode::None;
+  double iteration_us = 0.0;   // mean from options.warm_iterations on
+  double slowdown_pct = 0.0;   // vs the no-fill run
+  double filled_pct = 0.0;     // fill item work inside bubbles / (bubble time x non-comm SMs)
+  double throughput = 0.0;     // fill item work / (bubble time x all SMs): vs a dedicated device
+  double first_block_p50_us = 0.0, first_block_p99_us = 0.0;  // bubble end -> next main kernel
+  double all_blocks_p50_us = 0.0, all_blocks_p99_us = 0.0;    // ... holds every SM it needs
+  size_t bubbles = 0;          // bubbles behind the percentiles
+};
+
+// Runs `modes` (FillMode::None first, added when missing) with the same options. Needs
+// options.transport "sim" (the peers run only there).
+Status compare_fill_modes(const EngineOptions& options, const std::vector<FillMode>& modes,
+                          std::vector<PeerRow>* rows);
+
+// The table: one row per mode, its ratios to PipeFill's (slowdown, filled, throughput), the
+// column definitions. Lines start with `prefix`.
+std::string format_peer_table(const EngineOptions& options, const std::vector<PeerRow>& rows,
+                              const std::string& prefix);
+
+// Nearest-rank percentile (0 for an empty list).
+double percentile_of(std::vector<double> values, double q);
+
+}  // namespace engine
