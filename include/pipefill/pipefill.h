@@ -118,6 +118,7 @@ typedef enum pfLogLevel_t {
  *   PIPEFILL_CUPTI=0|1                  PIPEFILL_SIM_SEED=<uint64>
  *   PIPEFILL_SIM_SMS=<int>              PIPEFILL_SIM_MEMORY_BYTES=<size>
  *   PIPEFILL_FILL_STREAMS=<1..64>       PIPEFILL_LAUNCH=auto|executor|inline   (version 3)
+ *   PIPEFILL_GATED_QUANTILE=<0..1>      (version 4)
  */
 /* Version 2: the "unset" values below are ones no caller passes on purpose (in version 1 they were
  * -1 / -1.0, so a margin of -1.0 silently meant "default"). A version 1 config (a caller built
@@ -125,8 +126,9 @@ typedef enum pfLogLevel_t {
  * honoured both ways: a smaller (older) layout gets defaults for the fields it lacks, and
  * pfRuntimeGetConfig writes only the bytes the caller's `size` holds. */
 /* Version 3 appends fill_streams and launch_mode; a version 2 layout (size and version of the
- * 0.1 header with version 2) gets their defaults. */
-#define PF_CONFIG_VERSION 3
+ * 0.1 header with version 2) gets their defaults. Version 4 appends gated_prediction_quantile;
+ * a version 3 layout (PF_CONFIG_V3_SIZE bytes, version 3) gets its default. */
+#define PF_CONFIG_VERSION 4
 #define PF_UNSET_INT INT_MIN
 #define PF_UNSET_DOUBLE (-DBL_MAX)
 #define PF_UNSET_SIZE SIZE_MAX
@@ -151,7 +153,8 @@ typedef struct pfConfig_t {
   double safety_margin_us;       /* subtracted from every predicted bubble */
   double safety_margin_fraction; /* and this fraction of the prediction */
   size_t arena_bytes;            /* device memory reserved up front for fill jobs */
-  double prediction_quantile;    /* conservative quantile of the bubble-class history, (0,1] */
+  double prediction_quantile;    /* quantile of the bubble-class history that sizes ungated
+                                    (opaque) work, (0,1]; default 0.1 (conservative) */
   int min_samples;               /* samples a bubble class needs before it is filled */
   int policy;                    /* pfSchedulePolicy_t */
   int log_level;                 /* pfLogLevel_t */
@@ -164,6 +167,12 @@ typedef struct pfConfig_t {
   /* Version 3. */
   int fill_streams; /* fill streams (slices of one bubble run side by side, one per stream) */
   int launch_mode;  /* pfLaunchMode_t */
+  /* Version 4. */
+  double gated_prediction_quantile; /* quantile of the bubble-class history that sizes gated work
+                                       (ticket kernels, gated graphs), (0,1]; default 0.5 (the
+                                       median): the gate stopped at the bubble end bounds a too
+                                       long prediction to one item of overrun, so gated work
+                                       need not plan to an early bubble's length */
 } pfConfig_t;
 
 #define PF_CONFIG_INITIALIZER                                                              \
@@ -171,11 +180,13 @@ typedef struct pfConfig_t {
     sizeof(pfConfig_t), PF_CONFIG_VERSION, PF_UNSET_INT, PF_UNSET_INT, PF_UNSET_INT,        \
         PF_UNSET_INT, PF_UNSET_INT, PF_UNSET_DOUBLE, PF_UNSET_DOUBLE, PF_UNSET_SIZE,        \
         PF_UNSET_DOUBLE, PF_UNSET_INT, PF_UNSET_INT, PF_UNSET_INT, PF_UNSET_INT, NULL, 0,   \
-        PF_UNSET_INT, PF_UNSET_SIZE, PF_UNSET_INT, PF_UNSET_INT                             \
+        PF_UNSET_INT, PF_UNSET_SIZE, PF_UNSET_INT, PF_UNSET_INT, PF_UNSET_DOUBLE            \
   }
 
 /* Bytes of the version-2 layout (0.2 headers: pfConfig_t ended at sim_memory_bytes). */
 #define PF_CONFIG_V2_SIZE (offsetof(pfConfig_t, fill_streams))
+/* Bytes of the version-3 layout (pfConfig_t ended at launch_mode). */
+#define PF_CONFIG_V3_SIZE (offsetof(pfConfig_t, gated_prediction_quantile))
 
 /* Same as assigning PF_CONFIG_INITIALIZER to a caller's struct of config_size bytes (pass
  * sizeof(pfConfig_t)): writes min(config_size, sizeof(pfConfig_t)) bytes, with `size` and

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 _INT_FIELDS = ("device", "stage_id", "stage_count", "reserved_sms", "min_samples",
                "sim_sm_count")
-_DOUBLE_FIELDS = ("safety_margin_us", "safety_margin_fraction", "prediction_quantile")
+_DOUBLE_FIELDS = ("safety_margin_us", "safety_margin_fraction", "prediction_quantile",
+                  "gated_prediction_quantile")
 _SIZE_FIELDS = ("arena_bytes", "sim_memory_bytes")
 _SIZE_SUFFIXES = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -80,7 +81,8 @@ class Config:
     arena_bytes: Optional[Union[int, str]] = None
     """Device memory reserved up front for fill jobs; "512M" style strings too (PIPEFILL_ARENA_BYTES)."""
     prediction_quantile: Optional[float] = None
-    """Conservative quantile of a bubble class's history, in (0, 1] (PIPEFILL_QUANTILE)."""
+    """Quantile of a bubble class's history that sizes ungated (opaque) work, in (0, 1]; default
+    0.1, conservative: nothing stops opaque work at the bubble end (PIPEFILL_QUANTILE)."""
     min_samples: Optional[int] = None
     """Samples a bubble class needs before it is filled (PIPEFILL_MIN_SAMPLES)."""
     policy: Optional[Union[Policy, str, int]] = None
@@ -97,6 +99,10 @@ class Config:
     """SMs of a private world's device (PIPEFILL_SIM_SMS)."""
     sim_memory_bytes: Optional[Union[int, str]] = None
     """Memory of a private world's device (PIPEFILL_SIM_MEMORY_BYTES)."""
+    gated_prediction_quantile: Optional[float] = None
+    """Quantile of a bubble class's history that sizes gated work (ticket kernels, gated graphs),
+    in (0, 1]; default 0.5, the median: the gate bounds a too-long prediction to one item of
+    overrun (PIPEFILL_GATED_QUANTILE)."""
 
     def _to_raw(self) -> "_pipefill.RawConfig":
         raw = _pipefill.RawConfig()
@@ -165,4 +171,5 @@ class Config:
             sim_seed=raw.sim_seed,
             sim_sm_count=raw.sim_sm_count,
             sim_memory_bytes=raw.sim_memory_bytes,
+            gated_prediction_quantile=raw.gated_prediction_quantile,
         )

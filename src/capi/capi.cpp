@@ -92,7 +92,7 @@ pfResult_t init_config(const char* function, pfConfig_t* config, size_t config_s
   pfConfig_t c = PF_CONFIG_INITIALIZER;
   const size_t bytes = std::min(config_size, sizeof(pfConfig_t));
   c.size = bytes;
-  c.version = bytes >= sizeof(pfConfig_t) ? PF_CONFIG_VERSION : 2;  // the layout that fits
+  c.version = pipefill::config_version_for_size(bytes);  // the layout that fits
   std::memcpy(config, &c, bytes);
   return pfSuccess;
 }

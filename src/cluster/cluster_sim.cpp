@@ -23,7 +23,10 @@ struct BubbleClass {
   int index = 0;
   double start_us = 0.0;
   double nominal_us = 0.0;
-  double predicted_us = 0.0;  // what the runtime's predictor would report (quantile of history)
+  // What the runtime's predictor would report: prediction_quantile of the history (ungated work,
+  // the peers) and gated_prediction_quantile of it (ours with the gate).
+  double predicted_us = 0.0;
+  double gated_predicted_us = 0.0;
   size_t free_bytes = 0;
   bool fillable = false;
   // Communication the fill runs beside (strategies.hpp BubbleInput).
@@ -141,6 +144,10 @@ pfResult_t validate_fill_options(const FillOptions& f, int iterations, const std
     return fail(pfErrorInvalidArgument, "fill.margin_fraction must be in [0, 1), got {}", f.margin_fraction);
   if (!std::isfinite(f.prediction_quantile) || f.prediction_quantile > 1 || f.prediction_quantile <= 0)
     return fail(pfErrorInvalidArgument, "fill.prediction_quantile must be in (0, 1], got {}", f.prediction_quantile);
+  if (!std::isfinite(f.gated_prediction_quantile) || f.gated_prediction_quantile > 1 ||
+      f.gated_prediction_quantile <= 0)
+    return fail(pfErrorInvalidArgument, "fill.gated_prediction_quantile must be in (0, 1], got {}",
+                f.gated_prediction_quantile);
   if (f.warmup_iterations < 0)
     return fail(pfErrorInvalidArgument, "fill.warmup_iterations must be >= 0, got {}", f.warmup_iterations);
   if (f.reserved_sms < 0) return fail(pfErrorInvalidArgument, "fill.reserved_sms must be >= 0, got {}", f.reserved_sms);
@@ -212,6 +219,7 @@ pfResult_t run_cluster_sim_impl(const ClusterSimSpec& spec, ClusterResult* out, 
   if (fill.margin_us < 0) fill.margin_us = runtime_defaults.safety_margin_us;
   if (fill.margin_fraction < 0) fill.margin_fraction = runtime_defaults.safety_margin_fraction;
   if (fill.prediction_quantile < 0) fill.prediction_quantile = runtime_defaults.prediction_quantile;
+  if (fill.gated_prediction_quantile < 0) fill.gated_prediction_quantile = runtime_defaults.gated_prediction_quantile;
   if (fill.warmup_iterations < 0) fill.warmup_iterations = runtime_defaults.min_samples;
   PF_TRY(validate_fill_options(fill, spec.iterations, spec.names.iterations));
   PF_TRY(validate_interference(spec.interference));
@@ -270,6 +278,10 @@ pfResult_t run_cluster_sim_impl(const ClusterSimSpec& spec, ClusterResult* out, 
   // Bubble classes per stage and the memory free through the whole iteration (the arena that
   // holds fill jobs' resident state: device memory minus the stage's peak usage).
   const double q = fill.prediction_quantile;
+  const double gated_q = fill.gated_prediction_quantile;
+  // Like the runtime: ours behind the gate plans to the gated quantile (the gate bounds a too-long
+  // prediction to one item of overrun); everything with no device gate plans to the low one.
+  const bool gated_planning = fill.gated && fill.strategy == FillStrategy::Ours;
   // Predictions come from the runtime's own predictor, fed with a window of jittered samples of
   // each class (what it would have seen after that many iterations).
   Rng sample_rng(spec.workload.seed ^ 0x5EEDF00Dull);
@@ -325,6 +337,7 @@ pfResult_t run_cluster_sim_impl(const ClusterSimSpec& spec, ClusterResult* out, 
       bc.start_us = b.start_us;
       bc.nominal_us = b.duration_us;
       bc.predicted_us = predictor.predict(key, q).quantile_us;
+      bc.gated_predicted_us = predictor.predict(key, gated_q).quantile_us;
       bc.free_bytes = b.free_bytes;
       bc.fillable = b.duration_us >= fill.min_bubble_us && (fill.fill_optimizer_bubble || b.kind != pfBubbleOptimizer);
       if (b.kind == pfBubbleOptimizer) {
@@ -420,7 +433,7 @@ pfResult_t run_cluster_sim_impl(const ClusterSimSpec& spec, ClusterResult* out, 
   auto request_for = [&](int type, int s, const BubbleClass& bc, double consumed_us, uint64_t remaining_items) {
     const JobConfigModel& setup_model = models[type][setup[type][s]];
     PlanRequest req;
-    req.predicted_us = bc.predicted_us;
+    req.predicted_us = gated_planning ? bc.gated_predicted_us : bc.predicted_us;
     // What earlier slices in this bubble used comes off the budget like the margin does.
     req.margin_us = fill.margin_us + consumed_us;
     req.margin_fraction = fill.margin_fraction;
@@ -428,7 +441,7 @@ pfResult_t run_cluster_sim_impl(const ClusterSimSpec& spec, ClusterResult* out, 
     req.free_bytes = bc.free_bytes > setup_model.resident_bytes ? bc.free_bytes - setup_model.resident_bytes : 0;
     req.fill_sms = 1;
     req.remaining_items = remaining_items;
-    req.gated = fill.gated && fill.strategy == FillStrategy::Ours;
+    req.gated = gated_planning;
     req.resident_limit = setup_model.resident_bytes;
     return req;
   };
@@ -635,7 +648,7 @@ pfResult_t run_cluster_sim_impl(const ClusterSimSpec& spec, ClusterResult* out, 
         if (!filling) continue;
         BubbleInput in;
         in.actual_us = actual;
-        in.predicted_us = bc.predicted_us;
+        in.predicted_us = gated_planning ? bc.gated_predicted_us : bc.predicted_us;
         in.transfer_out_us = bc.transfer_out_us;
         in.transfer_in_us = bc.transfer_in_us;
         in.comm_window_share = bc.comm_window_share;

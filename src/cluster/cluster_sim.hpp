@@ -26,7 +26,9 @@ struct FillOptions {
   double efficiency = 0.85;           // fill throughput in a bubble vs a dedicated GPU
   double margin_us = -1.0;            // < 0: the runtime's default (RuntimeOptions)
   double margin_fraction = -1.0;      // < 0: the runtime's default
-  double prediction_quantile = -1.0;  // < 0: the runtime's default
+  double prediction_quantile = -1.0;  // < 0: the runtime's default; sizes ungated work (the
+                                      // paper-style baseline, ours with gated false, FreeRide)
+  double gated_prediction_quantile = -1.0;  // < 0: the runtime's default; sizes ours when gated
   int warmup_iterations = -1;         // iterations before filling starts; < 0: runtime min_samples
   double launch_overhead_us = 10.0;   // per slice
   double jitter = 0.0;                // actual bubble = nominal x (1 + jitter x U(-1, 1))

@@ -233,6 +233,7 @@ pfResult_t parse_sim_config(const json& doc, const std::string& base_dir, SimCon
   PF_TRY(fill.number("margin_us", &f.margin_us, 0));
   PF_TRY(fill.number("margin_fraction", &f.margin_fraction, 0, 0.99));
   PF_TRY(fill.number("prediction_quantile", &f.prediction_quantile, 0, 1, true));
+  PF_TRY(fill.number("gated_prediction_quantile", &f.gated_prediction_quantile, 0, 1, true));
   PF_TRY(fill.integer("warmup_iterations", &f.warmup_iterations, 0));
   PF_TRY(fill.number("launch_overhead_us", &f.launch_overhead_us, 0));
   PF_TRY(fill.number("jitter", &f.jitter, 0, 0.99));

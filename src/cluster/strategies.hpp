@@ -85,7 +85,8 @@ double partition_speed(double sm_share, double mem_intensity);
 // One bubble on one GPU.
 struct BubbleInput {
   double actual_us = 0.0;        // how long the bubble really lasts
-  double predicted_us = 0.0;     // the predictor's conservative quantile
+  double predicted_us = 0.0;     // the predictor's quantile this strategy plans to (ours gated:
+                                 // gated_prediction_quantile; the rest: prediction_quantile)
   double transfer_out_us = 0.0;  // bandwidth part of the p2p send that starts with the bubble
   double transfer_in_us = 0.0;   // ... of the p2p receive that ends it
   // > 0: a comm kernel runs through the whole bubble (the DP all-reduce window); this share of

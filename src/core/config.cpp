@@ -19,10 +19,12 @@ namespace {
 // The size of each version's layout (index = version). Versions 1 and 2 have the same fields;
 // version 2 changed the "unset" values. A later version appends fields: a caller built against
 // an older header passes its smaller size, and the fields it lacks take their defaults.
-// Version 3 appended fill_streams and launch_mode.
+// Version 3 appended fill_streams and launch_mode; version 4 gated_prediction_quantile.
 constexpr size_t kConfigSizeOfVersion2 = offsetof(pfConfig_t, fill_streams);
+constexpr size_t kConfigSizeOfVersion3 = offsetof(pfConfig_t, gated_prediction_quantile);
 constexpr size_t kConfigSizeOfVersion[] = {0, kConfigSizeOfVersion2, kConfigSizeOfVersion2,
-                                           sizeof(pfConfig_t)};
+                                           kConfigSizeOfVersion3, sizeof(pfConfig_t)};
+static_assert(kConfigSizeOfVersion2 == PF_CONFIG_V2_SIZE && kConfigSizeOfVersion3 == PF_CONFIG_V3_SIZE);
 static_assert(sizeof(kConfigSizeOfVersion) / sizeof(kConfigSizeOfVersion[0]) ==
               PF_CONFIG_VERSION + 1);
 // Enough of any layout to read its size and version.
@@ -167,6 +169,12 @@ std::string source_of(bool from_config, const char* field, const char* var) {
 
 }  // namespace
 
+int config_version_for_size(size_t bytes) {
+  if (bytes >= sizeof(pfConfig_t)) return PF_CONFIG_VERSION;
+  if (bytes >= kConfigSizeOfVersion3) return 3;
+  return 2;
+}
+
 bool parse_size(const char* text, size_t* out) {
   if (text == nullptr || *text == '\0') return false;
   errno = 0;
@@ -292,6 +300,14 @@ pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out) {
                           "PIPEFILL_QUANTILE"),
                 o.prediction_quantile);
   }
+  PF_TRY(resolve_double(c.gated_prediction_quantile, "gated_prediction_quantile",
+                        "PIPEFILL_GATED_QUANTILE", &o.gated_prediction_quantile));
+  if (!(o.gated_prediction_quantile > 0 && o.gated_prediction_quantile <= 1)) {
+    return fail(pfErrorInvalidArgument, "{} = {} is outside (0, 1]",
+                source_of(c.gated_prediction_quantile != PF_UNSET_DOUBLE,
+                          "gated_prediction_quantile", "PIPEFILL_GATED_QUANTILE"),
+                o.gated_prediction_quantile);
+  }
   PF_TRY(resolve_int(c.min_samples, "min_samples", "PIPEFILL_MIN_SAMPLES", &o.min_samples));
   if (o.min_samples < 0) {
     return fail(pfErrorInvalidArgument, "{} = {} is negative",
@@ -405,7 +421,7 @@ pfResult_t export_config(const RuntimeOptions& o, pfConfig_t* out) {
   pfConfig_t c = PF_CONFIG_INITIALIZER;
   c.size = bytes;
   // The newest version whose layout the caller's bytes hold, so the struct is valid input again.
-  c.version = bytes >= sizeof(pfConfig_t) ? PF_CONFIG_VERSION : 2;
+  c.version = config_version_for_size(bytes);
   c.backend = o.backend;
   c.device = o.device;
   c.stage_id = o.stage_id;
@@ -425,6 +441,7 @@ pfResult_t export_config(const RuntimeOptions& o, pfConfig_t* out) {
   c.sim_memory_bytes = o.sim_memory_bytes;
   c.fill_streams = o.fill_streams;
   c.launch_mode = o.launch_mode;
+  c.gated_prediction_quantile = o.gated_prediction_quantile;
   std::memcpy(out, &c, bytes);  // never beyond the caller's layout
   return pfSuccess;
 }

@@ -18,7 +18,11 @@ struct RuntimeOptions {
   double safety_margin_us = 20.0;
   double safety_margin_fraction = 0.05;
   size_t arena_bytes = 0;                // 0: free memory minus a margin (CUDA) / 1 GiB (sim)
-  double prediction_quantile = 0.1;      // low quantile: conservative
+  double prediction_quantile = 0.1;      // ungated (opaque) work: a low quantile, conservative
+  // Gated work (ticket kernels, gated graphs): the median. The gate closed at the bubble end
+  // bounds a too-long prediction to one item of overrun, so an occasional early bubble need not
+  // shrink every bubble's fill to its length; nothing bounds ungated work, hence the low one.
+  double gated_prediction_quantile = 0.5;
   int min_samples = 2;
   pfSchedulePolicy_t policy = pfPolicyFifo;
   int log_level = pfLogWarn;
@@ -46,6 +50,9 @@ struct RuntimeOptions {
 pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out);
 // Writes the resolved options back as a pfConfig_t (pfRuntimeGetConfig).
 pfResult_t export_config(const RuntimeOptions& options, pfConfig_t* out);
+// The newest config version whose whole layout fits `bytes` (2 below the version-3 layout):
+// what pfConfigInitSized and pfRuntimeGetConfig write into a caller's `version`.
+int config_version_for_size(size_t bytes);
 // Parses sizes like "512", "64K", "1.5G" (binary units). false when malformed.
 bool parse_size(const char* text, size_t* out);
 // "auto", "cuda", "sim" or "host" (logs and messages).

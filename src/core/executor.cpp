@@ -49,12 +49,17 @@ void Executor::poll_completions() {
 
 FillRequest Executor::request_for(RuntimeState& s, const std::string& class_key,
                                   double expected_us, std::string* why) {
-  const BubblePrediction prediction = s.predictor.predict(class_key, options_.prediction_quantile);
+  // Two quantiles of one history: the gate bounds a too-long prediction to one item of overrun,
+  // so gated work is sized to the higher gated_prediction_quantile (the median by default);
+  // nothing stops ungated work, so it keeps the conservative prediction_quantile.
+  const BubblePrediction prediction =
+      s.predictor.predict(class_key, options_.gated_prediction_quantile);
   FillRequest request;
   const bool measured = prediction.ready && prediction.count > 0;
   if (measured) {
     request.gated_predicted_us = prediction.quantile_us;
-    request.ungated_predicted_us = prediction.quantile_us;
+    request.ungated_predicted_us =
+        s.predictor.predict(class_key, options_.prediction_quantile).quantile_us;
   } else if (expected_us > 0) {
     // A hint is trusted for gated work only: the gate bounds a wrong hint to one item of
     // overrun, while ungated work sized from it could hold the SMs far past the bubble.
@@ -72,14 +77,18 @@ void Executor::refresh_plans(RuntimeState& s) {
   s.plans_dirty = false;
   s.prepared_plans.clear();
   for (const std::string& key : s.predictor.class_keys()) {
-    const BubblePrediction prediction = s.predictor.predict(key, options_.prediction_quantile);
+    // The same two quantiles as request_for: gated work to the gated one, ungated to the low one.
+    const BubblePrediction prediction =
+        s.predictor.predict(key, options_.gated_prediction_quantile);
     if (!prediction.ready || prediction.count == 0 || !(prediction.quantile_us > 0)) continue;
     PreparedPlan prepared;
     prepared.class_key = key;
-    prepared.predicted_us = prediction.quantile_us;
+    prepared.gated_predicted_us = prediction.quantile_us;
+    prepared.ungated_predicted_us =
+        s.predictor.predict(key, options_.prediction_quantile).quantile_us;
     FillRequest request;
-    request.gated_predicted_us = prediction.quantile_us;
-    request.ungated_predicted_us = prediction.quantile_us;
+    request.gated_predicted_us = prepared.gated_predicted_us;
+    request.ungated_predicted_us = prepared.ungated_predicted_us;
     // Made before the bubble begins: nothing of it has gone yet (observed = none).
     prepared.plan = launcher_.plan(s, request, /*observed=*/nullptr);
     s.prepared_plans.push_back(std::move(prepared));
@@ -118,11 +127,11 @@ void Executor::begin_bubble(const BubbleMessage& m, SliceTails* tails) {
     if (!bubble.tracked) return;
     for (const PreparedPlan& prepared : s.prepared_plans) {
       if (prepared.class_key != bubble.class_key) continue;
-      bubble.predicted_us = prepared.predicted_us;
+      bubble.predicted_us = prepared.gated_predicted_us;
       bubble.skip_reason = prepared.plan.skip_reason;
       FillRequest request;
-      request.gated_predicted_us = prepared.predicted_us;
-      request.ungated_predicted_us = prepared.predicted_us;
+      request.gated_predicted_us = prepared.gated_predicted_us;
+      request.ungated_predicted_us = prepared.ungated_predicted_us;
       launcher_.fill_packed(s, bubble, request, prepared.plan, /*observed=*/false, tails);
       return;
     }

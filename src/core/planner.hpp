@@ -18,7 +18,7 @@ struct JobConfigModel {
 };
 
 struct PlanRequest {
-  double predicted_us = 0.0;   // predicted bubble duration (already the conservative quantile)
+  double predicted_us = 0.0;   // predicted bubble duration (already the kind's quantile)
   double margin_us = 0.0;      // absolute safety margin
   double margin_fraction = 0.0;// fraction of predicted_us also subtracted
   double launch_overhead_us = 0.0; // fixed cost of starting a slice

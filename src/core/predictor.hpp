@@ -1,6 +1,8 @@
 // Per-bubble-class duration prediction. A bubble class is the k-th bubble of an iteration, or
-// the hint's label when given. The prediction used for sizing fill work is a conservative low
-// quantile of the class's recent history; EWMA and count are kept for stats and traces.
+// the hint's label when given. Fill work is sized to a quantile of the class's recent history:
+// the median by default for gated work (the gate bounds a too-long prediction to one item of
+// overrun), a conservative low one for ungated work (RuntimeOptions); EWMA and count are kept for
+// stats and traces.
 #pragma once
 
 #include <cstddef>

@@ -66,7 +66,8 @@ struct PreparedPlan {
   std::string class_key;
   bool indexed = false;      // the key is "#<index>" (no label)
   uint64_t index = 0;
-  double predicted_us = 0.0;
+  double gated_predicted_us = 0.0;    // gated_prediction_quantile of the class's history
+  double ungated_predicted_us = 0.0;  // prediction_quantile of it (opaque work)
   BubblePlan plan;
 };
 
@@ -88,7 +89,7 @@ struct BubbleRecord {
   bool tracked = false;          // its begin/end events were recorded (an event pair was free)
   bool ended = false;            // its End message was handled
   bool abandoned = false;        // its stream died before the end: no end event, not timed
-  double predicted_us = 0.0;     // prediction used for planning (0: none)
+  double predicted_us = 0.0;     // prediction gated work was planned to (0: none)
   std::vector<SliceRecord> slices;
   std::string skip_reason;
 };

@@ -43,8 +43,10 @@
 namespace pipefill::core {
 
 struct FillRequest {
-  double gated_predicted_us = 0.0;    // from history, else the hint (0: do not fill)
-  double ungated_predicted_us = 0.0;  // from measured history only (0: no opaque work)
+  double gated_predicted_us = 0.0;    // gated_prediction_quantile of the history, else the hint
+                                      // (0: do not fill)
+  double ungated_predicted_us = 0.0;  // prediction_quantile of the measured history only (0: no
+                                      // opaque work)
 };
 
 // A tail that could not be enqueued (inline mode): its slice is quarantined under the lock.

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <numeric>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -216,6 +217,7 @@ TEST(ClusterSim, JitterCausesBoundedOverrunWhenGatedAndMoreWhenOpaque) {
   spec.interference = InterferenceModel{};  // calibrated default: opaque overrun co-runs with the main job
   spec.fill.jitter = 0.2;
   spec.fill.prediction_quantile = 1.0;  // predict the longest: mispredictions on purpose
+  spec.fill.gated_prediction_quantile = 1.0;  // for the gated run too (it plans to this one)
   spec.iterations = 20;
   ClusterResult gated, opaque;
   ASSERT_EQ(run_cluster_sim(spec, &gated), pfSuccess);
@@ -230,12 +232,88 @@ TEST(ClusterSim, JitterCausesBoundedOverrunWhenGatedAndMoreWhenOpaque) {
   EXPECT_GT(gated.slowdown_fraction, 0.0);
 }
 
+// Ours behind the gate plans to fill.gated_prediction_quantile, everything without a device gate
+// (the PipeFill-paper baseline, ours with gated false) to fill.prediction_quantile, like the
+// runtime. With jitter 0.3 the history of a class spans nominal x [0.7, 1.3]: its 0.1 quantile is
+// an early bubble's length, its median about the nominal one.
+ClusterSimSpec jittered_spec(FillStrategy strategy, bool gated) {
+  ClusterSimSpec probe = exact_spec(1.0);
+  probe.fill.enabled = false;
+  ClusterResult base;
+  EXPECT_EQ(run_cluster_sim(probe, &base), pfSuccess) << last_error_message();
+  ClusterSimSpec spec = exact_spec(max_bubble(base.timeline) / 40.0);  // ~40 items in the longest
+  spec.fill.jitter = 0.3;
+  spec.interference = InterferenceModel{};  // calibrated default: ungated overrun costs the main job
+  spec.fill.strategy = strategy;
+  spec.fill.gated = gated;
+  spec.iterations = 20;
+  return spec;
+}
+
+ClusterResult run_with(ClusterSimSpec spec, double prediction_q, double gated_q) {
+  spec.fill.prediction_quantile = prediction_q;
+  spec.fill.gated_prediction_quantile = gated_q;
+  ClusterResult r;
+  EXPECT_EQ(run_cluster_sim(spec, &r), pfSuccess) << last_error_message();
+  return r;
+}
+
+void expect_same_run(const ClusterResult& a, const ClusterResult& b, const char* what) {
+  EXPECT_EQ(a.filled_us, b.filled_us) << what;
+  EXPECT_EQ(a.fill_work_dedicated_us, b.fill_work_dedicated_us) << what;
+  EXPECT_EQ(a.slices, b.slices) << what;
+  EXPECT_EQ(a.overrun_slices, b.overrun_slices) << what;
+  EXPECT_EQ(a.slowdown_fraction, b.slowdown_fraction) << what;
+}
+
+TEST(ClusterSim, OursGatedPlansToTheGatedQuantile) {
+  const ClusterSimSpec spec = jittered_spec(FillStrategy::Ours, true);
+  const ClusterResult median = run_with(spec, 0.1, 0.5);
+  // prediction_quantile does not reach gated work ...
+  expect_same_run(median, run_with(spec, 0.9, 0.5), "prediction_quantile changed");
+  // ... the gated one does: the 0.1 quantile (the single-quantile sizing) fills less of the
+  // bubbles, and the median more, with the overrun still bounded by the gate.
+  const ClusterResult low = run_with(spec, 0.1, 0.1);
+  EXPECT_GT(median.filled_us, low.filled_us);
+  EXPECT_GT(median.fill_work_dedicated_us, low.fill_work_dedicated_us);
+  EXPECT_GT(median.overrun_slices, low.overrun_slices) << "the median is longer than some bubbles";
+  size_t max_bubbles = 0;
+  for (const auto& st : median.timeline.stages) max_bubbles = std::max(max_bubbles, st.bubbles.size());
+  const double item = spec.job_types[0].configs[0].item_us;
+  EXPECT_LE(median.slowdown_fraction, max_bubbles * item / median.iteration_us)
+      << "at most one item per bubble end";
+  // The default (fields left < 0) is the runtime's: 0.5 gated, 0.1 ungated.
+  expect_same_run(median, run_with(spec, -1.0, -1.0), "runtime defaults");
+  // Deterministic for a seed.
+  expect_same_run(median, run_with(spec, 0.1, 0.5), "same seed");
+}
+
+TEST(ClusterSim, UngatedPlanningKeepsThePredictionQuantile) {
+  for (const auto& [strategy, gated, name] :
+       {std::tuple{FillStrategy::PaperStyle, true, "paper"}, std::tuple{FillStrategy::Ours, false, "ours ungated"}}) {
+    const ClusterSimSpec spec = jittered_spec(strategy, gated);
+    const ClusterResult low = run_with(spec, 0.1, 0.5);
+    // No device gate: the gated quantile does not reach it ...
+    expect_same_run(low, run_with(spec, 0.1, 1.0), name);
+    expect_same_run(low, run_with(spec, 0.1, 0.1), name);
+    // ... prediction_quantile does (the median plans longer pieces than the 0.1 quantile).
+    const ClusterResult median = run_with(spec, 0.5, 0.5);
+    EXPECT_GT(median.fill_work_dedicated_us, low.fill_work_dedicated_us) << name;
+    EXPECT_GT(median.slowdown_fraction, low.slowdown_fraction) << name << ": nothing stops the longer pieces";
+  }
+}
+
 TEST(ClusterSim, InvalidInputsNameTheValue) {
   ClusterSimSpec spec = exact_spec(10.0);
   ClusterResult r;
   spec.iterations = 0;
   EXPECT_EQ(run_cluster_sim(spec, &r), pfErrorInvalidArgument);
   EXPECT_NE(last_error_message().find("iterations must be >= 1, got 0"), std::string::npos);
+  spec = exact_spec(10.0);
+  spec.fill.gated_prediction_quantile = 1.5;
+  EXPECT_EQ(run_cluster_sim(spec, &r), pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("fill.gated_prediction_quantile must be in (0, 1], got 1.5"), std::string::npos)
+      << last_error_message();
   spec = exact_spec(10.0);
   spec.fill.efficiency = 0;
   EXPECT_EQ(run_cluster_sim(spec, &r), pfErrorInvalidArgument);

@@ -51,6 +51,21 @@ TEST(Config, ParsesFieldsAndResolvesJobsFile) {
   EXPECT_EQ(cfg.sweep_schedules[1], schedule::ScheduleKind::ZBH1);
 }
 
+// fill.gated_prediction_quantile (ours behind the gate) is read beside fill.prediction_quantile;
+// left out, both stay "the runtime's default" (< 0) until run_cluster_sim resolves them.
+TEST(Config, GatedPredictionQuantile) {
+  SimConfig cfg;
+  ASSERT_EQ(parse_sim_config(minimal(), "/base", &cfg), pfSuccess) << last_error_message();
+  EXPECT_LT(cfg.sim.fill.gated_prediction_quantile, 0.0);
+  EXPECT_LT(cfg.sim.fill.prediction_quantile, 0.0);
+  json d = minimal();
+  d["fill"]["gated_prediction_quantile"] = 0.75;
+  d["fill"]["prediction_quantile"] = 0.2;
+  ASSERT_EQ(parse_sim_config(d, "/base", &cfg), pfSuccess) << last_error_message();
+  EXPECT_DOUBLE_EQ(cfg.sim.fill.gated_prediction_quantile, 0.75);
+  EXPECT_DOUBLE_EQ(cfg.sim.fill.prediction_quantile, 0.2);
+}
+
 TEST(Config, ErrorsNameFieldAndValue) {
   json d = minimal();
   d["model"]["layerz"] = 3;
@@ -85,6 +100,16 @@ TEST(Config, ErrorsNameFieldAndValue) {
   d = minimal();
   d["workload"]["mix"]["a"] = -1;
   EXPECT_NE(parse_error(d).find("workload.mix.a must be a number in [0, 1000000000000], got -1"), std::string::npos);
+  d = minimal();
+  d["fill"]["gated_prediction_quantile"] = 0;
+  EXPECT_NE(parse_error(d).find("fill.gated_prediction_quantile must be in (0, 1], got 0"), std::string::npos);
+  d = minimal();
+  d["fill"]["gated_prediction_quantile"] = 1.5;
+  EXPECT_NE(parse_error(d).find("fill.gated_prediction_quantile must be in (0, 1], got 1.5"), std::string::npos);
+  d = minimal();
+  d["fill"]["gated_prediction_quantile"] = "median";
+  EXPECT_NE(parse_error(d).find("fill.gated_prediction_quantile must be a number, got \"median\""),
+            std::string::npos);
   d = minimal();
   d["gpu"] = 5;
   EXPECT_NE(parse_error(d).find("gpu must be an object, got 5"), std::string::npos);

@@ -275,6 +275,7 @@ ClusterSimSpec small_cluster() {
   t.gpu.memory_reserve_gib = 1.0;
   s.fill.jitter = 0.3;
   s.fill.prediction_quantile = 1.0;  // predict the longest: bubbles end early on purpose
+  s.fill.gated_prediction_quantile = 1.0;  // ours (gated) plans to this one
   s.fill.warmup_iterations = 2;
   s.fill.reserved_sms = 16;
   s.workload.initial_jobs_per_gpu = 2.0;

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -27,7 +28,7 @@ class ConfigTest : public ::testing::Test {
       "PIPEFILL_RESERVED_SMS", "PIPEFILL_SAFETY_MARGIN_US", "PIPEFILL_SAFETY_MARGIN_FRACTION",
       "PIPEFILL_ARENA_BYTES", "PIPEFILL_QUANTILE", "PIPEFILL_MIN_SAMPLES", "PIPEFILL_POLICY",
       "PIPEFILL_DEBUG", "PIPEFILL_CUPTI", "PIPEFILL_SIM_SEED", "PIPEFILL_SIM_SMS",
-      "PIPEFILL_SIM_MEMORY_BYTES"};
+      "PIPEFILL_SIM_MEMORY_BYTES", "PIPEFILL_GATED_QUANTILE"};
 };
 
 TEST_F(ConfigTest, NullConfigGivesDefaults) {
@@ -42,6 +43,7 @@ TEST_F(ConfigTest, NullConfigGivesDefaults) {
   EXPECT_DOUBLE_EQ(o.safety_margin_fraction, 0.05);
   EXPECT_EQ(o.arena_bytes, 0u);
   EXPECT_DOUBLE_EQ(o.prediction_quantile, 0.1);
+  EXPECT_DOUBLE_EQ(o.gated_prediction_quantile, 0.5);  // the median, for gated work
   EXPECT_EQ(o.min_samples, 2);
   EXPECT_EQ(o.policy, pfPolicyFifo);
   EXPECT_EQ(o.log_level, pfLogWarn);
@@ -70,6 +72,7 @@ TEST_F(ConfigTest, EnvironmentFillsUnsetFields) {
   setenv("PIPEFILL_SAFETY_MARGIN_FRACTION", "0.25", 1);
   setenv("PIPEFILL_ARENA_BYTES", "64M", 1);
   setenv("PIPEFILL_QUANTILE", "0.5", 1);
+  setenv("PIPEFILL_GATED_QUANTILE", "0.75", 1);
   setenv("PIPEFILL_MIN_SAMPLES", "5", 1);
   setenv("PIPEFILL_POLICY", "srpt", 1);
   setenv("PIPEFILL_DEBUG", "info", 1);
@@ -88,6 +91,7 @@ TEST_F(ConfigTest, EnvironmentFillsUnsetFields) {
   EXPECT_DOUBLE_EQ(o.safety_margin_fraction, 0.25);
   EXPECT_EQ(o.arena_bytes, size_t{64} << 20);
   EXPECT_DOUBLE_EQ(o.prediction_quantile, 0.5);
+  EXPECT_DOUBLE_EQ(o.gated_prediction_quantile, 0.75);
   EXPECT_EQ(o.min_samples, 5);
   EXPECT_EQ(o.policy, pfPolicyShortestRemaining);
   EXPECT_EQ(o.log_level, pfLogInfo);
@@ -115,6 +119,7 @@ TEST_F(ConfigTest, ExportRoundTrips) {
   c.stage_id = 7;
   c.arena_bytes = 12345;
   c.prediction_quantile = 0.3;
+  c.gated_prediction_quantile = 0.7;
   RuntimeOptions o;
   ASSERT_EQ(resolve_config(&c, &o), pfSuccess);
   pfConfig_t out = PF_CONFIG_INITIALIZER;
@@ -125,9 +130,11 @@ TEST_F(ConfigTest, ExportRoundTrips) {
   EXPECT_EQ(out.stage_id, 7);
   EXPECT_EQ(out.arena_bytes, 12345u);
   EXPECT_DOUBLE_EQ(out.prediction_quantile, 0.3);
+  EXPECT_DOUBLE_EQ(out.gated_prediction_quantile, 0.7);
   RuntimeOptions again;
   ASSERT_EQ(resolve_config(&out, &again), pfSuccess);
   EXPECT_EQ(again.stage_id, 7);
+  EXPECT_DOUBLE_EQ(again.gated_prediction_quantile, 0.7);
 }
 
 struct BadField {
@@ -182,6 +189,17 @@ INSTANTIATE_TEST_SUITE_P(
                  "config.prediction_quantile = 0"},
         BadField{"quantile_high", [](pfConfig_t* c) { c->prediction_quantile = 1.5; },
                  "config.prediction_quantile = 1.5"},
+        BadField{"gated_quantile_zero", [](pfConfig_t* c) { c->gated_prediction_quantile = 0.0; },
+                 "config.gated_prediction_quantile = 0 is outside (0, 1]"},
+        BadField{"gated_quantile_high",
+                 [](pfConfig_t* c) { c->gated_prediction_quantile = 1.25; },
+                 "config.gated_prediction_quantile = 1.25 is outside (0, 1]"},
+        BadField{"gated_quantile_negative",
+                 [](pfConfig_t* c) { c->gated_prediction_quantile = -1.0; },
+                 "config.gated_prediction_quantile = -1"},
+        BadField{"gated_quantile_nan",
+                 [](pfConfig_t* c) { c->gated_prediction_quantile = std::nan(""); },
+                 "config.gated_prediction_quantile = nan is not a finite number"},
         BadField{"min_samples", [](pfConfig_t* c) { c->min_samples = -4; },
                  "config.min_samples = -4"},
         BadField{"policy", [](pfConfig_t* c) { c->policy = 9; }, "config.policy = 9"},
@@ -217,6 +235,9 @@ INSTANTIATE_TEST_SUITE_P(
                       BadEnv{"PIPEFILL_SAFETY_MARGIN_US", "-3"},
                       BadEnv{"PIPEFILL_SAFETY_MARGIN_FRACTION", "abc"},
                       BadEnv{"PIPEFILL_ARENA_BYTES", "12Q"}, BadEnv{"PIPEFILL_QUANTILE", "2"},
+                      BadEnv{"PIPEFILL_GATED_QUANTILE", "0"},
+                      BadEnv{"PIPEFILL_GATED_QUANTILE", "1.5"},
+                      BadEnv{"PIPEFILL_GATED_QUANTILE", "median"},
                       BadEnv{"PIPEFILL_MIN_SAMPLES", "-1"}, BadEnv{"PIPEFILL_POLICY", "lifo"},
                       BadEnv{"PIPEFILL_DEBUG", "loud"}, BadEnv{"PIPEFILL_CUPTI", "3"},
                       BadEnv{"PIPEFILL_SIM_SEED", "-7"}, BadEnv{"PIPEFILL_SIM_SMS", "0"},
@@ -307,6 +328,50 @@ TEST_F(ConfigTest, ExportWritesOnlyTheCallersSize) {
   for (size_t i = older; i < sizeof(buffer); ++i) ASSERT_EQ(buffer[i], 0xAB) << i;
   out->size = 0;
   EXPECT_EQ(export_config(o, out), pfErrorInvalidArgument);
+}
+
+// A caller built against the version-3 header (no gated_prediction_quantile): its struct is read
+// only up to PF_CONFIG_V3_SIZE (the bytes after it are garbage), the field takes its default (or
+// PIPEFILL_GATED_QUANTILE), and exporting into that layout says version 3 and writes nothing past it.
+TEST_F(ConfigTest, Version3LayoutGetsTheGatedQuantileDefault) {
+  static_assert(PF_CONFIG_V3_SIZE == offsetof(pfConfig_t, launch_mode) + sizeof(int));
+  static_assert(PF_CONFIG_V3_SIZE > PF_CONFIG_V2_SIZE && PF_CONFIG_V3_SIZE < sizeof(pfConfig_t));
+  unsigned char buffer[sizeof(pfConfig_t) + 16];
+  std::memset(buffer, 0x7F, sizeof(buffer));  // 0x7F7F... read as a double: 3.4e+306, invalid
+  pfConfig_t v3 = PF_CONFIG_INITIALIZER;
+  v3.size = PF_CONFIG_V3_SIZE;
+  v3.version = 3;
+  v3.prediction_quantile = 0.2;
+  v3.fill_streams = 2;
+  std::memcpy(buffer, &v3, PF_CONFIG_V3_SIZE);
+  auto* config = reinterpret_cast<pfConfig_t*>(buffer);
+  RuntimeOptions o;
+  ASSERT_EQ(resolve_config(config, &o), pfSuccess) << last_error_message();
+  EXPECT_DOUBLE_EQ(o.gated_prediction_quantile, 0.5);
+  EXPECT_DOUBLE_EQ(o.prediction_quantile, 0.2);
+  EXPECT_EQ(o.fill_streams, 2);
+  setenv("PIPEFILL_GATED_QUANTILE", "0.9", 1);
+  ASSERT_EQ(resolve_config(config, &o), pfSuccess) << last_error_message();
+  EXPECT_DOUBLE_EQ(o.gated_prediction_quantile, 0.9);
+  // Version 4 with the version-3 size is a caller that lies about its layout: refused.
+  config->version = 4;
+  EXPECT_EQ(resolve_config(config, &o), pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("version 4"), std::string::npos) << last_error_message();
+
+  std::memset(buffer, 0xAB, sizeof(buffer));
+  config->size = PF_CONFIG_V3_SIZE;
+  o.gated_prediction_quantile = 0.6;
+  o.fill_streams = 3;
+  ASSERT_EQ(export_config(o, config), pfSuccess) << last_error_message();
+  EXPECT_EQ(config->size, PF_CONFIG_V3_SIZE);
+  EXPECT_EQ(config->version, 3);
+  EXPECT_EQ(config->fill_streams, 3);
+  for (size_t i = PF_CONFIG_V3_SIZE; i < sizeof(buffer); ++i) ASSERT_EQ(buffer[i], 0xAB) << i;
+  // The full layout gets it, and version 4.
+  pfConfig_t full = PF_CONFIG_INITIALIZER;
+  ASSERT_EQ(export_config(o, &full), pfSuccess);
+  EXPECT_EQ(full.version, 4);
+  EXPECT_DOUBLE_EQ(full.gated_prediction_quantile, 0.6);
 }
 
 // Unset arena_bytes: CUDA min(2 GiB, free / 8); the other devices min(1 GiB, free).

@@ -60,7 +60,8 @@ def test_config_fields_reach_the_runtime():
     cfg = pf.Config(backend="sim", stage_id=2, stage_count=4, reserved_sms=8,
                     safety_margin_us=5.5, safety_margin_fraction=0.25, arena_bytes="64M",
                     prediction_quantile=0.5, min_samples=3, policy="srpt", log_level="error",
-                    sim_seed=7, sim_sm_count=100, sim_memory_bytes=1 << 33)
+                    sim_seed=7, sim_sm_count=100, sim_memory_bytes=1 << 33,
+                    gated_prediction_quantile=0.75)
     with pf.Runtime(cfg) as rt:
         got = rt.config
         assert rt.backend == pf.Backend.SIM
@@ -68,10 +69,17 @@ def test_config_fields_reach_the_runtime():
         assert (got.safety_margin_us, got.safety_margin_fraction) == (5.5, 0.25)
         assert got.arena_bytes == 64 << 20
         assert (got.prediction_quantile, got.min_samples) == (0.5, 3)
+        assert got.gated_prediction_quantile == 0.75
         assert got.policy == pf.Policy.SHORTEST_REMAINING
         assert got.log_level == pf.LogLevel.ERROR
         assert (got.sim_seed, got.sim_sm_count, got.sim_memory_bytes) == (7, 100, 1 << 33)
     assert rt.closed
+
+
+def test_gated_prediction_quantile_defaults_to_the_median():
+    with pf.Runtime(backend="sim") as rt:
+        assert rt.config.gated_prediction_quantile == 0.5
+        assert rt.config.prediction_quantile == 0.1
 
 
 def test_keyword_arguments_override_a_config():

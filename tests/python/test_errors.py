@@ -68,6 +68,17 @@ def test_bad_environment_raises_the_c_message(clib, monkeypatch):
     assert "PIPEFILL_QUANTILE" in error.message
 
 
+def test_bad_gated_quantile_names_the_field_or_the_variable(clib, monkeypatch):
+    error = raises(Result.INVALID_ARGUMENT, pf.Runtime, backend="sim", gated_prediction_quantile=1.5)
+    assert "config.gated_prediction_quantile = 1.5 is outside (0, 1]" in error.message
+    monkeypatch.setenv("PIPEFILL_GATED_QUANTILE", "0")
+    error = raises(Result.INVALID_ARGUMENT, pf.Runtime, backend="sim")
+    # The ctypes caller has the version-2 layout (no such field): it reads the variable too.
+    code, _, message = clib.runtime_create(clib.config(backend=int(pf.Backend.SIM)))
+    assert code == int(Result.INVALID_ARGUMENT) and error.message == message
+    assert "PIPEFILL_GATED_QUANTILE" in error.message and "= 0 " in error.message
+
+
 def test_python_side_config_errors_name_the_value():
     assert "bogus" in raises(Result.INVALID_ARGUMENT, pf.Runtime, backend="bogus").message
     assert "nope" in raises(Result.INVALID_ARGUMENT, pf.Runtime, policy="nope").message

@@ -87,6 +87,69 @@ TEST(ConfigAbi, Version2LayoutGetsDefaultsForTheAppendedFields) {
   PF_ASSERT_OK(pfRuntimeDestroy(rt));
 }
 
+// A caller built against the version 3 header (fill_streams and launch_mode, no
+// gated_prediction_quantile): it keeps working, gets the default gated quantile (0.5), and reading
+// the config back into its layout writes nothing past it and says version 3.
+TEST(ConfigAbi, Version3LayoutGetsTheDefaultGatedQuantile) {
+  ManualStage stage;
+  ASSERT_NO_FATAL_FAILURE(stage.init());
+  const size_t v3 = offsetof(pfConfig_t, launch_mode) + sizeof(int);
+  ASSERT_EQ(v3, PF_CONFIG_V3_SIZE);
+  std::vector<unsigned char> buffer(sizeof(pfConfig_t) + 64, 0x5A);  // garbage past the layout
+  pfConfig_t base = sim_config(stage.world.get(), 0, 1, stage.comm_sms);
+  base.size = v3;
+  base.version = 3;
+  base.fill_streams = 2;
+  std::memcpy(buffer.data(), &base, v3);
+  pfRuntime_t rt = nullptr;
+  PF_ASSERT_OK(pfRuntimeCreate(reinterpret_cast<pfConfig_t*>(buffer.data()), &rt));
+  pfConfig_t full = PF_CONFIG_INITIALIZER;
+  PF_ASSERT_OK(pfRuntimeGetConfig(rt, &full));
+  EXPECT_EQ(full.version, PF_CONFIG_VERSION);
+  EXPECT_DOUBLE_EQ(full.gated_prediction_quantile, 0.5);  // the default, not the 0x5A bytes
+  EXPECT_DOUBLE_EQ(full.prediction_quantile, 0.1);
+  EXPECT_EQ(full.fill_streams, 2);                       // what the version-3 caller set
+  std::fill(buffer.begin(), buffer.end(), 0xAB);
+  auto* older = reinterpret_cast<pfConfig_t*>(buffer.data());
+  older->size = v3;
+  PF_ASSERT_OK(pfRuntimeGetConfig(rt, older));
+  EXPECT_EQ(older->size, v3);
+  EXPECT_EQ(older->version, 3);
+  EXPECT_EQ(older->fill_streams, 2);
+  for (size_t i = v3; i < buffer.size(); ++i) {
+    ASSERT_EQ(buffer[i], 0xAB) << "byte " << i << " lies beyond the caller's size";
+  }
+  PF_ASSERT_OK(pfRuntimeDestroy(rt));
+  // pfConfigInitSized for that layout: version 3, nothing past it.
+  std::fill(buffer.begin(), buffer.end(), 0xCD);
+  PF_ASSERT_OK(pfConfigInitSized(reinterpret_cast<pfConfig_t*>(buffer.data()), v3));
+  EXPECT_EQ(reinterpret_cast<pfConfig_t*>(buffer.data())->version, 3);
+  EXPECT_EQ(reinterpret_cast<pfConfig_t*>(buffer.data())->size, v3);
+  for (size_t i = v3; i < buffer.size(); ++i) ASSERT_EQ(buffer[i], 0xCD) << "byte " << i;
+}
+
+// The gated quantile set by a caller reaches the runtime and comes back; a bad one is refused
+// with the field and the value named, and nothing is created.
+TEST(ConfigAbi, GatedQuantileIsValidatedAndExported) {
+  ManualStage stage;
+  ASSERT_NO_FATAL_FAILURE(stage.init());
+  pfConfig_t c = sim_config(stage.world.get(), 0, 1, stage.comm_sms);
+  c.gated_prediction_quantile = 0.8;
+  pfRuntime_t rt = nullptr;
+  PF_ASSERT_OK(pfRuntimeCreate(&c, &rt));
+  pfConfig_t got = PF_CONFIG_INITIALIZER;
+  PF_ASSERT_OK(pfRuntimeGetConfig(rt, &got));
+  EXPECT_DOUBLE_EQ(got.gated_prediction_quantile, 0.8);
+  PF_ASSERT_OK(pfRuntimeDestroy(rt));
+  c.gated_prediction_quantile = 1.5;
+  rt = nullptr;
+  EXPECT_EQ(pfRuntimeCreate(&c, &rt), pfErrorInvalidArgument);
+  EXPECT_EQ(rt, nullptr);
+  EXPECT_NE(std::string(pfGetLastErrorMessage()).find("config.gated_prediction_quantile = 1.5"),
+            std::string::npos)
+      << pfGetLastErrorMessage();
+}
+
 // pfConfigInit as a binary built against the 0.2 header calls it (the exported symbol, not
 // this header's macro): it fills the version-2 layout and writes nothing past it. (Python's
 // ctypes test harness, laid out from the 0.2 header, crashed when it wrote the whole struct.)
