@@ -118,7 +118,7 @@ typedef enum pfLogLevel_t {
  *   PIPEFILL_CUPTI=0|1                  PIPEFILL_SIM_SEED=<uint64>
  *   PIPEFILL_SIM_SMS=<int>              PIPEFILL_SIM_MEMORY_BYTES=<size>
  *   PIPEFILL_FILL_STREAMS=<1..64>       PIPEFILL_LAUNCH=auto|executor|inline   (version 3)
- *   PIPEFILL_GATED_QUANTILE=<0..1>      (version 4)
+ *   PIPEFILL_GATED_QUANTILE=<0..1>      PIPEFILL_FILL_OPTIMIZER_BUBBLES=0|1   (version 4)
  */
 /* Version 2: the "unset" values below are ones no caller passes on purpose (in version 1 they were
  * -1 / -1.0, so a margin of -1.0 silently meant "default"). A version 1 config (a caller built
@@ -126,8 +126,9 @@ typedef enum pfLogLevel_t {
  * honoured both ways: a smaller (older) layout gets defaults for the fields it lacks, and
  * pfRuntimeGetConfig writes only the bytes the caller's `size` holds. */
 /* Version 3 appends fill_streams and launch_mode; a version 2 layout (size and version of the
- * 0.1 header with version 2) gets their defaults. Version 4 appends gated_prediction_quantile;
- * a version 3 layout (PF_CONFIG_V3_SIZE bytes, version 3) gets its default. */
+ * 0.1 header with version 2) gets their defaults. Version 4 appends gated_prediction_quantile
+ * and fill_optimizer_bubbles; a version 3 layout (PF_CONFIG_V3_SIZE bytes, version 3) gets their
+ * defaults. */
 #define PF_CONFIG_VERSION 4
 #define PF_UNSET_INT INT_MIN
 #define PF_UNSET_DOUBLE (-DBL_MAX)
@@ -173,6 +174,11 @@ typedef struct pfConfig_t {
                                        median): the gate stopped at the bubble end bounds a too
                                        long prediction to one item of overrun, so gated work
                                        need not plan to an early bubble's length */
+  int fill_optimizer_bubbles; /* 1: also fill bubbles of kind pfBubbleOptimizer (the data-parallel
+                                 all-reduce window); default 0: fill beside the collective
+                                 competes with it for memory bandwidth and stretches it on the
+                                 main job's critical path (NVIDIA/nccl#1433: send/recv up to 2x
+                                 slower beside a GEMM; docs/architecture.md) */
 } pfConfig_t;
 
 #define PF_CONFIG_INITIALIZER                                                              \
@@ -180,7 +186,8 @@ typedef struct pfConfig_t {
     sizeof(pfConfig_t), PF_CONFIG_VERSION, PF_UNSET_INT, PF_UNSET_INT, PF_UNSET_INT,        \
         PF_UNSET_INT, PF_UNSET_INT, PF_UNSET_DOUBLE, PF_UNSET_DOUBLE, PF_UNSET_SIZE,        \
         PF_UNSET_DOUBLE, PF_UNSET_INT, PF_UNSET_INT, PF_UNSET_INT, PF_UNSET_INT, NULL, 0,   \
-        PF_UNSET_INT, PF_UNSET_SIZE, PF_UNSET_INT, PF_UNSET_INT, PF_UNSET_DOUBLE            \
+        PF_UNSET_INT, PF_UNSET_SIZE, PF_UNSET_INT, PF_UNSET_INT, PF_UNSET_DOUBLE,           \
+        PF_UNSET_INT                                                                        \
   }
 
 /* Bytes of the version-2 layout (0.2 headers: pfConfig_t ended at sim_memory_bytes). */

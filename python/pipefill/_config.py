@@ -103,6 +103,10 @@ class Config:
     """Quantile of a bubble class's history that sizes gated work (ticket kernels, gated graphs),
     in (0, 1]; default 0.5, the median: the gate bounds a too-long prediction to one item of
     overrun (PIPEFILL_GATED_QUANTILE)."""
+    fill_optimizer_bubbles: Optional[bool] = None
+    """Also fill bubbles of kind ``BubbleKind.OPTIMIZER`` (the data-parallel all-reduce window);
+    default False: fill beside the collective stretches it on the critical path
+    (PIPEFILL_FILL_OPTIMIZER_BUBBLES)."""
 
     def _to_raw(self) -> "_pipefill.RawConfig":
         raw = _pipefill.RawConfig()
@@ -135,6 +139,8 @@ class Config:
                 setattr(raw, name, _size_value(name, value))
         if self.enable_cupti is not None:
             raw.enable_cupti = 1 if self.enable_cupti else 0
+        if self.fill_optimizer_bubbles is not None:
+            raw.fill_optimizer_bubbles = 1 if self.fill_optimizer_bubbles else 0
         if self.sim_seed is not None:
             if isinstance(self.sim_seed, bool) or not isinstance(self.sim_seed, int):
                 raise TypeError("Config.sim_seed must be an int")
@@ -172,4 +178,5 @@ class Config:
             sim_sm_count=raw.sim_sm_count,
             sim_memory_bytes=raw.sim_memory_bytes,
             gated_prediction_quantile=raw.gated_prediction_quantile,
+            fill_optimizer_bubbles=bool(raw.fill_optimizer_bubbles),
         )

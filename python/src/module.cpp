@@ -956,6 +956,7 @@ NB_MODULE(_pipefill, m) {
       PF_FIELD(arena_bytes) PF_FIELD(prediction_quantile) PF_FIELD(min_samples) PF_FIELD(policy)
       PF_FIELD(log_level) PF_FIELD(enable_cupti) PF_FIELD(sim_seed) PF_FIELD(sim_sm_count)
       PF_FIELD(sim_memory_bytes) PF_FIELD(gated_prediction_quantile)
+      PF_FIELD(fill_optimizer_bubbles)
 #undef PF_FIELD
       ;
 

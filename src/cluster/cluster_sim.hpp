@@ -34,7 +34,9 @@ struct FillOptions {
   double jitter = 0.0;                // actual bubble = nominal x (1 + jitter x U(-1, 1))
   double min_bubble_us = 0.0;         // bubbles shorter than this are not filled
   bool gated = true;                  // ticket kernels (gate stops at the bubble end) or opaque
-  bool fill_optimizer_bubble = true;  // also fill the all-reduce window
+  // Also fill the all-reduce window; off by default like the runtime's fill_optimizer_bubbles
+  // (fill beside the collective stretches it on the critical path).
+  bool fill_optimizer_bubble = false;
   // Side-by-side comparison (issue 11, docs/simulator.md section 4.2).
   FillStrategy strategy = FillStrategy::Ours;
   int reserved_sms = 0;               // ours: SMs kept free for the main job (fill uses the rest)

@@ -67,7 +67,10 @@ pfResult_t plan_runs(const SimConfig& config, const RunOverrides& o, std::vector
     if (*o.reserved_sms < 0) return fail(pfErrorInvalidArgument, "--reserved-sms must be >= 0, got {}", *o.reserved_sms);
     sim.fill.reserved_sms = *o.reserved_sms;
   }
+  if (o.no_optimizer_fill && o.optimizer_fill)
+    return fail(pfErrorInvalidArgument, "--optimizer-fill and --no-optimizer-fill contradict each other");
   if (o.no_optimizer_fill) sim.fill.fill_optimizer_bubble = false;
+  if (o.optimizer_fill) sim.fill.fill_optimizer_bubble = true;
   if (!o.strategy.empty() && !parse_strategy(o.strategy, &sim.fill.strategy))
     return fail(pfErrorInvalidArgument, "--strategy must be {}, got '{}'", strategy_choices(), o.strategy);
   if (!o.mix.empty()) {

@@ -23,7 +23,8 @@ struct RunOverrides {
   // Issue 11: the strategy, the interference and the sensitivity knobs of docs/results.md.
   std::optional<double> mem_interference, comm_interference, min_bubble_us, max_arena_gib, arrivals_per_gpu_hour;
   std::optional<int> reserved_sms;
-  bool no_optimizer_fill = false;
+  bool no_optimizer_fill = false;  // --no-optimizer-fill
+  bool optimizer_fill = false;     // --optimizer-fill
   std::string strategy;      // --strategy
   std::string mix;           // --mix "name=weight,..." (replaces the config's mix)
   bool no_fill = false;

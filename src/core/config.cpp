@@ -19,7 +19,8 @@ namespace {
 // The size of each version's layout (index = version). Versions 1 and 2 have the same fields;
 // version 2 changed the "unset" values. A later version appends fields: a caller built against
 // an older header passes its smaller size, and the fields it lacks take their defaults.
-// Version 3 appended fill_streams and launch_mode; version 4 gated_prediction_quantile.
+// Version 3 appended fill_streams and launch_mode; version 4 gated_prediction_quantile and
+// fill_optimizer_bubbles.
 constexpr size_t kConfigSizeOfVersion2 = offsetof(pfConfig_t, fill_streams);
 constexpr size_t kConfigSizeOfVersion3 = offsetof(pfConfig_t, gated_prediction_quantile);
 constexpr size_t kConfigSizeOfVersion[] = {0, kConfigSizeOfVersion2, kConfigSizeOfVersion2,
@@ -352,6 +353,17 @@ pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out) {
   }
   o.enable_cupti = cupti == 1;
 
+  int optimizer = o.fill_optimizer_bubbles ? 1 : 0;
+  PF_TRY(resolve_int(c.fill_optimizer_bubbles, "fill_optimizer_bubbles",
+                     "PIPEFILL_FILL_OPTIMIZER_BUBBLES", &optimizer));
+  if (optimizer != 0 && optimizer != 1) {
+    return fail(pfErrorInvalidArgument, "{} = {} is not 0 or 1",
+                source_of(c.fill_optimizer_bubbles != PF_UNSET_INT, "fill_optimizer_bubbles",
+                          "PIPEFILL_FILL_OPTIMIZER_BUBBLES"),
+                optimizer);
+  }
+  o.fill_optimizer_bubbles = optimizer == 1;
+
   o.sim_world = c.sim_world;
   if (c.sim_seed != 0) {
     o.sim_seed = c.sim_seed;
@@ -442,6 +454,7 @@ pfResult_t export_config(const RuntimeOptions& o, pfConfig_t* out) {
   c.fill_streams = o.fill_streams;
   c.launch_mode = o.launch_mode;
   c.gated_prediction_quantile = o.gated_prediction_quantile;
+  c.fill_optimizer_bubbles = o.fill_optimizer_bubbles ? 1 : 0;
   std::memcpy(out, &c, bytes);  // never beyond the caller's layout
   return pfSuccess;
 }

@@ -23,6 +23,9 @@ struct RuntimeOptions {
   // bounds a too-long prediction to one item of overrun, so an occasional early bubble need not
   // shrink every bubble's fill to its length; nothing bounds ungated work, hence the low one.
   double gated_prediction_quantile = 0.5;
+  // Bubbles of kind pfBubbleOptimizer (the DP all-reduce window) are left unfilled unless set:
+  // fill there competes with the collective for memory bandwidth on the critical path.
+  bool fill_optimizer_bubbles = false;
   int min_samples = 2;
   pfSchedulePolicy_t policy = pfPolicyFifo;
   int log_level = pfLogWarn;

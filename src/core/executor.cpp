@@ -95,6 +95,18 @@ void Executor::refresh_plans(RuntimeState& s) {
   }
 }
 
+bool Executor::left_unfilled_by_kind(BubbleRecord& bubble) const {
+  // The DP all-reduce window: NCCL moves its bytes through the whole bubble, on the main job's
+  // critical path; fill beside it takes HBM bandwidth from the collective and stretches it
+  // (NVIDIA/nccl#1433: send/recv up to 2x slower beside a GEMM on other SMs). Measured like any
+  // bubble, filled only when the user opts in.
+  if (bubble.kind != pfBubbleOptimizer || options_.fill_optimizer_bubbles) return false;
+  bubble.skip_reason =
+      "an optimizer (all-reduce) bubble: fill_optimizer_bubbles is 0 (fill beside the collective "
+      "would stretch it; PIPEFILL_FILL_OPTIMIZER_BUBBLES=1 fills it)";
+  return true;
+}
+
 BubbleRecord& Executor::open_bubble_record(RuntimeState& s, const BubbleMessage& m) {
   // The record of a begun bubble, until it is harvested (both launch modes make it the same way).
   s.pending.emplace_back();
@@ -124,7 +136,7 @@ void Executor::begin_bubble(const BubbleMessage& m, SliceTails* tails) {
       refresh_plans(s);
     }
     BubbleRecord& bubble = open_bubble_record(s, m);
-    if (!bubble.tracked) return;
+    if (!bubble.tracked || left_unfilled_by_kind(bubble)) return;
     for (const PreparedPlan& prepared : s.prepared_plans) {
       if (prepared.class_key != bubble.class_key) continue;
       bubble.predicted_us = prepared.gated_predicted_us;
@@ -187,7 +199,7 @@ void Executor::handle_begin(RuntimeState& s, const BubbleMessage& m) {
   // Inline mode: pfBubbleBegin made the bubble's record and enqueued its slices.
   if (options_.launch_mode == pfLaunchInline) return;
   BubbleRecord& bubble = open_bubble_record(s, m);
-  if (!bubble.tracked) return;
+  if (!bubble.tracked || left_unfilled_by_kind(bubble)) return;
   std::string why;
   const FillRequest request = request_for(s, bubble.class_key, m.expected_us, &why);
   bubble.predicted_us = request.gated_predicted_us;

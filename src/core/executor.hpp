@@ -65,6 +65,9 @@ class Executor final : public MessageHandler, public InlineFill {
  private:
   static BubbleRecord& open_bubble_record(RuntimeState& s, const BubbleMessage& m)
       REQUIRES(s.mu);
+  // True (with the skip reason set) for a bubble whose kind the options leave unfilled: the
+  // optimizer (all-reduce) window unless fill_optimizer_bubbles.
+  bool left_unfilled_by_kind(BubbleRecord& bubble) const;
   void handle_begin(RuntimeState& s, const BubbleMessage& m) REQUIRES(s.mu);
   void handle_end(RuntimeState& s, const BubbleMessage& m) REQUIRES(s.mu);
   void harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begin_us, double end_us)

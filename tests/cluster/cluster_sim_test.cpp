@@ -79,45 +79,59 @@ double max_bubble(const schedule::Timeline& tl) {
 }
 
 TEST(ClusterSim, ExactFillMatchesStageTimelines) {
-  ClusterSimSpec probe = exact_spec(1.0);
-  probe.fill.enabled = false;
-  ClusterResult base;
-  ASSERT_EQ(run_cluster_sim(probe, &base), pfSuccess) << last_error_message();
-  const double item = max_bubble(base.timeline) / 3.7;
-  ClusterSimSpec spec = exact_spec(item);
-  ClusterResult r;
-  ASSERT_EQ(run_cluster_sim(spec, &r), pfSuccess) << last_error_message();
-  EXPECT_EQ(r.gpus, 16);
-  EXPECT_EQ(r.microbatches, 8);
-  const int per_stage = 4;  // TP 2 x DP 2
-  double bubble = 0, work = 0;
-  uint64_t slices = 0;
-  for (const auto& st : r.timeline.stages) {
-    for (const auto& b : st.bubbles) {
-      bubble += b.duration_us;
-      const double items = std::floor(b.duration_us / item + 1e-9);
-      work += items * item;
-      slices += items > 0;
+  // Both settings of the all-reduce window: left unfilled (the default, like the runtime's
+  // fill_optimizer_bubbles) it is no fillable time; filled it is like any other bubble.
+  for (const bool window : {false, true}) {
+    SCOPED_TRACE(window ? "all-reduce window filled" : "all-reduce window not filled (default)");
+    ClusterSimSpec probe = exact_spec(1.0);
+    probe.fill.enabled = false;
+    probe.fill.fill_optimizer_bubble = window;
+    ClusterResult base;
+    ASSERT_EQ(run_cluster_sim(probe, &base), pfSuccess) << last_error_message();
+    const double item = max_bubble(base.timeline) / 3.7;
+    ClusterSimSpec spec = exact_spec(item);
+    ASSERT_FALSE(spec.fill.fill_optimizer_bubble);  // the default
+    spec.fill.fill_optimizer_bubble = window;
+    ClusterResult r;
+    ASSERT_EQ(run_cluster_sim(spec, &r), pfSuccess) << last_error_message();
+    EXPECT_EQ(r.gpus, 16);
+    EXPECT_EQ(r.microbatches, 8);
+    const int per_stage = 4;  // TP 2 x DP 2
+    double bubble = 0, work = 0;
+    uint64_t slices = 0;
+    int windows = 0;
+    for (const auto& st : r.timeline.stages) {
+      for (const auto& b : st.bubbles) {
+        if (b.kind == pfBubbleOptimizer) {
+          ++windows;
+          if (!window) continue;
+        }
+        bubble += b.duration_us;
+        const double items = std::floor(b.duration_us / item + 1e-9);
+        work += items * item;
+        slices += items > 0;
+      }
     }
+    EXPECT_GT(windows, 0);  // the case is not vacuous
+    const double scale = spec.iterations * per_stage;
+    EXPECT_NEAR(r.fillable_bubble_us, scale * bubble, 1e-9 * scale * bubble);
+    EXPECT_NEAR(r.fill_work_dedicated_us, scale * work, 1e-9 * scale * work);
+    EXPECT_NEAR(r.filled_us, scale * work, 1e-9 * scale * work);
+    EXPECT_EQ(r.slices, static_cast<uint64_t>(scale) * slices);
+    EXPECT_NEAR(r.fill_gpu_equivalents, scale * work / (spec.iterations * r.iteration_us), 1e-9);
+    EXPECT_NEAR(r.utilisation_gain, r.fill_gpu_equivalents / (16 * r.main_busy_share), 1e-12);
+    EXPECT_EQ(r.overrun_slices, 0u);
+    EXPECT_EQ(r.slowdown_fraction, 0.0);
+    EXPECT_EQ(r.jobs_started, 16u);  // one per GPU
+    EXPECT_EQ(r.jobs_completed, 0u);
+    // The main-job figures equal the timeline's.
+    EXPECT_DOUBLE_EQ(r.bubble_share, r.timeline.bubble_share());
+    EXPECT_DOUBLE_EQ(r.iteration_us, r.timeline.iteration_us);
+    // Baseline: same bubbles, nothing filled.
+    EXPECT_NEAR(base.fillable_bubble_us, scale * bubble, 1e-9 * scale * bubble);
+    EXPECT_EQ(base.filled_us, 0.0);
+    EXPECT_EQ(base.fill_gpu_equivalents, 0.0);
   }
-  const double scale = spec.iterations * per_stage;
-  EXPECT_NEAR(r.fillable_bubble_us, scale * bubble, 1e-9 * scale * bubble);
-  EXPECT_NEAR(r.fill_work_dedicated_us, scale * work, 1e-9 * scale * work);
-  EXPECT_NEAR(r.filled_us, scale * work, 1e-9 * scale * work);
-  EXPECT_EQ(r.slices, static_cast<uint64_t>(scale) * slices);
-  EXPECT_NEAR(r.fill_gpu_equivalents, scale * work / (spec.iterations * r.iteration_us), 1e-9);
-  EXPECT_NEAR(r.utilisation_gain, r.fill_gpu_equivalents / (16 * r.main_busy_share), 1e-12);
-  EXPECT_EQ(r.overrun_slices, 0u);
-  EXPECT_EQ(r.slowdown_fraction, 0.0);
-  EXPECT_EQ(r.jobs_started, 16u);  // one per GPU
-  EXPECT_EQ(r.jobs_completed, 0u);
-  // The main-job figures equal the timeline's.
-  EXPECT_DOUBLE_EQ(r.bubble_share, r.timeline.bubble_share());
-  EXPECT_DOUBLE_EQ(r.iteration_us, r.timeline.iteration_us);
-  // Baseline: same bubbles, nothing filled.
-  EXPECT_NEAR(base.fillable_bubble_us, scale * bubble, 1e-9 * scale * bubble);
-  EXPECT_EQ(base.filled_us, 0.0);
-  EXPECT_EQ(base.fill_gpu_equivalents, 0.0);
 }
 
 TEST(ClusterSim, WarmupIterationsAndMinBubbleReduceFilling) {

@@ -192,6 +192,16 @@ TEST(Config, StrategyInterferenceAndOverrides) {
   EXPECT_EQ(runs[0].spec.fill.strategy, FillStrategy::PaperStyle);
   EXPECT_FALSE(runs[0].spec.fill.fill_optimizer_bubble);
   EXPECT_DOUBLE_EQ(runs[0].spec.workload.mix.at("a"), 3.0);
+  // The all-reduce window is left unfilled by default (like the runtime's
+  // fill_optimizer_bubbles); --optimizer-fill opts in; both flags at once are refused.
+  EXPECT_FALSE(base.sim.fill.fill_optimizer_bubble);
+  RunOverrides opt_in;
+  opt_in.optimizer_fill = true;
+  ASSERT_EQ(plan_runs(base, opt_in, &runs), pfSuccess) << last_error_message();
+  EXPECT_TRUE(runs[0].spec.fill.fill_optimizer_bubble);
+  opt_in.no_optimizer_fill = true;
+  EXPECT_EQ(plan_runs(base, opt_in, &runs), pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("--optimizer-fill and --no-optimizer-fill"), std::string::npos);
   RunOverrides bad;
   bad.mix = "b=1";
   EXPECT_EQ(plan_runs(base, bad, &runs), pfErrorInvalidArgument);

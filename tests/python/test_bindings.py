@@ -61,7 +61,7 @@ def test_config_fields_reach_the_runtime():
                     safety_margin_us=5.5, safety_margin_fraction=0.25, arena_bytes="64M",
                     prediction_quantile=0.5, min_samples=3, policy="srpt", log_level="error",
                     sim_seed=7, sim_sm_count=100, sim_memory_bytes=1 << 33,
-                    gated_prediction_quantile=0.75)
+                    gated_prediction_quantile=0.75, fill_optimizer_bubbles=True)
     with pf.Runtime(cfg) as rt:
         got = rt.config
         assert rt.backend == pf.Backend.SIM
@@ -70,6 +70,7 @@ def test_config_fields_reach_the_runtime():
         assert got.arena_bytes == 64 << 20
         assert (got.prediction_quantile, got.min_samples) == (0.5, 3)
         assert got.gated_prediction_quantile == 0.75
+        assert got.fill_optimizer_bubbles is True
         assert got.policy == pf.Policy.SHORTEST_REMAINING
         assert got.log_level == pf.LogLevel.ERROR
         assert (got.sim_seed, got.sim_sm_count, got.sim_memory_bytes) == (7, 100, 1 << 33)
@@ -80,6 +81,14 @@ def test_gated_prediction_quantile_defaults_to_the_median():
     with pf.Runtime(backend="sim") as rt:
         assert rt.config.gated_prediction_quantile == 0.5
         assert rt.config.prediction_quantile == 0.1
+
+
+def test_the_all_reduce_window_is_left_unfilled_unless_asked(monkeypatch):
+    with pf.Runtime(backend="sim") as rt:
+        assert rt.config.fill_optimizer_bubbles is False
+    monkeypatch.setenv("PIPEFILL_FILL_OPTIMIZER_BUBBLES", "1")
+    with pf.Runtime(backend="sim") as rt:
+        assert rt.config.fill_optimizer_bubbles is True
 
 
 def test_keyword_arguments_override_a_config():

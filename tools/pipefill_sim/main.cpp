@@ -102,7 +102,8 @@ int run_main(int argc, char** argv) {
   app.add_option("--max-arena-gib", o.max_arena_gib, "cap on the memory a fill job may use per GPU (0: none)");
   app.add_option("--arrivals-per-gpu-hour", o.arrivals_per_gpu_hour, "fill-job arrivals per GPU-hour");
   app.add_option("--mix", o.mix, "fill-job mix, name=weight,... (replaces the config's workload.mix)");
-  app.add_flag("--no-optimizer-fill", o.no_optimizer_fill, "do not fill the DP all-reduce window");
+  app.add_flag("--no-optimizer-fill", o.no_optimizer_fill, "do not fill the DP all-reduce window (the default)");
+  app.add_flag("--optimizer-fill", o.optimizer_fill, "also fill the DP all-reduce window (the runtime's fill_optimizer_bubbles = 1)");
   app.add_option("--max-schedule-ops", max_schedule_ops,
                  fmt::format("refuse schedules with more compute ops per iteration (default {})", o.bounds.max_schedule_ops));
   app.add_option("--max-sim-events", max_sim_events,
