@@ -33,6 +33,13 @@ echo "=== pipeline_engine: 4-stage 1F1B, 8 micro-batches, MLP batch inference in
 ./build-demo/examples/pipeline_engine/pipeline_engine --transport "$transport" --stages 4 \
   --microbatches 8 --fill mlp --iterations 8 --naive "$@"
 
+if [ "$transport" = sim ]; then
+  echo
+  echo "=== the same pipeline with kernel durations jittered 5% (bubbles vary, predictions matter): every fill mode side by side ==="
+  ./build-demo/examples/pipeline_engine/pipeline_engine --transport sim --stages 4 \
+    --microbatches 8 --fill mlp --iterations 20 --jitter 0.05 --keep-every 0 --peers "$@"
+fi
+
 if [ -x build-demo/examples/c_trainer/c_trainer ]; then
   echo
   echo "=== c_trainer: the same idea from plain C (simulated device) ==="

@@ -56,6 +56,13 @@ static_assert(static_cast<int>(FillMode::FreeRide) == 3 && static_cast<int>(Fill
               static_cast<int>(FillMode::PaperStyle) == 5);
 }  // namespace
 
+double engine_margin_us(const EngineOptions& options, const StageCosts& costs) {
+  if (options.margin_us >= 0) return options.margin_us;
+  // The receive's bytes move in the last (p2p time - latency) of the bubble.
+  const double transfer = costs.p2p_us - std::min(options.pipeline.model.p2p_latency_us, costs.p2p_us);
+  return std::max(20.0, transfer);
+}
+
 int parse_fill_kind(const std::string& name) {
   if (name == "none") return -1;
   if (name == "mlp") return fjMlpInference;
@@ -162,6 +169,7 @@ class Engine {
       config.stage_id = s;
       config.stage_count = options_.pipeline.stages;
       config.sim_seed = options_.seed;
+      config.safety_margin_us = engine_margin_us(options_, costs_);
       transport_.configure_runtime(s, &config);
       ENGINE_PF(pfRuntimeCreate(&config, &st.runtime));
       pfConfig_t resolved = PF_CONFIG_INITIALIZER;

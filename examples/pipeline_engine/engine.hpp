@@ -39,6 +39,10 @@ struct EngineOptions {
   double fill_slowdown = 0.6;
   double comm_slowdown = 0.5;
   bool hint_durations = false;     // pass the schedule's expected bubble durations as hints
+  // The runtime's safety_margin_us for every stage. < 0: the transfer time of the receive that
+  // ends a bubble (its bytes / p2p bandwidth), at least the runtime's default 20 us, so that fill
+  // stops before NCCL moves the bytes it would otherwise slow (comm interference, gamma).
+  double margin_us = -1.0;
   // Sim transport: fill accounting (RunResult::filled_sm_us ...) counts iterations from this
   // one on (the predictor's warm-up is left out).
   int warm_iterations = 2;
@@ -91,6 +95,9 @@ int parse_fill_kind(const std::string& name);
 // Picks the transport for options.transport ("auto": NCCL with >= stages GPUs, emulated with
 // one GPU, else sim).
 Status choose_transport(const EngineOptions& options, std::unique_ptr<Transport>* out);
+
+// The safety margin the engine gives each stage's runtime (options.margin_us, resolved).
+double engine_margin_us(const EngineOptions& options, const StageCosts& costs);
 
 // Runs `options.iterations` iterations with the given fill mode on a fresh transport.
 Status run_engine(const EngineOptions& options, FillMode mode, RunResult* result);

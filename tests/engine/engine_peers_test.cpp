@@ -180,3 +180,35 @@ TEST(EnginePeers, BadRequestsAreErrorsNamingTheValue) {
     EXPECT_EQ(parsed, m);
   }
 }
+
+// The engine's default safety margin is the transfer time of the receive that ends a bubble, so
+// that fill has stopped before the bytes move: with exact bubbles and the calibrated interference
+// PipeFill then costs the main job nothing, while the runtime's bare 20 us margin lets fill run
+// beside the transfer and stretch it (gamma).
+TEST(EngineMargin, FillStopsBeforeTheReceiveMovesItsBytes) {
+  EngineOptions o = peer_options(0.0);
+  o.interference = 0.6;
+  o.fill_slowdown = 0.6;
+  o.comm_slowdown = 0.5;
+  const StageCosts costs = derive_costs(o.pipeline);
+  const double transfer = costs.p2p_us - o.pipeline.model.p2p_latency_us;
+  ASSERT_GT(transfer, 20.0);  // the case where the default differs from the runtime's
+  EXPECT_DOUBLE_EQ(engine_margin_us(o, costs), transfer);
+  EngineOptions bare = o;
+  bare.margin_us = 20.0;
+  EXPECT_DOUBLE_EQ(engine_margin_us(bare, costs), 20.0);
+
+  RunResult none, clear, beside;
+  Status s = run_engine(o, FillMode::None, &none);
+  ASSERT_TRUE(s.ok()) << s.message;
+  s = run_engine(o, FillMode::PipeFill, &clear);
+  ASSERT_TRUE(s.ok()) << s.message;
+  s = run_engine(bare, FillMode::PipeFill, &beside);
+  ASSERT_TRUE(s.ok()) << s.message;
+  for (size_t i = static_cast<size_t>(o.warm_iterations); i < none.iterations.size(); ++i) {
+    EXPECT_GT(clear.iterations[i].items, 0u);
+    EXPECT_NEAR(clear.iterations[i].time_us, none.iterations[i].time_us, 1e-9 * none.iterations[i].time_us)
+        << "iteration " << i;
+    EXPECT_GT(beside.iterations[i].time_us, none.iterations[i].time_us * 1.001) << "iteration " << i;
+  }
+}

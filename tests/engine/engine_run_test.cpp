@@ -18,6 +18,9 @@ EngineOptions small_options() {
   o.keep_every = 0;  // speed: count items, do not compute inference outputs
   // Interference off: the bounds below are the gate's and the planner's (tests/sim covers it).
   o.interference = o.fill_slowdown = o.comm_slowdown = 0.0;
+  // The runtime's default margin: without interference there is no transfer to keep fill clear
+  // of (EngineMargin.* tests the engine's default, the receive's transfer time).
+  o.margin_us = 20.0;
   return o;
 }
 

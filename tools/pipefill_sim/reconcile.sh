@@ -31,10 +31,10 @@ rows=(
   "job mix: inference only|--mix bert_large_inference=3,resnet50_inference=2"
   "job mix: training only|--mix gpt2_small_training=1,resnet50_training=1"
   "job mix: 7B decode only|--mix llm7b_decode=1"
-  "all-reduce window not filled|--no-optimizer-fill"
+  "all-reduce window filled (opt-in)|--optimizer-fill"
   "no reserved SMs|--reserved-sms 0"
   "PipeFill-paper mechanism (no gate)|--strategy paper"
-  "eff 0.7 + no all-reduce fill + 10 ms min bubble|--efficiency 0.7 --no-optimizer-fill --min-bubble-us 10000"
+  "eff 0.7 + 10 ms min bubble|--efficiency 0.7 --min-bubble-us 10000"
 )
 
 echo "| row | GPUs | iter ms | idle% | main% | filled% | +fill points | GPUs' worth | gain% (relative) | slowdown% |"
