@@ -348,6 +348,8 @@ TEST_F(ConfigTest, Version3LayoutGetsTheGatedQuantileDefault) {
   RuntimeOptions o;
   ASSERT_EQ(resolve_config(config, &o), pfSuccess) << last_error_message();
   EXPECT_DOUBLE_EQ(o.gated_prediction_quantile, 0.5);
+  // The bytes past the v3 layout (0x7F7F7F7F, not 0 or 1) are never read: the default holds.
+  EXPECT_FALSE(o.fill_optimizer_bubbles);
   EXPECT_DOUBLE_EQ(o.prediction_quantile, 0.2);
   EXPECT_EQ(o.fill_streams, 2);
   setenv("PIPEFILL_GATED_QUANTILE", "0.9", 1);
@@ -372,6 +374,10 @@ TEST_F(ConfigTest, Version3LayoutGetsTheGatedQuantileDefault) {
   ASSERT_EQ(export_config(o, &full), pfSuccess);
   EXPECT_EQ(full.version, 4);
   EXPECT_DOUBLE_EQ(full.gated_prediction_quantile, 0.6);
+  EXPECT_EQ(full.fill_optimizer_bubbles, 0);
+  o.fill_optimizer_bubbles = true;
+  ASSERT_EQ(export_config(o, &full), pfSuccess);
+  EXPECT_EQ(full.fill_optimizer_bubbles, 1);
 }
 
 // Unset arena_bytes: CUDA min(2 GiB, free / 8); the other devices min(1 GiB, free).
