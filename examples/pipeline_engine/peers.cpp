@@ -3,16 +3,22 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
+#include <tuple>
+#include <utility>
+
+#include "analysis/stats.hpp"
 
 namespace engine {
+namespace {
 
-double percentile_of(std::vector<double> v, double q) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
-  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
+// p50 and p99 (nearest rank) of a delay list, 0 when empty.
+std::pair<double, double> p50_p99(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return {pipefill::analysis::quantile_nearest_rank(values, 0.5),
+          pipefill::analysis::quantile_nearest_rank(values, 0.99)};
 }
+
+}  // namespace
 
 Status compare_fill_modes(const EngineOptions& options, const std::vector<FillMode>& modes,
                           std::vector<PeerRow>* rows) {
@@ -42,10 +48,8 @@ Status compare_fill_modes(const EngineOptions& options, const std::vector<FillMo
       row.filled_pct = 100.0 * r.filled_sm_us / (r.bubble_us * fill_sms);
       row.throughput = r.item_work_sm_us / (r.bubble_us * options.pipeline.sm_count);
     }
-    row.first_block_p50_us = percentile_of(r.first_block_delays_us, 0.5);
-    row.first_block_p99_us = percentile_of(r.first_block_delays_us, 0.99);
-    row.all_blocks_p50_us = percentile_of(r.all_blocks_delays_us, 0.5);
-    row.all_blocks_p99_us = percentile_of(r.all_blocks_delays_us, 0.99);
+    std::tie(row.first_block_p50_us, row.first_block_p99_us) = p50_p99(r.first_block_delays_us);
+    std::tie(row.all_blocks_p50_us, row.all_blocks_p99_us) = p50_p99(r.all_blocks_delays_us);
     row.bubbles = r.first_block_delays_us.size();
     out.push_back(row);
   }

@@ -31,7 +31,4 @@ Status compare_fill_modes(const EngineOptions& options, const std::vector<FillMo
 std::string format_peer_table(const EngineOptions& options, const std::vector<PeerRow>& rows,
                               const std::string& prefix);
 
-// Nearest-rank percentile (0 for an empty list).
-double percentile_of(std::vector<double> values, double q);
-
 }  // namespace engine

@@ -213,13 +213,6 @@ class SimTransport final : public Transport {
     const bool counted = iteration_++ >= options_.warm_iterations;
     for (auto& stage : stages_) {
       StageState& st = *stage;
-      // Kernel start = its end - its duration: exact without jitter and interference.
-      for (size_t i = 0; i < st.probes_used; ++i) {
-        double end = 0, kernel_end = 0;
-        ENGINE_PF(pfSimEventTime(st.probes[i].bubble_end, &end));
-        ENGINE_PF(pfSimEventTime(st.probes[i].kernel_end, &kernel_end));
-        resume_delays_.push_back(kernel_end - st.probes[i].kernel_us - end);
-      }
       ENGINE_TRY(account(st, counted));
       st.probes_used = 0;
       st.begins_used = 0;
@@ -414,8 +407,7 @@ class SimTransport final : public Transport {
     void record() {
       double now = 0.0;
       pfSimNow(transport->world_, &now);
-      stage->item_ends.push_back(now);
-      stage->item_factors.push_back(duration_factor);
+      stage->items.emplace_back(now - transport->item_cost_us_ * duration_factor, now);
     }
   };
 
@@ -435,37 +427,39 @@ class SimTransport final : public Transport {
     // Tally's retreat flag and claim words (plain memory the simulated kernel reads).
     uint64_t tally_flag = 0, tally_cursor = 0, tally_budget = 0, tally_epoch = 0;
     pipefill::BubblePredictor predictor;  // the runtime's: min 2 samples, window 64
-    std::vector<double> item_ends, item_factors;  // this iteration's completed fill items
+    std::vector<std::pair<double, double>> items;  // this iteration's fill items: (start, end)
     size_t activity_cursor = 0;  // device log records already read
     ItemSink nominal_sink, tally_sink;
   };
 
   static std::string class_key(int bubble_index) { return fmt::format("b{}", bubble_index); }
 
-  // After the iteration ran: feeds the peers' predictor with its measured bubbles and, when
-  // counted, adds its fill item work inside bubbles (nominal cost: a slowed item counts as the
-  // work it did), all fill work, and bubble end -> first block of the next main kernel.
+  // After the iteration ran: the resume delays of its bubbles (kernel start = its end - its
+  // duration: exact without jitter and interference); feeds the peers' predictor with its
+  // measured bubbles and, when counted, adds its fill item work inside bubbles (nominal cost: a
+  // slowed item counts as the work it did), all fill work, and bubble end -> first and last
+  // block of the next main kernel.
   Status account(StageState& st, bool counted) {
-    const size_t bubbles = std::min(st.begins_used, st.probes_used);
-    std::vector<std::pair<double, double>> spans(bubbles);
-    for (size_t i = 0; i < bubbles; ++i) {
+    std::vector<double> bubble_ends(st.probes_used), kernel_ends(st.probes_used);
+    for (size_t i = 0; i < st.probes_used; ++i) {
+      ENGINE_PF(pfSimEventTime(st.probes[i].bubble_end, &bubble_ends[i]));
+      ENGINE_PF(pfSimEventTime(st.probes[i].kernel_end, &kernel_ends[i]));
+      resume_delays_.push_back(kernel_ends[i] - st.probes[i].kernel_us - bubble_ends[i]);
+    }
+    std::vector<std::pair<double, double>> spans(std::min(st.begins_used, st.probes_used));
+    for (size_t i = 0; i < spans.size(); ++i) {  // (begin, end) per bubble
       ENGINE_PF(pfSimEventTime(st.probes[i].bubble_begin, &spans[i].first));
-      ENGINE_PF(pfSimEventTime(st.probes[i].bubble_end, &spans[i].second));
+      spans[i].second = bubble_ends[i];
       st.predictor.add_sample(class_key(st.probes[i].bubble_index), spans[i].second - spans[i].first);
     }
     std::vector<pipefill::ActivityRecord> log;
     st.activity_cursor = sim_->activities_since(st.index, st.activity_cursor, &log);
     if (counted) {
       for (const auto& [b, e] : spans) accounting_.bubble_us += e - b;
-      // Items complete in virtual-time order; bubbles are in order and do not overlap.
-      std::vector<std::pair<double, double>> items;  // (start, end)
-      items.reserve(st.item_ends.size());
-      for (size_t k = 0; k < st.item_ends.size(); ++k)
-        items.emplace_back(st.item_ends[k] - item_cost_us_ * st.item_factors[k], st.item_ends[k]);
-      std::sort(items.begin(), items.end());
+      // Bubbles are in order and do not overlap; items, sorted by start, are swept across them.
+      std::sort(st.items.begin(), st.items.end());
       size_t first = 0;
-      for (size_t k = 0; k < items.size(); ++k) {
-        const auto [start, end] = items[k];
+      for (const auto& [start, end] : st.items) {
         accounting_.item_work_sm_us += item_cost_us_;
         while (first < spans.size() && spans[first].second <= start) ++first;
         for (size_t b = first; b < spans.size() && spans[b].first < end; ++b) {
@@ -475,20 +469,18 @@ class SimTransport final : public Transport {
       }
       // The main kernel after each bubble: the log record that ends when its probe fired.
       for (size_t i = 0; i < st.probes_used; ++i) {
-        double end = 0, kernel_end = 0;
-        ENGINE_PF(pfSimEventTime(st.probes[i].bubble_end, &end));
-        ENGINE_PF(pfSimEventTime(st.probes[i].kernel_end, &kernel_end));
         for (const auto& r : log) {
-          if (r.kind == pipefill::ActivityKind::Kernel && r.end_us == kernel_end && r.start_us >= end - 1e-9) {
-            accounting_.first_block_delays_us.push_back(r.start_us - end);
-            accounting_.all_blocks_delays_us.push_back(std::max(r.start_us, r.all_blocks_started_us) - end);
+          if (r.kind == pipefill::ActivityKind::Kernel && r.end_us == kernel_ends[i] &&
+              r.start_us >= bubble_ends[i] - 1e-9) {
+            accounting_.first_block_delays_us.push_back(r.start_us - bubble_ends[i]);
+            accounting_.all_blocks_delays_us.push_back(std::max(r.start_us, r.all_blocks_started_us) -
+                                                       bubble_ends[i]);
             break;
           }
         }
       }
     }
-    st.item_ends.clear();
-    st.item_factors.clear();
+    st.items.clear();
     return {};
   }
 
