@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
-# The Python stage of scripts/test.sh: builds the pipefill package with `pip install .` into a
-# virtual environment (build-py/venv, reused when present, so reruns are incremental) and runs
-# its pytest suite (bindings, the C trainer's figures, error paths, example fill jobs,
-# torch.distributed.pipelining over gloo on 4 CPU processes).
+# The Python stage of scripts/test.sh: sets up a virtual environment (build-py/venv, reused when
+# present), makes the pipefill package importable in it and runs its pytest suite (bindings, the
+# C trainer's figures, error paths, example fill jobs, torch.distributed.pipelining over gloo on
+# 4 CPU processes).
+#
+# Where the package comes from:
+#  - PIPEFILL_PY_BUILD_DIR=<build tree> (what scripts/test.sh does): the extension that tree built
+#    with -DPIPEFILL_BUILD_PYTHON=ON (<tree>/python-package, put on the venv's sys.path by a .pth
+#    file) - the same compile as the C++ tests, CUDA backend included when the toolkit is there,
+#    so the library is not built a second time;
+#  - otherwise `pip install .`, as a user installs it (CMAKE_ARGS from PIPEFILL_PY_CMAKE_ARGS).
+# `--venv-only` sets up the venv and stops (scripts/test.sh needs its nanobind to configure).
 #
 # torch comes from PyPI (the CPU-only wheel index is not reachable here). Its Linux wheel
 # depends on ~3 GB of nvidia-* wheels (CUDA runtime, cuDNN, cuBLAS, NCCL, ...): about 6
@@ -13,10 +21,9 @@
 # resolve from the toolkit. If torch does not import that way (another machine), it is
 # installed with all its dependencies instead.
 #
-# Environment: PIPEFILL_PY_CMAKE_ARGS (default -DPIPEFILL_ENABLE_CUDA=OFF: the CUDA build of
-# the package is checked separately; the core logic the tests exercise is device-agnostic),
-# PIPEFILL_BUILD_DIR (the C build whose c_trainer and libpipefill the tests compare with;
-# default build/).
+# Environment: PIPEFILL_PY_BUILD_DIR (above), PIPEFILL_PY_CMAKE_ARGS (pip install only; default
+# -DPIPEFILL_ENABLE_CUDA=OFF), PIPEFILL_BUILD_DIR (the C build whose c_trainer and libpipefill
+# the tests compare with; default build/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -42,12 +49,26 @@ if ! "$py" -c "import torch, pytest, nanobind, scikit_build_core" 2>/dev/null; t
 fi
 echo "python: venv ready after $(( $(date +%s) - start )) s"
 
-# The package itself, as a user builds it (scikit-build-core over the repository's CMake);
-# --no-build-isolation reuses the venv's scikit-build-core and nanobind, and the build folder
-# build-py/cmake/<tag> persists, so a rerun only rebuilds what changed.
-CMAKE_ARGS="${PIPEFILL_PY_CMAKE_ARGS:--DPIPEFILL_ENABLE_CUDA=OFF}" \
-  "$py" -m pip install -q --no-build-isolation .
-echo "python: package installed after $(( $(date +%s) - start )) s"
+[ "${1:-}" = "--venv-only" ] && exit 0
+
+site=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+if [ -n "${PIPEFILL_PY_BUILD_DIR:-}" ]; then
+  package_dir=$(cd "$PIPEFILL_PY_BUILD_DIR" && pwd)/python-package
+  ls "$package_dir"/pipefill/_pipefill*.so >/dev/null 2>&1 ||
+    { echo "python: no extension in $package_dir (configure the tree with -DPIPEFILL_BUILD_PYTHON=ON)" >&2; exit 1; }
+  # An installed copy would shadow the build tree's (site-packages comes first on sys.path).
+  "$py" -m pip uninstall -q -y pipefill >/dev/null 2>&1 || true
+  echo "$package_dir" > "$site/pipefill-build-tree.pth"
+  echo "python: using the package built in $PIPEFILL_PY_BUILD_DIR ($package_dir)"
+else
+  rm -f "$site/pipefill-build-tree.pth"
+  # The package itself, as a user builds it (scikit-build-core over the repository's CMake);
+  # --no-build-isolation reuses the venv's scikit-build-core and nanobind, and the build folder
+  # build-py/cmake/<tag> persists, so a rerun only rebuilds what changed.
+  CMAKE_ARGS="${PIPEFILL_PY_CMAKE_ARGS:--DPIPEFILL_ENABLE_CUDA=OFF}" \
+    "$py" -m pip install -q --no-build-isolation .
+  echo "python: package installed after $(( $(date +%s) - start )) s"
+fi
 
 PIPEFILL_BUILD_DIR="${PIPEFILL_BUILD_DIR:-build}" PIPEFILL_REQUIRE_BUILD=1 \
   "$py" -m pytest -q -p no:cacheprovider tests/python

@@ -59,6 +59,12 @@ NB_MODULE(_pipefill, m) {
   m.attr("UNSET_SIZE") = static_cast<size_t>(PF_UNSET_SIZE);
   m.attr("CONFIG_SIZE") = sizeof(pfConfig_t);
   m.attr("MAX_TRACKED_ITEMS") = SimTicketJob::kMaxTrackedItems;
+  // Whether the CUDA backend is compiled in (it links no CUDA library either way).
+#ifdef PIPEFILL_WITH_CUDA
+  m.attr("WITH_CUDA") = true;
+#else
+  m.attr("WITH_CUDA") = false;
+#endif
 
   bind_config(m);
   bind_fill_params(m);
