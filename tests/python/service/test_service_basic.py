@@ -1,0 +1,94 @@
+"""The fill-job service end to end in one process: submit, one rank's agent fills its bubbles
+with the shards, the manifest lists one verified output per shard whose records are the job's
+real results; status and cancel; the connection secret never shows in a message."""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+import pipefill as pf
+from service_fixtures import expected_record, run_in_process_rank
+
+
+def digest_job(world, name, items, shard_items, **extra):
+    from pipefill.service import JobSpec
+    params = {"seed": name, "item_cost_us": 100.0, "checkpoint_items": 3}
+    return JobSpec(name=name, dist_name="pfsvc-testjobs", entry_point="digest",
+                   dataset=f"test://{name}", item_count=items, shard_items=shard_items,
+                   output_dir=str(world.out_root), params=params, item_cost_us=100.0,
+                   lease_ttl_s=10.0, **extra)
+
+
+def job_state(world, job_id):
+    with world.service("alice") as alice:
+        return alice.jobs(job_id)[0].state
+
+
+def test_one_rank_runs_every_shard_once_and_exports_a_verified_manifest(world):
+    from pipefill.service import verify_manifest
+    with world.service("alice") as alice:
+        job_id = alice.submit(digest_job(world, "basic", items=57, shard_items=10))
+        before = alice.jobs(job_id)[0]
+    assert (before.state, before.shards, before.committed) == ("running", 6, 0)
+    agent, reached = run_in_process_rank(world, "inproc-basic",
+                                         lambda: job_state(world, job_id) == "completed", 60.0)
+    assert reached, f"job not completed; agent error: {agent.error}"
+    assert agent.error is None
+    assert (agent.counts.committed, agent.counts.fenced, agent.counts.failed) == (6, 0, 0)
+    assert agent.counts.manifests == 1
+    manifest_path = world.out_root / f"job-{job_id}" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    assert [s["shard"] for s in manifest["shards"]] == list(range(6))
+    assert [tuple(s["items"]) for s in manifest["shards"]] == [
+        (0, 10), (10, 20), (20, 30), (30, 40), (40, 50), (50, 57)]
+    assert verify_manifest(manifest_path) == []
+    content = b"".join(pathlib.Path(s["path"]).read_bytes() for s in manifest["shards"])
+    assert content == b"".join(expected_record("basic", i) for i in range(57))
+    # Nothing but the canonical outputs and the manifest is left in the job's folder.
+    names = sorted(p.name for p in (world.out_root / f"job-{job_id}").iterdir())
+    assert names == sorted(["manifest.json"] + [pathlib.Path(s["path"]).name
+                                                for s in manifest["shards"]])
+    with world.service("alice") as alice:
+        progress = alice.jobs(job_id)[0]
+        attempts = alice.attempts(job_id)
+        ranks = {r["rank"]: r for r in alice.ranks()}
+        assert alice.export_manifest(job_id) == manifest_path  # the submitter can re-export
+    assert (progress.state, progress.committed, progress.failures) == ("completed", 6, 0)
+    assert sorted(a["outcome"] for a in attempts) == ["committed"] * 6
+    # Capacity advertised from the runtime's measured bubbles (2000 µs each, one per iteration).
+    # (Oversleeping under load only lengthens a host-device bubble, so only the floor is tight.)
+    assert 1800.0 <= ranks["inproc-basic"]["bubble_p10_us"] < 20000.0
+    assert ranks["inproc-basic"]["bubbles_per_iteration"] == pytest.approx(1.0)
+
+
+def test_cancel_stops_a_job_and_only_its_owner_can(world):
+    with world.service("alice") as alice, world.service("bob") as bob:
+        job_id = alice.submit(digest_job(world, "to-cancel", items=100, shard_items=10))
+        assert bob.jobs(job_id) == []              # row-level security: not bob's
+        assert bob.cancel(job_id) is False
+        assert alice.jobs(job_id)[0].state == "running"
+        assert alice.cancel(job_id) is True
+        assert alice.cancel(job_id) is False       # no longer running
+        progress = alice.jobs(job_id)[0]
+        assert progress.state == "cancelled" and progress.pending == 0
+        assert {s["state"] for s in alice.shards(job_id)} == {"cancelled"}
+    # A rank finds nothing to claim in a cancelled job.
+    agent, _ = run_in_process_rank(world, "inproc-cancel", lambda: False, 1.5)
+    assert agent.counts.claimed == 0 and agent.error is None
+
+
+def test_the_connection_secret_never_appears_in_errors(world, tmp_path):
+    from pipefill.service import Service
+    wrong = tmp_path / "wrong.password"
+    wrong.write_text("not-the-secret-91c2")
+    with pytest.raises(pf.PipeFillError) as error:
+        Service(world.conninfo("alice"), password_file=str(wrong))
+    assert "not-the-secret-91c2" not in str(error.value)
+    assert "user=alice" in str(error.value)
+    with pytest.raises(pf.PipeFillError, match="holds a password") as error:
+        Service(world.conninfo("alice") + " password=inline-secret-55")
+    assert "inline-secret-55" not in str(error.value)
+    with pytest.raises(pf.PipeFillError, match="cannot read the service password file"):
+        Service(world.conninfo("alice"), password_file=str(tmp_path / "missing"))
