@@ -84,11 +84,23 @@ def test_fault_injection_keeps_results_exactly_once(world, tmp_path):
         wait_for(lambda: committed() > before_restart + 5, 60, "commits after the restart")
 
         # 4. A trainer restart: SIGTERM drains its leases (preemptions), a new one starts.
-        drained = wait_for(lambda: admin.conn.execute(
-            "select lease_rank from pipefill.shards where job_id = %s and state = 'leased'"
-            " and lease_rank = any(%s) limit 1", (main_job, ranks.alive())).fetchone(), 30,
-            "a rank holding a lease")[0]
-        events["drain_summary"] = ranks.terminate(drained)
+        #    The rank is stopped while we look, so the two leases we see (running and
+        #    prefetched) are still its own when the SIGTERM arrives; the prefetched one never
+        #    started, so at least it comes back as a preemption.
+        def stopped_rank_with_two_leases():
+            for name in ranks.alive():
+                ranks.signal(name, signal.SIGSTOP)
+                held = admin.conn.execute(
+                    "select count(*) from pipefill.shards where job_id = %s and state = 'leased'"
+                    " and lease_rank = %s and lease_expires > now() + interval '1 s'",
+                    (main_job, name)).fetchone()[0]
+                if held == 2:
+                    return name
+                ranks.signal(name, signal.SIGCONT)
+            return None
+
+        drained = wait_for(stopped_rank_with_two_leases, 30, "a rank holding two leases")
+        events["drain_summary"] = ranks.terminate(drained)  # SIGCONT + SIGTERM
         ranks.start(drained + "-restarted")
 
         # 5. Kill every rank at once, then start 8 fresh ones.
@@ -96,6 +108,7 @@ def test_fault_injection_keeps_results_exactly_once(world, tmp_path):
         for name in ranks.alive():
             ranks.kill(name)
         events["committed_at_kill_all"] = committed()
+        assert events["committed_at_kill_all"] < SHARDS  # the kill hit a running job
         for i in range(8):
             ranks.start(f"n{i}")
 
@@ -157,9 +170,15 @@ def test_fault_injection_keeps_results_exactly_once(world, tmp_path):
     # The drained trainer's leases came back as preemptions, never as failures.
     assert main.preemptions >= 1 and main.failures == 0
     assert all(a["outcome"] != "failed" for a in attempts)
-    assert events["drain_summary"]["preempted"] >= 1 and events["drain_summary"]["failed"] == 0
+    # (The agent's own 'failed' count also holds the poisoned job's failures, so the main job's
+    # attempts above are what says no preemption became a failure.)
+    assert events["drain_summary"]["preempted"] >= 1, events["drain_summary"]
+    drained_attempts = [a for a in attempts if a["rank"] == events["drain_summary"]["rank"]]
+    assert any(a["outcome"] == "preempted" for a in drained_attempts)
     # The drained rank lived through the database restart by reconnecting.
     assert events["drain_summary"]["reconnects"] >= 1
-    # The poisoned job failed with its message after 3 failures; the other job went on.
-    assert poisoned.state == "failed" and poisoned.failures == 3
-    assert "item " in poisoned.message and "is poisoned" in poisoned.message
+    # The poisoned job failed with its message once 3 failures were counted (ranks that had
+    # claimed its shards before may add theirs); the other job went on.
+    assert poisoned.state == "failed" and poisoned.failures >= 3
+    assert poisoned.committed == 0
+    assert poisoned.message.startswith("failed ") and "is poisoned" in poisoned.message
