@@ -92,3 +92,43 @@ def test_the_connection_secret_never_appears_in_errors(world, tmp_path):
     assert "inline-secret-55" not in str(error.value)
     with pytest.raises(pf.PipeFillError, match="cannot read the service password file"):
         Service(world.conninfo("alice"), password_file=str(tmp_path / "missing"))
+
+
+def test_cli_submit_status_cancel(world, tmp_path):
+    import subprocess
+    import sys
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "pipefill.service.cli", *args],
+                              env=world.rank_env("alice"), capture_output=True, text=True,
+                              timeout=60)
+
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps({
+        "name": "cli-job", "dist_name": "pfsvc-testjobs", "entry_point": "digest",
+        "dataset": "test://cli", "item_count": 30, "shard_items": 7,
+        "output_dir": str(world.out_root), "params": {"seed": 3, "item_cost_us": 100.0},
+        "priority": 2, "deadline": "2030-01-01T00:00:00+00:00"}))
+    done = cli("submit", str(job_file))
+    assert done.returncode == 0, done.stderr
+    job_id = int(done.stdout.strip())
+    done = cli("status", str(job_id))
+    assert done.returncode == 0, done.stderr
+    line = [row for row in done.stdout.splitlines() if row.split()[:1] == [str(job_id)]][0]
+    assert line.split()[1:5] == ["cli-job", "running", "5", "0"]
+    assert cli("cancel", str(job_id)).returncode == 0
+    again = cli("cancel", str(job_id))
+    assert again.returncode == 1 and f"job {job_id} is not a running job of yours" in again.stderr
+    assert "cancelled" in cli("status", str(job_id)).stdout
+    job_file.write_text(json.dumps({
+        "name": "bad", "dist_name": "pfsvc-testjobs", "dist_sha256": "1" * 64,
+        "entry_point": "digest", "dataset": "d", "item_count": 1, "shard_items": 1,
+        "output_dir": str(world.out_root)}))
+    refused = cli("submit", str(job_file))
+    assert refused.returncode == 1 and "is not allowlisted" in refused.stderr
+    job_file.write_text(json.dumps({"name": "x", "colour": "red"}))
+    unknown = cli("submit", str(job_file))
+    assert unknown.returncode == 1 and "unknown fields ['colour']" in unknown.stderr
+    secret = world.passwords["alice"].read_text()
+    for result in (done, again, refused, unknown):
+        assert secret not in result.stdout + result.stderr

@@ -134,3 +134,61 @@ def test_distribution_checks_name_the_mismatch(world):
         verify_distribution("pfsvc-testjobs", "1.0", "f" * 64)
     with pytest.raises(CodeRefused, match="'no-such-dist' is not installed"):
         verify_distribution("no-such-dist", "1.0", sha)
+
+
+def test_a_stale_token_cannot_commit_or_renew_after_its_lease_was_taken(world):
+    """Fencing at the database: rank A's lease expires, B claims the shard (newer token); A's
+    renewal and commit are refused even though A never noticed, B's commit wins, and a retry
+    of B's commit (a lost reply) is recognised instead of being refused."""
+    import time
+    job_id = submit_digest(world, "alice", "fencing", lease_ttl_s=0.3)
+    with raw(world, "rank1") as a, raw(world, "rank1") as b:
+        claim = "select shard, token from pipefill.pf_claim(%s, 0, 1e9, 1) where job_id = %s"
+        shard, stale = a.execute(claim, ("A", job_id)).fetchone()
+        deadline = time.monotonic() + 10
+        row = None
+        while row is None or row[0] != shard:  # B gets the same shard once A's lease expired
+            assert time.monotonic() < deadline, "the expired lease was never re-claimed"
+            time.sleep(0.1)
+            row = b.execute(claim, ("B", job_id)).fetchone()
+        current = row[1]
+        assert current > stale
+        commit = "select pipefill.pf_commit(%s, %s, %s, %s, %s, 1)"
+        assert a.execute("select pipefill.pf_renew(%s, %s, %s, NULL)",
+                         (job_id, shard, stale)).fetchone()[0] is False
+        assert a.execute(commit, (job_id, shard, stale, "/a", "a" * 64)).fetchone()[0] == "refused"
+        assert b.execute(commit, (job_id, shard, current, "/b", "b" * 64)).fetchone()[0] == "won"
+        assert b.execute(commit, (job_id, shard, current, "/b", "b" * 64)).fetchone()[0] == "won"
+        assert a.execute(commit, (job_id, shard, stale, "/a", "a" * 64)).fetchone()[0] == "refused"
+    with world.service("alice") as alice:
+        row = [s for s in alice.shards(job_id) if s["shard"] == shard][0]
+        outcomes = {x["token"]: x["outcome"] for x in alice.attempts(job_id)}
+        assert alice.cancel(job_id) is True
+    assert (row["state"], row["committed_token"], row["output_path"]) == ("committed", current,
+                                                                          "/b")
+    assert row["expirations"] == 1
+    assert (outcomes[stale], outcomes[current]) == ("fenced", "committed")
+
+
+def test_claims_take_only_shards_that_fit_the_rank(world):
+    """pf_claim filters by the job's memory need and item duration against the rank's free
+    bytes and p10 bubble; a second claimer gets only what the first did not lease (concurrent
+    claimers: the fault-injection test and the benchmark's 16 processes)."""
+    from pipefill.service import JobSpec
+    with world.service("alice") as alice:
+        job_id = alice.submit(JobSpec(
+            name="fit", dist_name="pfsvc-testjobs", entry_point="digest", dataset="d",
+            item_count=6, shard_items=1, output_dir=str(world.out_root),
+            memory_bytes=1 << 20, item_cost_us=500.0))
+    claim = ("select shard from pipefill.pf_claim(%s, %s, %s, %s) where job_id = %s")
+    with raw(world, "rank1") as a, raw(world, "rank1") as b:
+        assert a.execute(claim, ("small-memory", (1 << 20) - 1, 1e6, 3, job_id)).fetchall() == []
+        assert a.execute(claim, ("short-bubbles", 1 << 30, 499.0, 3, job_id)).fetchall() == []
+        first = [r[0] for r in a.execute(claim, ("fits-a", 1 << 20, 500.0, 3, job_id))]
+        second = [r[0] for r in b.execute(claim, ("fits-b", 1 << 30, 900.0, 5, job_id))]
+        assert sorted(first) == [0, 1, 2] and sorted(second) == [3, 4, 5]
+        import psycopg
+        with pytest.raises(psycopg.errors.RaiseException, match="claim limit 0 is outside"):
+            a.execute(claim, ("bad", 0, 1.0, 0, job_id))
+    with world.service("alice") as alice:
+        assert alice.cancel(job_id) is True
