@@ -180,7 +180,10 @@ class Agent:
         return self
 
     def on_iteration_end(self, max_requests: int = 2) -> None:
-        """Trainer thread, outside bubbles: runs up to ``max_requests`` job create/close."""
+        """Trainer thread, outside bubbles: runs up to ``max_requests`` job create/close.
+        Called inside a bubble by mistake it does nothing (the requests wait)."""
+        if self.runtime.in_bubble:
+            return
         for _ in range(max_requests):
             try:
                 request = self._requests.popleft()

@@ -60,7 +60,9 @@ def test_one_rank_runs_every_shard_once_and_exports_a_verified_manifest(world):
     # Capacity advertised from the runtime's measured bubbles (2000 µs each, one per iteration).
     # (Oversleeping under load only lengthens a host-device bubble, so only the floor is tight.)
     assert 1800.0 <= ranks["inproc-basic"]["bubble_p10_us"] < 20000.0
-    assert ranks["inproc-basic"]["bubbles_per_iteration"] == pytest.approx(1.0)
+    # Sampled between a bubble's end and its iteration_end, a 0.5 s window can count one bubble
+    # more or less than iterations (about 200 of each).
+    assert ranks["inproc-basic"]["bubbles_per_iteration"] == pytest.approx(1.0, abs=0.05)
 
 
 def test_cancel_stops_a_job_and_only_its_owner_can(world):
@@ -132,3 +134,60 @@ def test_cli_submit_status_cancel(world, tmp_path):
     secret = world.passwords["alice"].read_text()
     for result in (done, again, refused, unknown):
         assert secret not in result.stdout + result.stderr
+
+
+class RecordingRuntime:
+    """The runtime, recording on which thread and in which state jobs are created/closed."""
+
+    def __init__(self, runtime):
+        self._runtime = runtime
+        self.calls = []
+
+    def __getattr__(self, name):
+        return getattr(self._runtime, name)
+
+    def create_job(self, spec):
+        import threading
+        self.calls.append(("create", threading.get_ident(), self._runtime.in_bubble))
+        job = self._runtime.create_job(spec)
+        calls, close = self.calls, job.close
+
+        def recorded_close():
+            calls.append(("close", threading.get_ident(), self._runtime.in_bubble))
+            close()
+        job.close = recorded_close
+        return job
+
+
+def test_the_agent_creates_and_closes_fill_jobs_only_on_the_trainer_thread_between_bubbles(
+        world):
+    import threading
+    import time
+    from pipefill.service import Agent
+    from pipefill.service.rank import host_runtime
+    with world.service("alice") as alice:
+        job_id = alice.submit(digest_job(world, "threads", items=12, shard_items=4))
+    rt = RecordingRuntime(host_runtime())
+    stream = rt.high_priority_stream()
+    agent = Agent(rt, "inproc-threads", conninfo=world.conninfo("rank1"),
+                  password_file=str(world.passwords["rank1"]), poll_s=0.02).start()
+    trainer = threading.get_ident()
+    deadline = time.monotonic() + 60
+    try:
+        while agent.counts.committed < 3 and time.monotonic() < deadline:
+            with rt.bubble(stream, expected_us=2000.0):
+                pf.host_stream_delay(stream, 2000.0)
+                agent.on_iteration_end()  # misuse inside a bubble: must do nothing
+            pf.host_stream_delay(stream, 500.0)
+            rt.iteration_end()
+            agent.on_iteration_end()
+            pf.host_stream_synchronize(stream)
+    finally:
+        agent.drain()
+        rt.synchronize()
+        rt.close()
+    assert agent.counts.committed == 3 and agent.error is None
+    assert [c[0] for c in rt.calls].count("create") == 3
+    assert [c[0] for c in rt.calls].count("close") == 3
+    assert all(thread == trainer and not in_bubble for _, thread, in_bubble in rt.calls)
+    assert job_state(world, job_id) == "completed"
