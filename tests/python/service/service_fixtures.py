@@ -127,6 +127,22 @@ class Ranks:
     def signal(self, name: str, signum: int) -> None:
         os.kill(self.procs[name].pid, signum)
 
+    def stop(self, name: str) -> None:
+        """SIGSTOP, then wait (bounded) until the kernel shows the process stopped, and a moment
+        for a statement it had already sent to the server to finish."""
+        proc = self.procs[name]
+        os.kill(proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                stat = pathlib.Path(f"/proc/{proc.pid}/stat").read_text()
+            except OSError:
+                return  # it ended
+            if stat.rsplit(")", 1)[1].split()[0] in ("T", "t"):
+                break
+            time.sleep(0.005)
+        time.sleep(0.05)
+
     def kill(self, name: str) -> None:
         proc = self.procs[name]
         if proc.poll() is None:

@@ -62,16 +62,22 @@ def test_fault_injection_keeps_results_exactly_once(world, tmp_path):
         events["killed"] = 3
 
         # 2. SIGSTOP a rank that holds a checkpointed lease, past its TTL, until another rank
-        #    has re-claimed that shard (a newer token); then resume it.
-        def checkpointed_lease():
-            return admin.conn.execute(
-                "select lease_rank, shard, lease_token from pipefill.shards where job_id = %s"
-                " and state = 'leased' and checkpoint is not null and lease_rank = any(%s)"
-                " limit 1", (main_job, ranks.alive())).fetchone()
+        #    has re-claimed that shard (a newer token); then resume it. The lease is looked up
+        #    while the rank is already stopped, so it cannot commit the shard meanwhile.
+        def stopped_rank_with_checkpointed_lease():
+            for name in ranks.alive():
+                ranks.stop(name)
+                row = admin.conn.execute(
+                    "select shard, lease_token from pipefill.shards where job_id = %s and"
+                    " state = 'leased' and checkpoint is not null and lease_rank = %s and"
+                    " lease_expires > now() limit 1", (main_job, name)).fetchone()
+                if row:
+                    return name, row[0], row[1]
+                ranks.signal(name, signal.SIGCONT)
+            return None
 
-        stopped, stopped_shard, stopped_token = wait_for(checkpointed_lease, 30,
-                                                         "a checkpointed lease")
-        ranks.signal(stopped, signal.SIGSTOP)
+        stopped, stopped_shard, stopped_token = wait_for(stopped_rank_with_checkpointed_lease,
+                                                         30, "a checkpointed lease")
         wait_for(lambda: admin.conn.execute(
             "select lease_token > %s from pipefill.shards where job_id = %s and shard = %s",
             (stopped_token, main_job, stopped_shard)).fetchone()[0], 30,
@@ -92,7 +98,7 @@ def test_fault_injection_keeps_results_exactly_once(world, tmp_path):
         #    started, so at least it comes back as a preemption.
         def stopped_rank_with_two_leases():
             for name in ranks.alive():
-                ranks.signal(name, signal.SIGSTOP)
+                ranks.stop(name)
                 held = admin.conn.execute(
                     "select count(*) from pipefill.shards where job_id = %s and state = 'leased'"
                     " and lease_rank = %s and lease_expires > now() + interval '1 s'",
