@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import math
 import pathlib
 from typing import Any, Dict, List, Optional
 
@@ -140,6 +141,7 @@ class Service:
 
     def submit(self, spec: JobSpec) -> int:
         """Creates the job and its shards; refused (PipeFillError) unless allowlisted."""
+        _validate(spec)
         version = spec.dist_version or _installed_version(spec.dist_name)
         sha256 = spec.dist_sha256 or code.distribution_sha256(spec.dist_name)
         if not pathlib.PurePosixPath(spec.output_dir).is_absolute():
@@ -211,6 +213,30 @@ class Service:
         job_dir = pathlib.Path(job[1]) / f"job-{job_id}"
         write_manifest(job_dir, job_id, rows)
         return job_dir / MANIFEST_NAME
+
+
+def _validate(spec: JobSpec) -> None:
+    """Names the first bad field (the database's CHECK constraints back this up)."""
+    def bad(field: str, rule: str) -> PipeFillError:
+        return PipeFillError(Result.INVALID_ARGUMENT,
+                             f"JobSpec.{field} = {getattr(spec, field)!r} {rule}")
+
+    for field in ("name", "dist_name", "entry_point", "dataset"):
+        value = getattr(spec, field)
+        if not isinstance(value, str) or not 1 <= len(value) <= 200:
+            raise bad(field, "must be a string of 1..200 characters")
+    for field, low in (("item_count", 1), ("shard_items", 1), ("memory_bytes", 0),
+                       ("max_failures", 1)):
+        value = getattr(spec, field)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise bad(field, f"must be an int >= {low}")
+    for field, positive in (("item_cost_us", False), ("lease_ttl_s", True)):
+        value = getattr(spec, field)
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not math.isfinite(value) or value < 0 or (positive and value == 0)):
+            raise bad(field, "must be a finite number " + ("> 0" if positive else ">= 0"))
+    if not isinstance(spec.params, dict):
+        raise bad("params", "must be a JSON object (dict)")
 
 
 def _installed_version(dist_name: str) -> str:

@@ -15,7 +15,7 @@ import pathlib
 import shutil
 import subprocess
 import tempfile
-from typing import List, Optional
+from typing import List
 
 from .. import PipeFillError, Result
 

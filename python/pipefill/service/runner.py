@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import Any, BinaryIO, Callable, Mapping, Optional
+from typing import Any, BinaryIO, Callable, Mapping
 
 try:
     from typing import Protocol
@@ -129,10 +129,3 @@ class ItemRunner:
         finally:
             ctx.close_job(job)
 
-
-def optional_int(params: Mapping[str, Any], key: str, default: Optional[int]) -> Optional[int]:
-    value = params.get(key, default)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise PipeFillError(Result.INVALID_ARGUMENT, f"job parameter {key}={value!r} must be an "
-                            "int")
-    return value

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-JOBS_MODULE = '''"""Test fill jobs for the service: each item's record is its index and a sha256 of it."""
+JOBS_MODULE = '''"""Test fill jobs for the service: an item's record is its index and a sha256."""
 import hashlib
 
 from pipefill.service import ItemRunner

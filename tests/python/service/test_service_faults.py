@@ -12,7 +12,6 @@ import json
 import os
 import pathlib
 import signal
-import time
 
 from service_fixtures import Ranks, expected_record, wait_for
 
