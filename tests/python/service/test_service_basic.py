@@ -212,3 +212,41 @@ def test_bad_job_specs_are_refused_naming_the_field(world, field, value, needle)
             alice.submit(spec)
         assert error.value.code == pf.Result.INVALID_ARGUMENT
         assert len(alice.jobs()) == before
+
+
+def test_an_unreachable_database_ends_the_agent_within_its_budget_not_the_trainer(tmp_path):
+    import time
+    pytest.importorskip("psycopg")
+    from pipefill.service import Agent
+    from pipefill.service._db import ConnectionLost
+    from pipefill.service.rank import host_runtime
+    password = tmp_path / "password"
+    password.write_text("never-shown-3e1d")
+    rt = host_runtime()
+    stream = rt.high_priority_stream()
+    agent = Agent(rt, "lost", conninfo=f"host={tmp_path} port=1 dbname=x user=rank1",
+                  password_file=str(password), reconnect_budget_s=1.0,
+                  capacity_interval_s=0.05).start()
+    iterations = 0
+    deadline = time.monotonic() + 30
+    try:
+        while agent.running and time.monotonic() < deadline:
+            with rt.bubble(stream, expected_us=1000.0):
+                pf.host_stream_delay(stream, 1000.0)
+            rt.iteration_end()
+            agent.on_iteration_end()
+            pf.host_stream_synchronize(stream)
+            iterations += 1
+        assert not agent.running
+        for _ in range(20):  # the trainer goes on without its agent
+            with rt.bubble(stream, expected_us=1000.0):
+                pf.host_stream_delay(stream, 1000.0)
+            rt.iteration_end()
+            pf.host_stream_synchronize(stream)
+        assert rt.stats().iterations == iterations + 20
+    finally:
+        agent.drain(5.0)
+        rt.close()
+    assert isinstance(agent.error, ConnectionLost)
+    assert "service database unreachable for 1 s" in str(agent.error)
+    assert f"host={tmp_path}" in str(agent.error) and "never-shown-3e1d" not in str(agent.error)
