@@ -82,7 +82,7 @@ class ItemRunner:
     """
 
     def __init__(self, compute: Callable[[int], bytes], *, item_cost_us: float = 200.0,
-                 checkpoint_items: int = 8, poll_s: float = 0.002, name: str = "service-shard"
+                 checkpoint_items: int = 8, poll_s: float = 0.01, name: str = "service-shard"
                  ) -> None:
         if not item_cost_us > 0:
             raise PipeFillError(Result.INVALID_ARGUMENT,
