@@ -47,6 +47,14 @@ if ! "$py" -c "import torch, pytest, nanobind, scikit_build_core" 2>/dev/null; t
     "$py" -m pip install -q "torch==$torch_version"
   fi
 fi
+# --- fill-job service (issue 20): psycopg 3, the PostgreSQL driver of pipefill.service and its
+# tests (tests/python/service, which start their own PostgreSQL server). Installed only if
+# missing.
+if ! "$py" -c "import psycopg" 2>/dev/null; then
+  echo "python: installing psycopg[binary] (pipefill.service)"
+  "$py" -m pip install -q "psycopg[binary]"
+fi
+# --- end of the fill-job service block
 echo "python: venv ready after $(( $(date +%s) - start )) s"
 
 [ "${1:-}" = "--venv-only" ] && exit 0
