@@ -18,6 +18,13 @@ const char* short_file_name(const char* file) {
   const size_t prefix_length = std::strlen(kPrefix);
   if (std::strncmp(file, kPrefix, prefix_length) == 0) return file + prefix_length;
 #endif
+  // A path relative to the build folder (compiler launchers such as ccache with base_dir pass
+  // relative paths): "../tests/cuda/t.cpp" -> "tests/cuda/t.cpp".
+  if (file[0] == '.') {
+    const char* rest = file;
+    while (std::strncmp(rest, "../", 3) == 0 || std::strncmp(rest, "./", 2) == 0) rest += rest[1] == '/' ? 2 : 3;
+    if (rest != file && *rest != '\0') return rest;
+  }
   const char* slash = std::strrchr(file, '/');
   return slash ? slash + 1 : file;
 }

@@ -44,6 +44,7 @@ class CublasGemmItem final : public GemmItem {
   pfResult_t init(cudaStream_t setup_stream) {
     ScopedStreamContext scope;
     PF_TRY(scope.enter(setup_stream));
+    if (!cublas_api().ok) return fail(pfErrorNotSupported, "GEMM fill item: {}", cublas_api().error);
     PF_CUBLAS_CHECK(cublas_api().cublasCreate(&handle_));
     if (desc_.workspace != nullptr && desc_.workspace_bytes > 0)
       PF_CUBLAS_CHECK(cublas_api().cublasSetWorkspace(handle_, desc_.workspace, desc_.workspace_bytes));

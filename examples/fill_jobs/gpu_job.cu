@@ -24,6 +24,8 @@
 namespace fill_jobs {
 namespace {
 
+using pipefill::cuda::cublas_api;  // cuBLAS loaded at first use (cuda/cublas_api.hpp)
+
 #define FJ_CUDA(call)                                                                      \
   do {                                                                                     \
     const cudaError_t fj_error_ = (call);                                                  \
@@ -510,6 +512,7 @@ class GpuJobImpl final : public GpuJob {
     FJ_TRY(arena_zeros(alloc, rows * p_.output, &chunk_y_));
     float* workspace = nullptr;
     FJ_TRY(arena_zeros(alloc, kCublasWorkspaceBytes / 4, &workspace));
+    if (!cublas_api().ok) return fj_fail(pfErrorNotSupported, "%s", cublas_api().error.c_str());
     FJ_CUBLAS(cublas_api().cublasCreate(&cublas_));
     FJ_CUBLAS(cublas_api().cublasSetWorkspace(cublas_, workspace, kCublasWorkspaceBytes));
     FJ_CUBLAS(cublas_api().cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));  // fp32, comparable to the CPU
@@ -573,6 +576,7 @@ class GpuJobImpl final : public GpuJob {
     FJ_TRY(arena_zeros(alloc, kEncoderChunk * static_cast<size_t>(p_.seq) * p_.seq, &escores_));
     float* workspace = nullptr;
     FJ_TRY(arena_zeros(alloc, kCublasWorkspaceBytes / 4, &workspace));
+    if (!cublas_api().ok) return fj_fail(pfErrorNotSupported, "%s", cublas_api().error.c_str());
     FJ_CUBLAS(cublas_api().cublasCreate(&cublas_));
     FJ_CUBLAS(cublas_api().cublasSetWorkspace(cublas_, workspace, kCublasWorkspaceBytes));
     FJ_CUBLAS(cublas_api().cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));

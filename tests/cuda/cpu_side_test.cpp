@@ -18,6 +18,7 @@
 #include "common/error.hpp"
 #include "core/config.hpp"
 #include "cuda_check.hpp"
+#include "cublas_api.hpp"
 #include "cupti_api.hpp"
 #include "cupti_collector.hpp"
 #include "device/device.hpp"
@@ -449,6 +450,49 @@ TEST(GemmItem, RejectsBadShapesAndPointers) {
   EXPECT_EQ(make_gemm_item(desc, nullptr, &item), pfErrorInvalidArgument);
   EXPECT_EQ(last_error_message(), "make_gemm_item: a conditional item needs the gate word (gate is null)");
   EXPECT_EQ(item, nullptr);
+}
+
+}  // namespace
+}  // namespace pipefill::cuda
+
+// ---- CUDA libraries opened at first use (cuda/lazy_library.hpp) --------------------------------
+
+namespace pipefill::cuda {
+namespace {
+
+TEST(LazyLibrary, PrefersTheCopyAlreadyLoadedInTheProcess) {
+  // Open the toolkit's cuBLAS by absolute path, as torch opens its wheel's copy; asked for by
+  // soname afterwards, the loaded copy is found (RTLD_NOLOAD), not a second one.
+  void* first = dlopen(PIPEFILL_CUBLAS_FALLBACK, RTLD_NOW | RTLD_LOCAL);
+  if (first == nullptr) GTEST_SKIP() << "no " << PIPEFILL_CUBLAS_FALLBACK << ": " << dlerror();
+  const LazyLibrary lib = open_lazy_library(PIPEFILL_CUBLAS_SONAME, nullptr);
+  ASSERT_NE(lib.handle, nullptr) << lib.error;
+  EXPECT_EQ(lib.handle, first);
+  EXPECT_NE(lib.path.find("already loaded"), std::string::npos) << lib.path;
+  dlclose(lib.handle);
+  dlclose(first);
+}
+
+TEST(LazyLibrary, AMissingLibraryNamesEveryCandidateTried) {
+  const LazyLibrary lib = open_lazy_library("libpipefill-no-such-library.so.7", "/nonexistent/libx.so.7");
+  EXPECT_EQ(lib.handle, nullptr);
+  EXPECT_NE(lib.error.find("libpipefill-no-such-library.so.7"), std::string::npos) << lib.error;
+  EXPECT_NE(lib.error.find("/nonexistent/libx.so.7"), std::string::npos) << lib.error;
+}
+
+TEST(LazyLibrary, CublasTableResolvesEverySymbolItCalls) {
+  // cuBLAS loads without a driver; every function PipeFill calls must resolve (a renamed or
+  // removed symbol shows here, on CPU, not on the first GPU run).
+  const CublasApi& api = cublas_api();
+  ASSERT_TRUE(api.ok) << api.error;
+  EXPECT_NE(api.cublasSgemmStridedBatched, nullptr);
+  EXPECT_FALSE(api.where.empty());
+}
+
+TEST(LazyLibrary, CuptiTableResolvesEverySymbolItCalls) {
+  const CuptiApi& api = cupti_api();
+  ASSERT_TRUE(api.ok) << api.error;
+  EXPECT_EQ(cupti_api_if_loaded(), &api);
 }
 
 }  // namespace
