@@ -7,6 +7,7 @@
 
 #include "common/log.hpp"
 #include "cuda_check.hpp"
+#include "driver_api.hpp"
 #include "gated_graph_launchers.hpp"
 #include "stream_context.hpp"
 
@@ -36,9 +37,21 @@ const char* node_type_name(cudaGraphNodeType type) {
   }
 }
 
+// A kernel node's context, where the driver reports one (nullptr: unknown or "the current one").
+CUcontext kernel_node_context(cudaGraphNode_t node) {
+  const auto get = driver_api().graph_kernel_node_get_params;
+  if (get == nullptr) return nullptr;
+  CUDA_KERNEL_NODE_PARAMS_v2 params{};
+  if (get(reinterpret_cast<CUgraphNode>(node), &params) != CUDA_SUCCESS) return nullptr;
+  return params.ctx;
+}
+
 // The contract of a graph fill job's item (docs/api.md, "Graph fill jobs"): only node types CUDA
-// accepts inside a conditional body, and none that allocates or synchronises with the host.
-pfResult_t check_nodes(cudaGraph_t graph, const std::string& where, int depth) {
+// accepts inside a conditional body, and none that allocates or synchronises with the host. Every
+// kernel must belong to `fill_context` (the fill stream's): all kernels of a conditional body must
+// belong to one context (driver_types.h), and a graph captured on the capture stream while
+// another context was current may hold kernels of that other context.
+pfResult_t check_nodes(cudaGraph_t graph, const std::string& where, int depth, CUcontext fill_context) {
   if (depth > 8) return fail(pfErrorInvalidArgument, "desc->graph: child graphs nested deeper than 8");
   size_t count = 0;
   PF_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
@@ -48,7 +61,17 @@ pfResult_t check_nodes(cudaGraph_t graph, const std::string& where, int depth) {
     cudaGraphNodeType type{};
     PF_CUDA_CHECK(cudaGraphNodeGetType(nodes[i], &type));
     switch (type) {
-      case cudaGraphNodeTypeKernel:
+      case cudaGraphNodeTypeKernel: {
+        const CUcontext context = kernel_node_context(nodes[i]);
+        if (context != nullptr && fill_context != nullptr && context != fill_context)
+          return fail(pfErrorInvalidArgument,
+                      "desc->graph: kernel node {} of{} belongs to context {}, not to the fill "
+                      "partition's context {}: capture the graph on the stream of "
+                      "pfGraphCaptureStreamCreate with that stream's context current",
+                      i, where.empty() ? " the graph" : where, static_cast<void*>(context),
+                      static_cast<void*>(fill_context));
+        break;
+      }
       case cudaGraphNodeTypeMemcpy:
       case cudaGraphNodeTypeMemset:
       case cudaGraphNodeTypeEmpty:
@@ -56,7 +79,7 @@ pfResult_t check_nodes(cudaGraph_t graph, const std::string& where, int depth) {
       case cudaGraphNodeTypeGraph: {
         cudaGraph_t child = nullptr;
         PF_CUDA_CHECK(cudaGraphChildGraphNodeGetGraph(nodes[i], &child));
-        PF_TRY(check_nodes(child, where + " child graph " + std::to_string(i), depth + 1));
+        PF_TRY(check_nodes(child, where + " child graph " + std::to_string(i), depth + 1, fill_context));
         break;
       }
       default:
@@ -173,7 +196,10 @@ pfResult_t make_gated_graph(const GraphJobSpec& spec, std::unique_ptr<GraphItems
                 "desc->index_word {} is not device memory (cudaPointerGetAttributes type {}): the "
                 "graph's kernels read it",
                 static_cast<const void*>(spec.index_word), static_cast<int>(attributes.type));
-  PF_TRY(check_nodes(static_cast<cudaGraph_t>(spec.graph), "", 0));
+  CUcontext fill_context = nullptr;
+  if (driver_api().stream_get_ctx != nullptr)
+    PF_DRIVER_CHECK(driver_api().stream_get_ctx(static_cast<CUstream>(spec.fill_stream), &fill_context));
+  PF_TRY(check_nodes(static_cast<cudaGraph_t>(spec.graph), "", 0, fill_context));
   auto graph = std::make_unique<CudaGatedGraph>();
   PF_TRY(graph->build(spec));
   log::info("graph job '{}': gated graph instantiated ({} items)", spec.name, spec.item_count);
