@@ -694,10 +694,10 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
     CUstream raw = nullptr;
     PF_DRIVER_CHECK(driver_api().green_ctx_stream_create(&raw, green_context_, CU_STREAM_NON_BLOCKING,
                                                          lowest_priority_));
+    std::lock_guard lock(clock_mutex_);  // before the push: query_event's order (clock, then push)
     fill_reference_.stream = reinterpret_cast<cudaStream_t>(raw);
     ScopedStreamContext scope;
     PF_TRY(scope.enter(raw));
-    std::lock_guard lock(clock_mutex_);
     PF_TRY(init_reference(fill_reference_));
     per_context_events_ = true;
     return pfSuccess;
@@ -1041,7 +1041,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
     cudaEvent_t event = nullptr;   // made in the fill context
     bool latest_on_fill = false;   // the latest record went to the twin
   };
-  bool per_context_events_ = false;
+  std::atomic<bool> per_context_events_{false};
   Mutex twins_mutex_;
   std::map<cudaEvent_t, FillTwin> twins_ GUARDED_BY(twins_mutex_);
 

@@ -31,7 +31,9 @@ void note_late_slices(RuntimeState& s, JobState& job, bool late, uint64_t items_
   }
   ++job.late_slices_without_progress;
   if (enqueued_after_end) ++job.late_slices_enqueued_after_end;
-  if (job.late_slices_without_progress < kMaxLateSlicesWithoutProgress) return;
+  // A job that already ended (completed, cancelled) has nothing left to fail.
+  if (job.late_slices_without_progress < kMaxLateSlicesWithoutProgress || is_terminal(job.status))
+    return;
   const uint32_t late_count = job.late_slices_without_progress;
   const uint32_t by_executor = job.late_slices_enqueued_after_end;
   std::string cause;
