@@ -409,7 +409,7 @@ class GpuJobImpl final : public GpuJob {
     return total;
   }
   ~GpuJobImpl() override {
-    if (!cublas_api().ok) return;  // no handle was ever made
+    if (cublas_ == nullptr && stream_handle_count_ == 0) return;  // cuBLAS never used (or loaded)
     if (cublas_) cublas_api().cublasDestroy(cublas_);
     for (size_t i = 0; i < stream_handle_count_; ++i) cublas_api().cublasDestroy(stream_handles_[i].handle);
   }
@@ -484,13 +484,14 @@ class GpuJobImpl final : public GpuJob {
 
   // The handle bound to `stream` at its warm-up launch. None: the runtime launched on a stream it
   // never warmed up - making a handle now could allocate inside a bubble, so the slice fails.
+  cublasHandle_t find_handle(cudaStream_t stream) const {
+    for (size_t i = 0; i < stream_handle_count_; ++i)
+      if (stream_handles_[i].stream == stream) return stream_handles_[i].handle;
+    return nullptr;
+  }
   pfResult_t handle_of(cudaStream_t stream, cublasHandle_t* out) const {
-    for (size_t i = 0; i < stream_handle_count_; ++i) {
-      if (stream_handles_[i].stream == stream) {
-        *out = stream_handles_[i].handle;
-        return pfSuccess;
-      }
-    }
+    *out = find_handle(stream);
+    if (*out != nullptr) return pfSuccess;
     return fj_fail(pfErrorInvalidState,
                    "cuBLAS fill job: fill stream %p had no warm-up launch (max_items == 0), so it "
                    "has no cuBLAS handle; one is never made inside a bubble",
@@ -500,7 +501,8 @@ class GpuJobImpl final : public GpuJob {
   // Warm-up only: the stream's handle, made on first use, bound to the stream, then given the
   // arena workspace (after cublasSetStream, which resets it).
   pfResult_t bind_stream_handle(cudaStream_t stream, cublasHandle_t* out) {
-    if (handle_of(stream, out) == pfSuccess) return pfSuccess;
+    *out = find_handle(stream);
+    if (*out != nullptr) return pfSuccess;
     if (stream_handle_count_ == stream_handles_.size())
       return fj_fail(pfErrorInvalidState, "cuBLAS fill job: more than %zu fill streams",
                      stream_handles_.size());

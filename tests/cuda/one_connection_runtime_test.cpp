@@ -64,7 +64,7 @@ void run_bubbles_with_one_connection() {
   constexpr uint64_t kItems = 400;
   constexpr uint64_t kItemNs = 20'000;
   uint32_t* runs = nullptr;
-  ASSERT_EQ(cudaMalloc(&runs, kItems * sizeof(uint32_t)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&runs), kItems * sizeof(uint32_t)), cudaSuccess);
   ASSERT_EQ(cudaMemset(runs, 0, kItems * sizeof(uint32_t)), cudaSuccess);
   SpinJob spin;
   spin.params.item_ns = kItemNs;
