@@ -809,11 +809,13 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
       destroy_green_context();
       return;
     }
-    if (gate_mode_ == GateWriteMode::StreamWriteValue && !memory.stream_write) {
-      // One write mode for every stream: the pinned copy works on the main streams as well.
+    // Applied once the green context is accepted (grid-cap mode keeps the control stream's test):
+    // one write mode for every stream, the pinned copy working on the main streams as well.
+    const auto accept_word_writes = [&] {
+      if (gate_mode_ != GateWriteMode::StreamWriteValue || memory.stream_write) return;
       gate_mode_ = GateWriteMode::PinnedCopy;
-      log::info("word writes: {}", memory.detail);
-    }
+      log::info("word writes on every stream copy from pinned slots: {}", memory.detail);
+    };
     const EventSelfTest test = run_event_self_test(spare_fill_stream_);
     if (std::string failure = event_self_test_failure(test); !failure.empty()) {
       // Primary-context events on green streams fail: per-context event pools, if they work.
@@ -837,8 +839,10 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
                               "on the green-context stream failed: {}; per-context self-test: fill-side "
                               "event {:.3f} ms after its start, main kernel {:.3f} ms)",
                               failure, own.elapsed_ms, own.kernel_ms)};
+      accept_word_writes();
       return;
     }
+    accept_word_writes();
     *outcome = {FallbackCause::None,
                 fmt::format("primary-context events on green-context streams (self-test: fill-side event "
                             "{:.3f} ms after the main-side start, main kernel {:.3f} ms)",
