@@ -22,6 +22,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/mutex.hpp"
 #include "core/config.hpp"
 #include "cuda_check.hpp"
 #include "cupti_collector.hpp"
@@ -31,6 +32,7 @@
 #include "fill_kernels.hpp"
 #include "gated_graph.hpp"
 #include "partition.hpp"
+#include "stream_context.hpp"
 
 namespace pipefill {
 namespace cuda {
@@ -61,6 +63,14 @@ bool env_off(const char* name) {
 
 // Length of the main-side kernel of the cross-context event self-test.
 constexpr uint64_t kEventSelfTestKernelNs = 200'000;
+
+// A context's clock reference: an event aligned with the host clock, re-based when old.
+struct Reference {
+  cudaEvent_t event = nullptr;
+  double time_us = 0.0;
+  cudaEvent_t pending = nullptr;  // the next reference, recorded but maybe not yet complete
+  cudaStream_t stream = nullptr;  // where its events are recorded
+};
 
 class CudaDevice final : public Device, public CudaDeviceExtras {
  public:
@@ -106,11 +116,13 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   const FillPartition& partition() const override { return partition_; }
   const PartitionOutcome& partition_outcome() const override { return outcome_; }
   bool single_connection() const override { return single_connection_; }
-  // One connection only matters where the fill streams share the primary context's queue: in
-  // green-context mode they belong to another context (docs/cuda-backend.md).
-  bool single_hardware_queue() const override {
-    return single_connection_ && !partition_.hardware_confined;
-  }
+  // One connection is one hardware queue in green-context mode too: cuda.h's green-context notes
+  // (cuGreenCtxCreate) say kernels of green contexts with disjoint SMs may still depend on each
+  // other through hardware connections (CUDA_DEVICE_MAX_CONNECTIONS), so a slice enqueued after
+  // the main stream's wait could start only once the gate is closed, run no item and be classed
+  // late. Until a GPU check measures that green-context streams get queues of their own, the
+  // runtime's auto launch mode goes inline (slices enqueued in pfBubbleBegin) in both modes.
+  bool single_hardware_queue() const override { return single_connection_; }
 
   // ---- Streams ------------------------------------------------------------------------------
   pfResult_t priority_range(int* lowest, int* highest) override {
@@ -220,12 +232,32 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
     PF_TRY(bind());
     cudaEvent_t event = nullptr;
     PF_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDefault));  // timing enabled
+    if (per_context_events_) {
+      // Its twin in the fill context, for records on fill streams (see FillTwin).
+      cudaEvent_t twin = nullptr;
+      const pfResult_t made = create_fill_context_event(&twin);
+      if (made != pfSuccess) {
+        (void)cudaEventDestroy(event);
+        return made;
+      }
+      MutexLock lock(twins_mutex_);
+      twins_[event] = FillTwin{twin, false};
+    }
     *out = event;
     return pfSuccess;
   }
 
   pfResult_t destroy_event(Event event) override {
     if (event == nullptr) return fail(pfErrorInvalidArgument, "destroy_event: event is null");
+    cudaEvent_t twin = nullptr;
+    {
+      MutexLock lock(twins_mutex_);
+      if (const auto it = twins_.find(static_cast<cudaEvent_t>(event)); it != twins_.end()) {
+        twin = it->second.event;
+        twins_.erase(it);
+      }
+    }
+    if (twin != nullptr) PF_CUDA_CHECK(cudaEventDestroy(twin));
     PF_CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(event)));
     return pfSuccess;
   }
@@ -233,21 +265,32 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   pfResult_t record_event(Event event, Stream stream) override {
     if (event == nullptr) return fail(pfErrorInvalidArgument, "record_event: event is null");
     PF_TRY(bind());
-    PF_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
+    auto cuda_event = static_cast<cudaEvent_t>(event);
+    if (per_context_events_) {
+      const bool fill = is_fill_stream(static_cast<cudaStream_t>(stream));
+      MutexLock lock(twins_mutex_);
+      if (const auto it = twins_.find(cuda_event); it != twins_.end()) {
+        it->second.latest_on_fill = fill;
+        if (fill) cuda_event = it->second.event;
+      }
+    }
+    PF_CUDA_CHECK(cudaEventRecord(cuda_event, static_cast<cudaStream_t>(stream)));
     return pfSuccess;
   }
 
   pfResult_t stream_wait_event(Stream stream, Event event) override {
     if (event == nullptr) return fail(pfErrorInvalidArgument, "stream_wait_event: event is null");
     PF_TRY(bind());
-    PF_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
+    // cudaStreamWaitEvent may wait on an event of another context (cuda.h, cuStreamWaitEvent).
+    PF_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), latest_of(event).event, 0));
     return pfSuccess;
   }
 
   pfResult_t query_event(Event event, bool* done, double* time_us) override {
     if (event == nullptr || done == nullptr || time_us == nullptr)
       return fail(pfErrorInvalidArgument, "query_event: null argument (event {})", event);
-    auto cuda_event = static_cast<cudaEvent_t>(event);
+    const LatestRecord latest = latest_of(event);
+    auto cuda_event = latest.event;
     cudaError_t error = cudaSuccess;
     const EventState state = query_event_state(cuda_event, &error);  // clears NotReady
     if (state == EventState::Pending) {
@@ -256,22 +299,25 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
     }
     PF_CUDA_CHECK(error);
     std::lock_guard lock(clock_mutex_);
-    PF_TRY(advance_reference_locked());
+    // Timed against the reference of its own context (cudaEventElapsedTime pairs one context's
+    // events); both references are aligned to the host clock.
+    Reference& reference = latest.fill_context ? fill_reference_ : reference_;
+    PF_TRY(advance_reference_locked(reference));
     float elapsed_ms = 0.0f;
-    const cudaError_t timing = cudaEventElapsedTime(&elapsed_ms, reference_event_, cuda_event);
+    const cudaError_t timing = cudaEventElapsedTime(&elapsed_ms, reference.event, cuda_event);
     if (timing == cudaErrorInvalidResourceHandle) {
       (void)cudaGetLastError();
       return fail(pfErrorInvalidState, "query_event: event {} has never been recorded", event);
     }
     PF_CUDA_CHECK(timing);
     *done = true;
-    *time_us = reference_time_us_ + static_cast<double>(elapsed_ms) * 1000.0;
+    *time_us = reference.time_us + static_cast<double>(elapsed_ms) * 1000.0;
     return pfSuccess;
   }
 
   pfResult_t synchronize_event(Event event) override {
     if (event == nullptr) return fail(pfErrorInvalidArgument, "synchronize_event: event is null");
-    PF_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+    PF_CUDA_CHECK(cudaEventSynchronize(latest_of(event).event));
     return pfSuccess;
   }
 
@@ -443,15 +489,17 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
       if (!fallback_is_explained(driver_api().driver_version, outcome))
         log::warn("grid-cap mode on driver {} without an explained fallback ({}): this is a bug",
                   driver_api().driver_version, describe(outcome));
-      if (single_connection_)
-        log::warn("CUDA_DEVICE_MAX_CONNECTIONS=1 in grid-cap mode: fill and main streams share one "
-                  "hardware queue, so a fill slice enqueued after the main stream's gate close starts "
-                  "only once the gate is closed and runs no item (see docs/cuda-backend.md)");
     } else {
       log::info("fill partition: green-context mode, fill work confined to {} of {} SMs (R={} from {}, "
                 "rounded to {}); events: {}",
                 partition.fill_sms, sm_count_, reserved_sms, source, partition.reserved_sms, outcome.detail);
     }
+    if (single_connection_)
+      log::warn("CUDA_DEVICE_MAX_CONNECTIONS=1 in {} mode: fill and main work may share one hardware "
+                "queue, so a fill slice enqueued after the main stream's wait would start only once "
+                "the gate is closed; the auto launch mode enqueues slices inline in pfBubbleBegin "
+                "(see docs/cuda-backend.md)",
+                partition.mode);
     partition_ = partition;
     outcome_ = outcome;
     partition_configured_ = true;
@@ -520,34 +568,151 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
     return partition_configured_;
   }
 
-  // Records the first reference event and aligns it with the host clock.
+  // Records the first reference event of the primary context and aligns it with the host clock.
   pfResult_t init_clock() {
-    PF_CUDA_CHECK(cudaEventCreateWithFlags(&reference_event_, cudaEventDefault));
-    PF_CUDA_CHECK(cudaEventRecord(reference_event_, control_stream_));
-    PF_CUDA_CHECK(cudaEventSynchronize(reference_event_));
+    reference_.stream = control_stream_;
+    return init_reference(reference_);
+  }
+
+  // Records `reference`'s first event on its stream (whose context must be current) and aligns
+  // it with the host clock.
+  pfResult_t init_reference(Reference& reference) {
+    PF_CUDA_CHECK(cudaEventCreateWithFlags(&reference.event, cudaEventDefault));
+    PF_CUDA_CHECK(cudaEventRecord(reference.event, reference.stream));
+    PF_CUDA_CHECK(cudaEventSynchronize(reference.event));
     // The event completed a few µs before the host saw it: that is the alignment error.
-    reference_time_us_ = now_us();
+    reference.time_us = now_us();
     return pfSuccess;
   }
 
   // Moves to a newer reference event when the current one is old (caller holds clock_mutex_).
-  pfResult_t advance_reference_locked() {
-    if (pending_reference_ != nullptr) {
+  pfResult_t advance_reference_locked(Reference& reference) {
+    if (reference.pending != nullptr) {
       cudaError_t error = cudaSuccess;
-      if (query_event_state(pending_reference_, &error) == EventState::Pending) return pfSuccess;
+      if (query_event_state(reference.pending, &error) == EventState::Pending) return pfSuccess;
       PF_CUDA_CHECK(error);
       float elapsed_ms = 0.0f;
-      PF_CUDA_CHECK(cudaEventElapsedTime(&elapsed_ms, reference_event_, pending_reference_));
-      reference_time_us_ += static_cast<double>(elapsed_ms) * 1000.0;
-      PF_CUDA_CHECK(cudaEventDestroy(reference_event_));
-      reference_event_ = pending_reference_;
-      pending_reference_ = nullptr;
+      PF_CUDA_CHECK(cudaEventElapsedTime(&elapsed_ms, reference.event, reference.pending));
+      reference.time_us += static_cast<double>(elapsed_ms) * 1000.0;
+      PF_CUDA_CHECK(cudaEventDestroy(reference.event));
+      reference.event = reference.pending;
+      reference.pending = nullptr;
       return pfSuccess;
     }
-    if (now_us() - reference_time_us_ < kReferenceMaxAgeUs) return pfSuccess;
-    PF_CUDA_CHECK(cudaEventCreateWithFlags(&pending_reference_, cudaEventDefault));
-    PF_CUDA_CHECK(cudaEventRecord(pending_reference_, control_stream_));
+    if (now_us() - reference.time_us < kReferenceMaxAgeUs) return pfSuccess;
+    if (&reference == &fill_reference_) {
+      ScopedStreamContext scope;  // the fill reference is an event of the fill context
+      PF_TRY(scope.enter(reference.stream));
+      PF_CUDA_CHECK(cudaEventCreateWithFlags(&reference.pending, cudaEventDefault));
+    } else {
+      PF_CUDA_CHECK(cudaEventCreateWithFlags(&reference.pending, cudaEventDefault));
+    }
+    PF_CUDA_CHECK(cudaEventRecord(reference.pending, reference.stream));
     return pfSuccess;
+  }
+
+  // ---- Per-context events (issue 16 item 4) -----------------------------------------------
+  // Where the cross-context self-test shows that primary-context events cannot be recorded on
+  // green-context streams (cudaEventRecord documents event and stream from one context), every
+  // event the runtime creates gets a twin made in the fill context: records on a fill stream go
+  // to the twin, records elsewhere to the event itself, and waits, queries and syncs use the one
+  // recorded last. Twins are made with their event (setup), never in a bubble; fill-side times
+  // come from a fill-context reference aligned to the host clock like the primary one.
+  struct LatestRecord {
+    cudaEvent_t event = nullptr;
+    bool fill_context = false;
+  };
+  LatestRecord latest_of(Event event) {
+    auto cuda_event = static_cast<cudaEvent_t>(event);
+    if (!per_context_events_) return {cuda_event, false};
+    MutexLock lock(twins_mutex_);
+    const auto it = twins_.find(cuda_event);
+    if (it == twins_.end() || !it->second.latest_on_fill) return {cuda_event, false};
+    return {it->second.event, true};
+  }
+
+  bool is_fill_stream(cudaStream_t stream) const {
+    std::lock_guard lock(mutex_);
+    return fill_streams_.count(stream) > 0 || stream == spare_fill_stream_;
+  }
+
+  // An event made with the fill context current (its reference stream's context).
+  pfResult_t create_fill_context_event(cudaEvent_t* out) {
+    ScopedStreamContext scope;
+    PF_TRY(scope.enter(fill_reference_.stream));
+    PF_CUDA_CHECK(cudaEventCreateWithFlags(out, cudaEventDefault));
+    return pfSuccess;
+  }
+
+  // The self-test of the per-context path on the real pair: fill side records F (a fill-context
+  // event) before the main side's kernel starts, waits for the main side's B (a primary-context
+  // event, cross-context wait) and records C (fill context); elapsed(F, C) spans the kernel.
+  EventSelfTest run_per_context_event_self_test(cudaStream_t fill) {
+    EventSelfTest test;
+    test.kernel_ms = static_cast<double>(kEventSelfTestKernelNs) / 1e6;
+    cudaEvent_t f = nullptr, b = nullptr, c = nullptr;
+    auto ok = [](std::string* slot, const char* call, cudaError_t error) {
+      if (error == cudaSuccess) return true;
+      (void)cudaGetLastError();
+      *slot = fmt::format("{}: {}", call, cudaGetErrorName(error));
+      return false;
+    };
+    bool good = true;
+    {
+      ScopedStreamContext scope;
+      if (scope.enter(fill) != pfSuccess) {
+        test.create_error = last_error_message();
+        clear_last_error();
+        good = false;
+      }
+      good = good && ok(&test.create_error, "cudaEventCreate(F, fill context)", cudaEventCreate(&f)) &&
+             ok(&test.create_error, "cudaEventCreate(C, fill context)", cudaEventCreate(&c));
+    }
+    good = good && ok(&test.create_error, "cudaEventCreate(B)", cudaEventCreate(&b)) &&
+           ok(&test.record_error, "cudaEventRecord(F, fill)", cudaEventRecord(f, fill));
+    if (good && launch_spin_and_stamp(control_stream_, kEventSelfTestKernelNs, nullptr) != pfSuccess) {
+      test.create_error = last_error_message();
+      clear_last_error();
+      good = false;
+    }
+    good = good && ok(&test.create_error, "cudaEventRecord(B, main)", cudaEventRecord(b, control_stream_)) &&
+           ok(&test.wait_error, "cudaStreamWaitEvent(fill, B)", cudaStreamWaitEvent(fill, b, 0)) &&
+           ok(&test.record_error, "cudaEventRecord(C, fill)", cudaEventRecord(c, fill)) &&
+           ok(&test.sync_error, "cudaEventSynchronize(C)", cudaEventSynchronize(c));
+    float elapsed_ms = -1.0f;
+    if (good && ok(&test.elapsed_error, "cudaEventElapsedTime(F, C)", cudaEventElapsedTime(&elapsed_ms, f, c)))
+      test.elapsed_ms = elapsed_ms;
+    if (cudaStreamSynchronize(control_stream_) != cudaSuccess) (void)cudaGetLastError();
+    if (cudaStreamSynchronize(fill) != cudaSuccess) (void)cudaGetLastError();
+    for (cudaEvent_t e : {f, b, c})
+      if (e != nullptr && cudaEventDestroy(e) != cudaSuccess) (void)cudaGetLastError();
+    return test;
+  }
+
+  // After the per-context self-test passed: the fill reference on a stream of its own.
+  pfResult_t enable_per_context_events() {
+    CUstream raw = nullptr;
+    PF_DRIVER_CHECK(driver_api().green_ctx_stream_create(&raw, green_context_, CU_STREAM_NON_BLOCKING,
+                                                         lowest_priority_));
+    std::lock_guard lock(clock_mutex_);  // before the push: query_event's order (clock, then push)
+    fill_reference_.stream = reinterpret_cast<cudaStream_t>(raw);
+    ScopedStreamContext scope;
+    PF_TRY(scope.enter(raw));
+    PF_TRY(init_reference(fill_reference_));
+    per_context_events_ = true;
+    return pfSuccess;
+  }
+
+  // Undoes enable_per_context_events (with the green context, before any event exists).
+  void disable_per_context_events() {
+    per_context_events_ = false;
+    std::lock_guard lock(clock_mutex_);
+    for (cudaEvent_t* e : {&fill_reference_.pending, &fill_reference_.event})
+      if (*e != nullptr && cudaEventDestroy(*e) != cudaSuccess) (void)cudaGetLastError();
+    fill_reference_.pending = fill_reference_.event = nullptr;
+    if (fill_reference_.stream != nullptr && cudaStreamDestroy(fill_reference_.stream) != cudaSuccess)
+      (void)cudaGetLastError();
+    fill_reference_.stream = nullptr;
   }
 
   // Chooses the gate write: cuStreamWriteValue64 when the entry point exists and a self-test
@@ -638,12 +803,46 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
       destroy_green_context();
       return;
     }
-    const EventSelfTest test = run_event_self_test(spare_fill_stream_);
-    if (std::string failure = event_self_test_failure(test); !failure.empty()) {
-      *outcome = {FallbackCause::EventSelfTestFailed, std::move(failure)};
+    const MemoryOpsVerdict memory = judge_memory_ops(run_memory_ops_self_test(spare_fill_stream_));
+    if (!memory.usable) {
+      *outcome = {FallbackCause::MemoryOpsSelfTestFailed, memory.detail};
       destroy_green_context();
       return;
     }
+    // Applied once the green context is accepted (grid-cap mode keeps the control stream's test):
+    // one write mode for every stream, the pinned copy working on the main streams as well.
+    const auto accept_word_writes = [&] {
+      if (gate_mode_ != GateWriteMode::StreamWriteValue || memory.stream_write) return;
+      gate_mode_ = GateWriteMode::PinnedCopy;
+      log::info("word writes on every stream copy from pinned slots: {}", memory.detail);
+    };
+    const EventSelfTest test = run_event_self_test(spare_fill_stream_);
+    if (std::string failure = event_self_test_failure(test); !failure.empty()) {
+      // Primary-context events on green streams fail: per-context event pools, if they work.
+      const EventSelfTest own = run_per_context_event_self_test(spare_fill_stream_);
+      std::string own_failure = event_self_test_failure(own);
+      if (own_failure.empty() && enable_per_context_events() != pfSuccess) {
+        own_failure = last_error_message();
+        clear_last_error();
+      }
+      if (!own_failure.empty()) {
+        *outcome = {FallbackCause::EventSelfTestFailed,
+                    fmt::format("primary-context events on the green-context stream: {}; per-context "
+                                "events: {}",
+                                failure, own_failure)};
+        destroy_green_context();
+        return;
+      }
+      *outcome = {FallbackCause::None,
+                  fmt::format("per-context event pools: fill-stream records use events of the green "
+                              "context, timed against a green-context reference (primary-context events "
+                              "on the green-context stream failed: {}; per-context self-test: fill-side "
+                              "event {:.3f} ms after its start, main kernel {:.3f} ms)",
+                              failure, own.elapsed_ms, own.kernel_ms)};
+      accept_word_writes();
+      return;
+    }
+    accept_word_writes();
     *outcome = {FallbackCause::None,
                 fmt::format("primary-context events on green-context streams (self-test: fill-side event "
                             "{:.3f} ms after the main-side start, main kernel {:.3f} ms)",
@@ -694,6 +893,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   // Destroys the spare fill stream and the green context (no fill stream may exist). Caller
   // holds mutex_ or is the only thread using the device.
   void destroy_green_context() {
+    disable_per_context_events();
     if (spare_fill_stream_ != nullptr) {
       if (cudaStreamDestroy(spare_fill_stream_) != cudaSuccess) (void)cudaGetLastError();
       spare_fill_stream_ = nullptr;
@@ -703,6 +903,70 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
       if (result != CUDA_SUCCESS) log::warn("cuGreenCtxDestroy failed: {}", driver_result_name(result));
       green_context_ = nullptr;
     }
+  }
+
+  // The fill stream's word operations, checked once on the real stream (fallbacks.hpp says what
+  // and why). Raw allocations: the caller holds mutex_, which allocate_words takes.
+  MemoryOpsSelfTest run_memory_ops_self_test(cudaStream_t fill) {
+    MemoryOpsSelfTest test;
+    constexpr uint64_t kSentinel = 0x5E5E5E5E5E5E5E5Eull;
+    constexpr uint64_t kWritten = 0x5049504546494c4cull;  // "PIPEFILL"
+    constexpr uint64_t kCopied = 0x434f5059574f5244ull;   // "COPYWORD"
+    void* probe = nullptr;
+    void* host = nullptr;  // [0]: read-back target, [1]: pinned source of the copy
+    auto name = [](const char* call, cudaError_t error) {
+      (void)cudaGetLastError();
+      return fmt::format("{}: {}", call, cudaGetErrorName(error));
+    };
+    cudaError_t error = cudaMalloc(&probe, sizeof(uint64_t));
+    if (error == cudaSuccess) error = cudaHostAlloc(&host, 2 * sizeof(uint64_t), cudaHostAllocPortable);
+    if (error == cudaSuccess) error = cudaMemsetAsync(probe, 0, sizeof(uint64_t), control_stream_);
+    if (error == cudaSuccess) error = cudaStreamSynchronize(control_stream_);
+    if (error != cudaSuccess) {
+      test.readback_error = name("setting up the probe word", error);
+    } else {
+      auto* words = static_cast<volatile uint64_t*>(host);
+      // Copies `probe` to words[0] on the fill stream and waits; "" or the failing call.
+      auto read_back = [&](uint64_t* seen) -> std::string {
+        words[0] = kSentinel;
+        cudaError_t e = cudaMemcpyAsync(host, probe, sizeof(uint64_t), cudaMemcpyDeviceToHost, fill);
+        if (e != cudaSuccess) return name("cudaMemcpyAsync(pinned <- probe, fill stream)", e);
+        e = cudaStreamSynchronize(fill);
+        if (e != cudaSuccess) return name("cudaStreamSynchronize(fill stream)", e);
+        *seen = words[0];
+        return "";
+      };
+      uint64_t seen = kSentinel;
+      test.readback_error = read_back(&seen);
+      test.readback_landed = test.readback_error.empty() && seen == 0;
+      test.stream_write_tried = gate_mode_ == GateWriteMode::StreamWriteValue;
+      if (test.readback_landed && test.stream_write_tried) {
+        const CUresult write = driver_api().stream_write_value64(
+            reinterpret_cast<CUstream>(fill), reinterpret_cast<CUdeviceptr>(probe), kWritten,
+            CU_STREAM_WRITE_VALUE_DEFAULT);
+        if (write != CUDA_SUCCESS) {
+          test.stream_write_error = fmt::format("cuStreamWriteValue64(fill stream): {}", driver_result_name(write));
+        } else {
+          test.stream_write_error = read_back(&seen);
+          test.stream_write_landed = test.stream_write_error.empty() && seen == kWritten;
+        }
+      }
+      if (test.readback_landed) {
+        words[1] = kCopied;
+        const cudaError_t copy = cudaMemcpyAsync(probe, static_cast<uint64_t*>(host) + 1, sizeof(uint64_t),
+                                                 cudaMemcpyHostToDevice, fill);
+        if (copy != cudaSuccess) {
+          test.pinned_copy_error = name("cudaMemcpyAsync(probe <- pinned slot, fill stream)", copy);
+        } else {
+          test.pinned_copy_error = read_back(&seen);
+          test.pinned_copy_landed = test.pinned_copy_error.empty() && seen == kCopied;
+        }
+      }
+    }
+    if (cudaStreamSynchronize(fill) != cudaSuccess) (void)cudaGetLastError();
+    if (probe != nullptr && cudaFree(probe) != cudaSuccess) (void)cudaGetLastError();
+    if (host != nullptr && cudaFreeHost(host) != cudaSuccess) (void)cudaGetLastError();
+    return test;
   }
 
   // The runtime records primary-context events (its slice events) on the fill stream and times
@@ -750,8 +1014,13 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
     for (void* words : device_words_) (void)cudaFree(words);
     for (void* words : host_words_) (void)cudaFreeHost(words);
     for (auto& [base, bytes] : arenas_) (void)cudaFree(base);
-    if (pending_reference_) (void)cudaEventDestroy(pending_reference_);
-    if (reference_event_) (void)cudaEventDestroy(reference_event_);
+    {
+      MutexLock lock(twins_mutex_);
+      for (auto& [event, twin] : twins_) (void)cudaEventDestroy(twin.event);  // events left behind
+      twins_.clear();
+    }
+    if (reference_.pending) (void)cudaEventDestroy(reference_.pending);
+    if (reference_.event) (void)cudaEventDestroy(reference_.event);
     if (control_stream_) (void)cudaStreamDestroy(control_stream_);
     if (gate_slots_) (void)cudaFreeHost(gate_slots_);
     destroy_green_context();  // after its streams
@@ -768,9 +1037,17 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
 
   std::mutex clock_mutex_;
   std::chrono::steady_clock::time_point origin_;
-  cudaEvent_t reference_event_ = nullptr;
-  double reference_time_us_ = 0.0;
-  cudaEvent_t pending_reference_ = nullptr;
+  Reference reference_;       // primary context (control stream)
+  Reference fill_reference_;  // fill context, per-context event mode only
+
+  // Per-context event mode (set while the partition is configured, before any runtime event).
+  struct FillTwin {
+    cudaEvent_t event = nullptr;   // made in the fill context
+    bool latest_on_fill = false;   // the latest record went to the twin
+  };
+  std::atomic<bool> per_context_events_{false};
+  Mutex twins_mutex_;
+  std::map<cudaEvent_t, FillTwin> twins_ GUARDED_BY(twins_mutex_);
 
   GateWriteMode gate_mode_ = GateWriteMode::PinnedCopy;
   uint64_t* gate_slots_ = nullptr;

@@ -29,6 +29,7 @@ namespace pipefill::cuda {
   X(ctx_pop_current, cuCtxPopCurrent, 4000, Core)                              \
   X(ctx_get_current, cuCtxGetCurrent, 4000, Core)                              \
   X(stream_get_ctx, cuStreamGetCtx, 9020, Core)                                \
+  X(graph_kernel_node_get_params, cuGraphKernelNodeGetParams, 12000, Core)     \
   X(device_get_dev_resource, cuDeviceGetDevResource, 12040, GreenContext)      \
   X(dev_sm_resource_split_by_count, cuDevSmResourceSplitByCount, 12040, GreenContext) \
   X(dev_resource_generate_desc, cuDevResourceGenerateDesc, 12040, GreenContext) \

@@ -18,6 +18,7 @@ const char* fallback_cause_name(FallbackCause cause) {
     case FallbackCause::StreamCreationFailed: return "green-context stream creation failed";
     case FallbackCause::WarmUpFailed: return "fill-kernel warm-up on the green-context stream failed";
     case FallbackCause::EventSelfTestFailed: return "cross-context event self-test failed";
+    case FallbackCause::MemoryOpsSelfTestFailed: return "fill-stream memory-operation self-test failed";
   }
   return "unknown";
 }
@@ -39,6 +40,7 @@ bool fallback_is_explained(int driver_version, const PartitionOutcome& outcome) 
     case FallbackCause::StreamCreationFailed:
     case FallbackCause::WarmUpFailed:
     case FallbackCause::EventSelfTestFailed:
+    case FallbackCause::MemoryOpsSelfTestFailed:
       return !outcome.detail.empty();
   }
   return false;
@@ -61,6 +63,36 @@ std::string event_self_test_failure(const EventSelfTest& test) {
         "main kernel it waited for had ended (cross-context wait or timing is wrong)",
         test.elapsed_ms, test.kernel_ms);
   return "";
+}
+
+MemoryOpsVerdict judge_memory_ops(const MemoryOpsSelfTest& test) {
+  MemoryOpsVerdict verdict;
+  if (!test.readback_error.empty() || !test.readback_landed) {
+    verdict.detail = fmt::format(
+        "the cursor read-back on the fill stream {}",
+        test.readback_error.empty() ? "did not land (the host word kept its old value)" : "failed: " + test.readback_error);
+    return verdict;
+  }
+  const std::string stream_write_problem =
+      !test.stream_write_error.empty() ? test.stream_write_error
+      : !test.stream_write_landed      ? "cuStreamWriteValue64 on the fill stream did not land"
+                                       : "";
+  if (test.stream_write_tried && stream_write_problem.empty()) {
+    verdict.usable = true;
+    verdict.stream_write = true;
+    return verdict;
+  }
+  if (test.pinned_copy_error.empty() && test.pinned_copy_landed) {
+    verdict.usable = true;
+    if (test.stream_write_tried)
+      verdict.detail = stream_write_problem + ": word writes copy from pinned slots";
+    return verdict;
+  }
+  verdict.detail = fmt::format(
+      "no word write works on the fill stream ({}{}{})",
+      test.stream_write_tried ? stream_write_problem : std::string("cuStreamWriteValue64 not in use"), "; ",
+      test.pinned_copy_error.empty() ? std::string("the pinned-slot copy did not land") : test.pinned_copy_error);
+  return verdict;
 }
 
 }  // namespace pipefill::cuda

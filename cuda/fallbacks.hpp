@@ -20,6 +20,7 @@ enum class FallbackCause {
   StreamCreationFailed,
   WarmUpFailed,        // the fill kernels could not be launched on the green-context stream
   EventSelfTestFailed, // primary-context events do not work with green-context streams
+  MemoryOpsSelfTestFailed, // the fill stream cannot write a word or copy the cursor back
 };
 
 const char* fallback_cause_name(FallbackCause cause);
@@ -60,5 +61,33 @@ struct EventSelfTest {
 // ran. A timing that shows C before the end of the main kernel (below 90% of its nominal
 // length) means the cross-context wait or the timing is wrong.
 std::string event_self_test_failure(const EventSelfTest& test);
+
+// What the fill stream's memory-operation self-test observed (green-context mode, at device
+// creation, as the gate write is tested on the control stream): the runtime writes words on the
+// fill streams (a slice's budget counter, a graph job's slice words) and copies the job's cursor
+// back to pinned host memory after every slice. On the green-context stream, in order: the
+// probe word is read back (it was zeroed), written with cuStreamWriteValue64 (when that is the
+// device's write mode) and read back, written by a copy from a pinned slot and read back.
+// Error fields: "" when the call succeeded, else "<call>: <error name>".
+struct MemoryOpsSelfTest {
+  std::string readback_error;      // cudaMemcpyAsync(pinned <- probe) on the fill stream
+  bool readback_landed = false;    // the host word took the probe's value (0)
+  bool stream_write_tried = false; // cuStreamWriteValue64 is the device's gate write mode
+  std::string stream_write_error;  // cuStreamWriteValue64 (or its read-back)
+  bool stream_write_landed = false;
+  std::string pinned_copy_error;   // cudaMemcpyAsync(probe <- pinned slot) (or its read-back)
+  bool pinned_copy_landed = false;
+};
+
+struct MemoryOpsVerdict {
+  bool usable = false;        // the fill streams can do the runtime's word operations
+  bool stream_write = false;  // ... writing words with cuStreamWriteValue64 (else pinned copies)
+  std::string detail;         // why not (usable == false), or why the write falls back
+};
+
+// The fill streams' word writes use cuStreamWriteValue64 when it was tried and landed, else the
+// pinned-slot copy when that landed; without a working read-back or any working write the green
+// context cannot be used (grid-cap mode, cause MemoryOpsSelfTestFailed with the detail).
+MemoryOpsVerdict judge_memory_ops(const MemoryOpsSelfTest& test);
 
 }  // namespace pipefill::cuda

@@ -2,11 +2,15 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "common/log.hpp"
 #include "cuda_check.hpp"
+#include "driver_api.hpp"
 #include "gated_graph_launchers.hpp"
 #include "stream_context.hpp"
 
@@ -36,9 +40,26 @@ const char* node_type_name(cudaGraphNodeType type) {
   }
 }
 
+// A kernel node's context, where the driver reports one (nullptr: unknown or "the current one").
+CUcontext kernel_node_context(cudaGraphNode_t node) {
+  const auto get = driver_api().graph_kernel_node_get_params;
+  if (get == nullptr) return nullptr;
+  CUDA_KERNEL_NODE_PARAMS_v2 params{};
+  if (get(reinterpret_cast<CUgraphNode>(node), &params) != CUDA_SUCCESS) return nullptr;
+  return params.ctx;
+}
+
 // The contract of a graph fill job's item (docs/api.md, "Graph fill jobs"): only node types CUDA
-// accepts inside a conditional body, and none that allocates or synchronises with the host.
-pfResult_t check_nodes(cudaGraph_t graph, const std::string& where, int depth) {
+// accepts inside a conditional body, and none that allocates or synchronises with the host. Every
+// kernel must belong to `fill_context` (the fill stream's): all kernels of a conditional body must
+// belong to one context (driver_types.h), and a graph captured on the capture stream while
+// another context was current may hold kernels of that other context.
+//
+// *blocks accumulates the thread blocks of every kernel node: one item may occupy at most that
+// many SMs at once (an upper bound - nodes on one path run one after another - so a graph job is
+// never charged fewer SMs than it can use).
+pfResult_t check_nodes(cudaGraph_t graph, const std::string& where, int depth, CUcontext fill_context,
+                       uint64_t* blocks) {
   if (depth > 8) return fail(pfErrorInvalidArgument, "desc->graph: child graphs nested deeper than 8");
   size_t count = 0;
   PF_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
@@ -48,7 +69,20 @@ pfResult_t check_nodes(cudaGraph_t graph, const std::string& where, int depth) {
     cudaGraphNodeType type{};
     PF_CUDA_CHECK(cudaGraphNodeGetType(nodes[i], &type));
     switch (type) {
-      case cudaGraphNodeTypeKernel:
+      case cudaGraphNodeTypeKernel: {
+        const CUcontext context = kernel_node_context(nodes[i]);
+        if (context != nullptr && fill_context != nullptr && context != fill_context)
+          return fail(pfErrorInvalidArgument,
+                      "desc->graph: kernel node {} of{} belongs to context {}, not to the fill "
+                      "partition's context {}: capture the graph on the stream of "
+                      "pfGraphCaptureStreamCreate with that stream's context current",
+                      i, where.empty() ? " the graph" : where, static_cast<void*>(context),
+                      static_cast<void*>(fill_context));
+        cudaKernelNodeParams params{};
+        PF_CUDA_CHECK(cudaGraphKernelNodeGetParams(nodes[i], &params));
+        *blocks += static_cast<uint64_t>(params.gridDim.x) * params.gridDim.y * params.gridDim.z;
+        break;
+      }
       case cudaGraphNodeTypeMemcpy:
       case cudaGraphNodeTypeMemset:
       case cudaGraphNodeTypeEmpty:
@@ -56,7 +90,8 @@ pfResult_t check_nodes(cudaGraph_t graph, const std::string& where, int depth) {
       case cudaGraphNodeTypeGraph: {
         cudaGraph_t child = nullptr;
         PF_CUDA_CHECK(cudaGraphChildGraphNodeGetGraph(nodes[i], &child));
-        PF_TRY(check_nodes(child, where + " child graph " + std::to_string(i), depth + 1));
+        PF_TRY(check_nodes(child, where + " child graph " + std::to_string(i), depth + 1, fill_context,
+                           blocks));
         break;
       }
       default:
@@ -137,10 +172,17 @@ class CudaGatedGraph final : public GraphItems {
   }
 
   uint64_t* slice_words() const { return slice_words_; }
+  // The SMs one item may occupy: its kernels' blocks (the runtime caps it at the partition);
+  // 0 (unknown, the whole partition) for a graph without kernels.
+  int sms_used() const override {
+    return static_cast<int>(std::min<uint64_t>(blocks_, std::numeric_limits<int>::max()));
+  }
+  void set_blocks(uint64_t blocks) { blocks_ = blocks; }
 
  private:
   void* fill_stream_ = nullptr;
   uint64_t* slice_words_ = nullptr;
+  uint64_t blocks_ = 0;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
 };
@@ -173,8 +215,13 @@ pfResult_t make_gated_graph(const GraphJobSpec& spec, std::unique_ptr<GraphItems
                 "desc->index_word {} is not device memory (cudaPointerGetAttributes type {}): the "
                 "graph's kernels read it",
                 static_cast<const void*>(spec.index_word), static_cast<int>(attributes.type));
-  PF_TRY(check_nodes(static_cast<cudaGraph_t>(spec.graph), "", 0));
+  CUcontext fill_context = nullptr;
+  if (driver_api().stream_get_ctx != nullptr)
+    PF_DRIVER_CHECK(driver_api().stream_get_ctx(static_cast<CUstream>(spec.fill_stream), &fill_context));
+  uint64_t blocks = 0;
+  PF_TRY(check_nodes(static_cast<cudaGraph_t>(spec.graph), "", 0, fill_context, &blocks));
   auto graph = std::make_unique<CudaGatedGraph>();
+  graph->set_blocks(blocks);
   PF_TRY(graph->build(spec));
   log::info("graph job '{}': gated graph instantiated ({} items)", spec.name, spec.item_count);
   *out = std::move(graph);

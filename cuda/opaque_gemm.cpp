@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "common/log.hpp"
@@ -23,6 +24,20 @@
 namespace pipefill::cuda {
 namespace {
 
+// Streams and the cuBLAS workspace. cublasSetStream "unconditionally resets the cuBLAS library
+// workspace back to the default workspace pool" (cuBLAS docs, cublasSetStream), which cuBLAS may
+// grow with cudaMalloc: every cublasSetStream here is followed by cublasSetWorkspace (bind()), so
+// a GEMM only ever uses the workspace the caller gave (no allocation inside a bubble).
+//
+// Several streams: each prepared stream gets its own handle, bound to it once outside bubbles
+// (a handle's stream is host state; one handle re-bound per launch would race between threads
+// launching on different streams), made with that stream's context current. They share the one
+// workspace and the output C, so items are serialized across streams in stream order: each
+// launch records its stream's event after the item, and a launch on another stream first waits
+// for the previous stream's event (cudaStreamWaitEvent may wait on an event of another context;
+// cudaEventRecord needs event and stream of one context, hence one event per stream, created in
+// its context). Chosen over a workspace per stream: opaque items are admitted only when they fit
+// the time left, one at a time, so per-stream copies would cost memory and gain no overlap.
 class CublasGemmItem final : public GemmItem {
  public:
   explicit CublasGemmItem(const GemmItemDesc& desc) : desc_(desc) {}
@@ -30,7 +45,10 @@ class CublasGemmItem final : public GemmItem {
   ~CublasGemmItem() override {
     if (exec_) (void)cudaGraphExecDestroy(exec_);
     if (graph_) (void)cudaGraphDestroy(graph_);
-    if (handle_) (void)cublas_api().cublasDestroy(handle_);
+    for (StreamSlot& slot : streams_) {
+      if (slot.done) (void)cudaEventDestroy(slot.done);
+      if (slot.handle) (void)cublas_api().cublasDestroy(slot.handle);  // made only when loaded
+    }
     (void)cudaGetLastError();
   }
 
@@ -42,15 +60,14 @@ class CublasGemmItem final : public GemmItem {
   // in a green context, that context - one context throughout, never a primary-context graph
   // launched into a green-context stream.
   pfResult_t init(cudaStream_t setup_stream) {
+    if (!cublas_api().ok) return fail(pfErrorNotSupported, "GEMM item: {}", cublas_api().error);
     ScopedStreamContext scope;
     PF_TRY(scope.enter(setup_stream));
-    if (!cublas_api().ok) return fail(pfErrorNotSupported, "GEMM fill item: {}", cublas_api().error);
-    PF_CUBLAS_CHECK(cublas_api().cublasCreate(&handle_));
-    if (desc_.workspace != nullptr && desc_.workspace_bytes > 0)
-      PF_CUBLAS_CHECK(cublas_api().cublasSetWorkspace(handle_, desc_.workspace, desc_.workspace_bytes));
-    PF_TRY(measure(setup_stream));
+    PF_TRY(add_stream(setup_stream));
+    const cublasHandle_t handle = streams_[0].handle;
+    PF_TRY(measure(handle, setup_stream));
     if (desc_.allow_conditional) {
-      if (build_conditional_graph(setup_stream) != pfSuccess) {
+      if (build_conditional_graph(handle, setup_stream) != pfSuccess) {
         log::info("conditional graph for the GEMM item unavailable ({}); launching it directly",
                   last_error_message());
         clear_last_error();
@@ -63,36 +80,92 @@ class CublasGemmItem final : public GemmItem {
     return pfSuccess;
   }
 
+  pfResult_t prepare_stream(void* stream) override {
+    if (stream == nullptr) return fail(pfErrorInvalidArgument, "GemmItem::prepare_stream: stream is null");
+    if (find(static_cast<cudaStream_t>(stream)) != nullptr) return pfSuccess;
+    ScopedStreamContext scope;
+    PF_TRY(scope.enter(stream));
+    return add_stream(static_cast<cudaStream_t>(stream));
+  }
+
   pfResult_t launch(void* stream, uint64_t bubble_id) override {
     auto cuda_stream = static_cast<cudaStream_t>(stream);
+    StreamSlot* slot = find(cuda_stream);
+    if (slot == nullptr)
+      return fail(pfErrorInvalidState,
+                  "GemmItem::launch: stream {} was not prepared (prepare_stream, outside bubbles: "
+                  "making its cuBLAS handle here could allocate inside a bubble)",
+                  stream);
     ScopedStreamContext scope;  // the graph and handle live in the stream's context
     PF_TRY(scope.enter(stream));
+    // The previous item, on another stream, used the same workspace and output: after it.
+    const size_t index = static_cast<size_t>(slot - streams_.data());
+    if (last_ != kNone && last_ != index)
+      PF_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream, streams_[last_].done, 0));
     if (exec_ == nullptr) {  // direct mode: admission (fits) is the only protection
-      PF_CUBLAS_CHECK(cublas_api().cublasSetStream(handle_, cuda_stream));
-      return enqueue_gemm();
+      PF_TRY(enqueue_gemm(slot->handle));
+    } else {
+      // The graph is shared by every launch: updating the condition kernel's parameter changes
+      // only later launches, so items already enqueued keep their bubble id.
+      cudaKernelNodeParams params = condition_params_;
+      void* args[] = {&condition_handle_, &gate_arg_, &bubble_id};
+      params.kernelParams = args;
+      PF_CUDA_CHECK(cudaGraphExecKernelNodeSetParams(exec_, condition_node_, &params));
+      PF_CUDA_CHECK(cudaGraphLaunch(exec_, cuda_stream));
     }
-    // The graph is shared by every launch: updating the condition kernel's parameter changes
-    // only later launches, so items already enqueued keep their bubble id.
-    cudaKernelNodeParams params = condition_params_;
-    void* args[] = {&condition_handle_, &gate_arg_, &bubble_id};
-    params.kernelParams = args;
-    PF_CUDA_CHECK(cudaGraphExecKernelNodeSetParams(exec_, condition_node_, &params));
-    PF_CUDA_CHECK(cudaGraphLaunch(exec_, cuda_stream));
+    PF_CUDA_CHECK(cudaEventRecord(slot->done, cuda_stream));
+    last_ = index;
     return pfSuccess;
   }
 
  private:
-  pfResult_t enqueue_gemm() {
+  struct StreamSlot {
+    cudaStream_t stream = nullptr;
+    cublasHandle_t handle = nullptr;
+    cudaEvent_t done = nullptr;  // recorded after each item on this stream, in its context
+  };
+
+  StreamSlot* find(cudaStream_t stream) {
+    for (StreamSlot& slot : streams_)
+      if (slot.stream == stream) return &slot;
+    return nullptr;
+  }
+
+  // With `stream`'s context current: its handle, bound to it, and its event.
+  pfResult_t add_stream(cudaStream_t stream) {
+    StreamSlot slot;
+    slot.stream = stream;
+    PF_CUBLAS_CHECK(cublas_api().cublasCreate(&slot.handle));
+    const pfResult_t bound = bind(slot.handle, stream);
+    const cudaError_t event = bound == pfSuccess ? cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming)
+                                                 : cudaSuccess;
+    if (bound != pfSuccess || event != cudaSuccess) {
+      (void)cublas_api().cublasDestroy(slot.handle);
+      PF_TRY(bound);
+      PF_CUDA_CHECK(event);
+    }
+    streams_.push_back(slot);
+    return pfSuccess;
+  }
+
+  // cublasSetStream drops the workspace back to cuBLAS's own pool: set ours again right after.
+  pfResult_t bind(cublasHandle_t handle, cudaStream_t stream) {
+    PF_CUBLAS_CHECK(cublas_api().cublasSetStream(handle, stream));
+    if (desc_.workspace != nullptr && desc_.workspace_bytes > 0)
+      PF_CUBLAS_CHECK(cublas_api().cublasSetWorkspace(handle, desc_.workspace, desc_.workspace_bytes));
+    return pfSuccess;
+  }
+
+  pfResult_t enqueue_gemm(cublasHandle_t handle) {
     const float one = 1.0f, zero = 0.0f;
-    PF_CUBLAS_CHECK(cublas_api().cublasSgemm(handle_, CUBLAS_OP_N, CUBLAS_OP_N, desc_.m, desc_.n, desc_.k, &one, desc_.a,
-                                desc_.m, desc_.b, desc_.k, &zero, desc_.c, desc_.m));
+    PF_CUBLAS_CHECK(cublas_api().cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, desc_.m, desc_.n, desc_.k, &one,
+                                             desc_.a, desc_.m, desc_.b, desc_.k, &zero, desc_.c, desc_.m));
     return pfSuccess;
   }
 
   // Times `measure_runs` GEMMs with events; the median is the item cost.
-  pfResult_t measure(cudaStream_t stream) {
-    PF_CUBLAS_CHECK(cublas_api().cublasSetStream(handle_, stream));
-    PF_TRY(enqueue_gemm());  // warm-up: loads the cuBLAS kernel, picks the algorithm
+  pfResult_t measure(cublasHandle_t handle, cudaStream_t stream) {
+    PF_TRY(enqueue_gemm(handle));  // warm-up: loads the cuBLAS kernel, picks the algorithm
     cudaEvent_t start = nullptr, stop = nullptr;
     PF_CUDA_CHECK(cudaEventCreate(&start));
     const cudaError_t created = cudaEventCreate(&stop);
@@ -105,7 +178,7 @@ class CublasGemmItem final : public GemmItem {
     for (int run = 0; run < std::max(1, desc_.measure_runs) && result == pfSuccess; ++run) {
       float ms = 0.0f;
       cudaError_t error = cudaEventRecord(start, stream);
-      if (error == cudaSuccess && (result = enqueue_gemm()) != pfSuccess) break;
+      if (error == cudaSuccess && (result = enqueue_gemm(handle)) != pfSuccess) break;
       if (error == cudaSuccess) error = cudaEventRecord(stop, stream);
       if (error == cudaSuccess) error = cudaEventSynchronize(stop);
       if (error == cudaSuccess) error = cudaEventElapsedTime(&ms, start, stop);
@@ -121,7 +194,7 @@ class CublasGemmItem final : public GemmItem {
   }
 
   // graph: [set-condition kernel] -> IF(condition) { captured GEMM }
-  pfResult_t build_conditional_graph(cudaStream_t stream) {
+  pfResult_t build_conditional_graph(cublasHandle_t handle, cudaStream_t stream) {
     PF_CUDA_CHECK(cudaGraphCreate(&graph_, 0));
     PF_CUDA_CHECK(cudaGraphConditionalHandleCreate(&condition_handle_, graph_, 0, cudaGraphCondAssignDefault));
     gate_arg_ = desc_.gate;
@@ -141,11 +214,11 @@ class CublasGemmItem final : public GemmItem {
     cudaGraphNode_t if_node = nullptr;
     PF_CUDA_CHECK(cudaGraphAddNode(&if_node, graph_, &condition_node_, nullptr, 1, &node));
     cudaGraph_t body = node.conditional.phGraph_out[0];
-    // Capture the GEMM straight into the IF node's body.
-    PF_CUBLAS_CHECK(cublas_api().cublasSetStream(handle_, stream));
+    // Capture the GEMM straight into the IF node's body (the handle is bound to `stream`, with
+    // the caller's workspace: nothing allocates during capture).
     PF_CUDA_CHECK(cudaStreamBeginCaptureToGraph(stream, body, nullptr, nullptr, 0,
                                                 cudaStreamCaptureModeThreadLocal));
-    const pfResult_t captured = enqueue_gemm();
+    const pfResult_t captured = enqueue_gemm(handle);
     cudaGraph_t ended = nullptr;
     const cudaError_t end = cudaStreamEndCapture(stream, &ended);
     PF_TRY(captured);
@@ -157,7 +230,9 @@ class CublasGemmItem final : public GemmItem {
   }
 
   GemmItemDesc desc_;
-  cublasHandle_t handle_ = nullptr;
+  std::vector<StreamSlot> streams_;  // [0]: the setup stream; grown only by prepare_stream
+  static constexpr size_t kNone = SIZE_MAX;
+  size_t last_ = kNone;              // index of the latest launch's stream in streams_
   double item_us_ = 0.0;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;

@@ -36,13 +36,20 @@ class GemmItem {
   virtual bool conditional() const = 0;
   // Admission rule for opaque work: the item runs only when it fits the time left.
   bool fits(double time_left_us) const { return time_left_us > 0.0 && item_us() <= time_left_us; }
-  // Enqueues one item on `stream` for bubble `bubble_id` (skipped on the device if the gate is
-  // already >= bubble_id when it would start, in conditional mode). No allocation, no sync.
+  // Setup only (outside bubbles): readies another stream of the same context as the setup stream
+  // for launch() - its own cuBLAS handle bound to it (workspace set after the stream, see
+  // opaque_gemm.cpp) and an event in its context. The setup stream is ready from creation.
+  virtual pfResult_t prepare_stream(void* stream) = 0;
+  // Enqueues one item on a prepared `stream` for bubble `bubble_id` (skipped on the device if the
+  // gate is already >= bubble_id when it would start, in conditional mode). Items on different
+  // streams run one after another in launch order (they share the workspace and the output). No
+  // allocation, no sync; an unprepared stream is refused.
   virtual pfResult_t launch(void* stream, uint64_t bubble_id) = 0;
 };
 
 // Setup only (allocates the cuBLAS handle, captures and instantiates the graph, times the GEMM
-// on `setup_stream`, synchronising it). Dimensions must be > 0 and pointers non-null.
+// on `setup_stream`, synchronising it, and prepares setup_stream for launch()). Dimensions must
+// be > 0 and pointers non-null.
 pfResult_t make_gemm_item(const GemmItemDesc& desc, void* setup_stream, std::unique_ptr<GemmItem>* out);
 
 }  // namespace pipefill::cuda

@@ -12,9 +12,23 @@
 // bubble, right after setup) loads every kernel and the cuBLAS kernels into the fill stream's
 // context - a green context has its own module state, so setup's loads in the primary context
 // do not cover it. A warm-up launch writes scratch buffers only, never an output or a parameter.
+//
+// cuBLAS (opaque paths): cublasSetStream "unconditionally resets the cuBLAS library workspace back
+// to the default workspace pool" (cuBLAS docs), which cuBLAS may grow with cudaMalloc - inside a
+// bubble. So no launch re-binds a handle: each fill stream gets its own handle at its warm-up
+// launch, bound to it once and then given the arena workspace (cublasSetWorkspace right after
+// cublasSetStream). The handles share the one workspace and the chunk scratch buffers; their use
+// is serialized in stream order rather than duplicated per stream: in bubbles the runtime runs
+// one slice of a job at a time (a slice on another fill stream first waits for the previous
+// one's end event, docs/architecture.md), and the warm-up - the one place it launches a job on
+// every fill stream at once - synchronizes its stream before returning (outside any bubble). An
+// event per stream would need the event created with the stream's (green) context current,
+// which a fill job cannot make current without racing the runtime's own use of that context;
+// copies per stream would multiply the job's arena share for no overlap.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <vector>
 
 #include "cublas_api.hpp"
@@ -24,7 +38,7 @@
 namespace fill_jobs {
 namespace {
 
-using pipefill::cuda::cublas_api;  // cuBLAS loaded at first use (cuda/cublas_api.hpp)
+using pipefill::cuda::cublas_api;  // cuBLAS through the function table loaded at first use
 
 #define FJ_CUDA(call)                                                                      \
   do {                                                                                     \
@@ -395,7 +409,9 @@ class GpuJobImpl final : public GpuJob {
     return total;
   }
   ~GpuJobImpl() override {
+    if (cublas_ == nullptr && stream_handle_count_ == 0) return;  // cuBLAS never used (or loaded)
     if (cublas_) cublas_api().cublasDestroy(cublas_);
+    for (size_t i = 0; i < stream_handle_count_; ++i) cublas_api().cublasDestroy(stream_handles_[i].handle);
   }
 
   pfResult_t setup(const pfArenaAllocator_t* alloc) override {
@@ -410,6 +426,8 @@ class GpuJobImpl final : public GpuJob {
     const auto stream = static_cast<cudaStream_t>(stream_handle);
     const bool ticket = p_.execution == fjExecTicket;
     if (slice->max_items == 0 && !ticket) return warm_up_opaque(stream);
+    cublasHandle_t handle = nullptr;
+    if (!ticket && p_.kind != fjTraining) FJ_TRY(handle_of(stream, &handle));
     // Ticket kernels launched with an empty slice exit at once touching nothing (device.cuh).
     const uint64_t first = slice->first_item_hint;
     const uint64_t count = std::min(slice->max_items, p_.items - std::min(p_.items, first));
@@ -419,7 +437,7 @@ class GpuJobImpl final : public GpuJob {
           mlp_ticket_kernel<<<grid_for(mlp_per_sm_, sms_, slice, p_.parallelism), kThreads,
                               mlp_smem_, stream>>>(*slice, mlp_);
         } else {
-          FJ_TRY(launch_mlp_gemms(first, count, stream));
+          FJ_TRY(launch_mlp_gemms(handle, first, count, stream));
         }
         break;
       case fjEncoderInference:
@@ -427,7 +445,7 @@ class GpuJobImpl final : public GpuJob {
           encoder_ticket_kernel<<<std::min(encoder_blocks_, grid_for(encoder_blocks_, 1, slice, p_.parallelism)),
                                   kThreads, 0, stream>>>(*slice, encoder_);
         } else {
-          FJ_TRY(launch_encoder_gemms(first, count, stream));
+          FJ_TRY(launch_encoder_gemms(handle, first, count, stream));
         }
         break;
       default:
@@ -445,17 +463,64 @@ class GpuJobImpl final : public GpuJob {
   // The opaque paths' warm-up on `stream`: one full chunk through every kernel and cuBLAS call
   // with the shapes real slices use, writing only the chunk scratch buffers (the scatter into
   // the output ring runs with zero items); training runs zero steps.
+  // Also makes the stream's cuBLAS handle, and waits for the stream: the runtime warms every fill
+  // stream up at once, and the streams share the chunk scratch and the workspace.
   pfResult_t warm_up_opaque(cudaStream_t stream) {
-    switch (p_.kind) {
-      case fjMlpInference:
-        return launch_mlp_gemms(0, std::min<uint64_t>(kChunkItems, p_.items), stream, /*scatter=*/false);
-      case fjEncoderInference:
-        return launch_encoder_gemms(0, std::min<uint64_t>(kEncoderChunk, p_.items), stream, /*scatter=*/false);
-      default:
-        train_range_kernel<<<1, kThreads, 0, stream>>>(0, 0, train_);
-        FJ_CUDA(cudaGetLastError());
-        return pfSuccess;
+    if (p_.kind == fjMlpInference || p_.kind == fjEncoderInference) {
+      cublasHandle_t handle = nullptr;
+      FJ_TRY(bind_stream_handle(stream, &handle));
+      if (p_.kind == fjMlpInference)
+        FJ_TRY(launch_mlp_gemms(handle, 0, std::min<uint64_t>(kChunkItems, p_.items), stream, /*scatter=*/false));
+      else
+        FJ_TRY(launch_encoder_gemms(handle, 0, std::min<uint64_t>(kEncoderChunk, p_.items), stream,
+                                    /*scatter=*/false));
+    } else {
+      train_range_kernel<<<1, kThreads, 0, stream>>>(0, 0, train_);
+      FJ_CUDA(cudaGetLastError());
     }
+    FJ_CUDA(cudaStreamSynchronize(stream));
+    return pfSuccess;
+  }
+
+  // The handle bound to `stream` at its warm-up launch. None: the runtime launched on a stream it
+  // never warmed up - making a handle now could allocate inside a bubble, so the slice fails.
+  cublasHandle_t find_handle(cudaStream_t stream) const {
+    for (size_t i = 0; i < stream_handle_count_; ++i)
+      if (stream_handles_[i].stream == stream) return stream_handles_[i].handle;
+    return nullptr;
+  }
+  pfResult_t handle_of(cudaStream_t stream, cublasHandle_t* out) const {
+    *out = find_handle(stream);
+    if (*out != nullptr) return pfSuccess;
+    return fj_fail(pfErrorInvalidState,
+                   "cuBLAS fill job: fill stream %p had no warm-up launch (max_items == 0), so it "
+                   "has no cuBLAS handle; one is never made inside a bubble",
+                   static_cast<void*>(stream));
+  }
+
+  // Warm-up only: the stream's handle, made on first use, bound to the stream, then given the
+  // arena workspace (after cublasSetStream, which resets it).
+  pfResult_t bind_stream_handle(cudaStream_t stream, cublasHandle_t* out) {
+    *out = find_handle(stream);
+    if (*out != nullptr) return pfSuccess;
+    if (stream_handle_count_ == stream_handles_.size())
+      return fj_fail(pfErrorInvalidState, "cuBLAS fill job: more than %zu fill streams",
+                     stream_handles_.size());
+    cublasHandle_t handle = nullptr;
+    FJ_CUBLAS(cublas_api().cublasCreate(&handle));
+    cublasStatus_t status = cublas_api().cublasSetStream(handle, stream);
+    if (status == CUBLAS_STATUS_SUCCESS)
+      status = cublas_api().cublasSetWorkspace(handle, workspace_, kCublasWorkspaceBytes);
+    if (status == CUBLAS_STATUS_SUCCESS)
+      status = cublas_api().cublasSetMathMode(handle, CUBLAS_PEDANTIC_MATH);  // as the setup handle
+    if (status != CUBLAS_STATUS_SUCCESS) {
+      cublas_api().cublasDestroy(handle);
+      return fj_fail(pfErrorCudaFailure, "binding a cuBLAS handle to fill stream %p: cuBLAS status %d",
+                     static_cast<void*>(stream), static_cast<int>(status));
+    }
+    stream_handles_[stream_handle_count_++] = StreamHandle{stream, handle};
+    *out = handle;
+    return pfSuccess;
   }
 
   pfResult_t read_output(uint64_t item, float* out, size_t count) override {
@@ -510,19 +575,19 @@ class GpuJobImpl final : public GpuJob {
     FJ_TRY(arena_zeros(alloc, rows * p_.input, &chunk_x_));
     FJ_TRY(arena_zeros(alloc, rows * p_.hidden, &chunk_h_));
     FJ_TRY(arena_zeros(alloc, rows * p_.output, &chunk_y_));
-    float* workspace = nullptr;
-    FJ_TRY(arena_zeros(alloc, kCublasWorkspaceBytes / 4, &workspace));
+    FJ_TRY(arena_zeros(alloc, kCublasWorkspaceBytes / 4, &workspace_));
     if (!cublas_api().ok) return fj_fail(pfErrorNotSupported, "%s", cublas_api().error.c_str());
-    FJ_CUBLAS(cublas_api().cublasCreate(&cublas_));
-    FJ_CUBLAS(cublas_api().cublasSetWorkspace(cublas_, workspace, kCublasWorkspaceBytes));
+    FJ_CUBLAS(cublas_api().cublasCreate(&cublas_));  // setup's own, on the legacy stream
+    FJ_CUBLAS(cublas_api().cublasSetWorkspace(cublas_, workspace_, kCublasWorkspaceBytes));
     FJ_CUBLAS(cublas_api().cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));  // fp32, comparable to the CPU
-    FJ_TRY(launch_mlp_gemms(0, std::min<uint64_t>(kChunkItems, p_.items), nullptr, /*scatter=*/false));
+    FJ_TRY(launch_mlp_gemms(cublas_, 0, std::min<uint64_t>(kChunkItems, p_.items), nullptr, /*scatter=*/false));
     FJ_CUDA(cudaDeviceSynchronize());
     return pfSuccess;
   }
 
-  pfResult_t launch_mlp_gemms(uint64_t first, uint64_t count, cudaStream_t stream, bool scatter = true) {
-    FJ_CUBLAS(cublas_api().cublasSetStream(cublas_, stream));
+  // `handle` is bound to `stream` already (never re-bound here: see the file comment).
+  pfResult_t launch_mlp_gemms(cublasHandle_t handle, uint64_t first, uint64_t count, cudaStream_t stream,
+                              bool scatter = true) {
     const float one = 1.0f, zero = 0.0f;
     for (uint64_t done = 0; done < count; done += kChunkItems) {
       const uint64_t items = std::min<uint64_t>(kChunkItems, count - done);
@@ -530,11 +595,11 @@ class GpuJobImpl final : public GpuJob {
       const int grid = std::max(1, std::min(sms_ * 4, (rows * p_.hidden + kThreads - 1) / kThreads));
       mlp_inputs_kernel<<<grid, kThreads, 0, stream>>>(mlp_, first + done, items, chunk_x_);
       // Row-major H (rows x hidden) = X W1^T: column-major H^T = W1 X^T.
-      FJ_CUBLAS(cublas_api().cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, p_.hidden, rows, p_.input, &one,
+      FJ_CUBLAS(cublas_api().cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, p_.hidden, rows, p_.input, &one,
                             mlp_.w1, p_.input, chunk_x_, p_.input, &zero, chunk_h_, p_.hidden));
       bias_gelu_kernel<<<grid, kThreads, 0, stream>>>(chunk_h_, mlp_.b1, p_.hidden,
                                                       static_cast<uint64_t>(rows) * p_.hidden);
-      FJ_CUBLAS(cublas_api().cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, p_.output, rows, p_.hidden, &one,
+      FJ_CUBLAS(cublas_api().cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, p_.output, rows, p_.hidden, &one,
                             mlp_.w2, p_.hidden, chunk_h_, p_.hidden, &zero, chunk_y_, p_.output));
       scatter_outputs_kernel<<<grid, kThreads, 0, stream>>>(mlp_, first + done, scatter ? items : 0, chunk_y_);
       FJ_CUDA(cudaGetLastError());
@@ -574,22 +639,22 @@ class GpuJobImpl final : public GpuJob {
       FJ_TRY(arena_zeros(alloc, rows * p_.hidden, b));
     FJ_TRY(arena_zeros(alloc, rows * p_.ffn, &effn_));
     FJ_TRY(arena_zeros(alloc, kEncoderChunk * static_cast<size_t>(p_.seq) * p_.seq, &escores_));
-    float* workspace = nullptr;
-    FJ_TRY(arena_zeros(alloc, kCublasWorkspaceBytes / 4, &workspace));
+    FJ_TRY(arena_zeros(alloc, kCublasWorkspaceBytes / 4, &workspace_));
     if (!cublas_api().ok) return fj_fail(pfErrorNotSupported, "%s", cublas_api().error.c_str());
-    FJ_CUBLAS(cublas_api().cublasCreate(&cublas_));
-    FJ_CUBLAS(cublas_api().cublasSetWorkspace(cublas_, workspace, kCublasWorkspaceBytes));
+    FJ_CUBLAS(cublas_api().cublasCreate(&cublas_));  // setup's own, on the legacy stream
+    FJ_CUBLAS(cublas_api().cublasSetWorkspace(cublas_, workspace_, kCublasWorkspaceBytes));
     FJ_CUBLAS(cublas_api().cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));
-    FJ_TRY(launch_encoder_gemms(0, std::min<uint64_t>(kEncoderChunk, p_.items), nullptr, /*scatter=*/false));
+    FJ_TRY(launch_encoder_gemms(cublas_, 0, std::min<uint64_t>(kEncoderChunk, p_.items), nullptr,
+                                /*scatter=*/false));
     FJ_CUDA(cudaDeviceSynchronize());
     return pfSuccess;
   }
 
   // Y (rows x out, row-major) = X (rows x in) W^T (+ bias/act/residual in a kernel).
-  pfResult_t linear(cudaStream_t stream, const float* x, int rows, int in, const float* w,
+  pfResult_t linear(cublasHandle_t handle, cudaStream_t stream, const float* x, int rows, int in, const float* w,
                     const float* b, int out, float* y, bool gelu, const float* residual) {
     const float one = 1.0f, zero = 0.0f;
-    FJ_CUBLAS(cublas_api().cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &one, w, in, x, in,
+    FJ_CUBLAS(cublas_api().cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &one, w, in, x, in,
                           &zero, y, out));
     const uint64_t n = static_cast<uint64_t>(rows) * out;
     bias_act_kernel<<<elementwise_grid(n), kThreads, 0, stream>>>(y, b, out, n, gelu ? 1 : 0, residual);
@@ -602,8 +667,9 @@ class GpuJobImpl final : public GpuJob {
                                                                      (n + kThreads - 1) / kThreads)));
   }
 
-  pfResult_t launch_encoder_gemms(uint64_t first, uint64_t count, cudaStream_t stream, bool scatter = true) {
-    FJ_CUBLAS(cublas_api().cublasSetStream(cublas_, stream));
+  // `handle` is bound to `stream` already (never re-bound here: see the file comment).
+  pfResult_t launch_encoder_gemms(cublasHandle_t handle, uint64_t first, uint64_t count, cudaStream_t stream,
+                                  bool scatter = true) {
     const EncoderArgs& a = encoder_;
     const int h = p_.hidden, n = p_.seq, dh = p_.hidden / p_.heads;
     const float one = 1.0f, zero = 0.0f;
@@ -615,15 +681,15 @@ class GpuJobImpl final : public GpuJob {
           p_.seed, first + done, items, per_item, ex_);
       rows_layer_norm_kernel<<<elementwise_grid(rows), kThreads, 0, stream>>>(
           ex_, rows, h, a.ln1_gain, a.ln1_bias, enormed_);
-      FJ_TRY(linear(stream, enormed_, rows, h, a.wq, a.bq, h, eq_, false, nullptr));
-      FJ_TRY(linear(stream, enormed_, rows, h, a.wk, a.bk, h, ek_, false, nullptr));
-      FJ_TRY(linear(stream, enormed_, rows, h, a.wv, a.bv, h, ev_, false, nullptr));
+      FJ_TRY(linear(handle, stream, enormed_, rows, h, a.wq, a.bq, h, eq_, false, nullptr));
+      FJ_TRY(linear(handle, stream, enormed_, rows, h, a.wk, a.bk, h, ek_, false, nullptr));
+      FJ_TRY(linear(handle, stream, enormed_, rows, h, a.wv, a.bv, h, ev_, false, nullptr));
       const long long seq_stride = static_cast<long long>(n) * h;
       const long long score_stride = static_cast<long long>(n) * n;
       for (int head = 0; head < p_.heads; ++head) {
         const int off = head * dh;
         // scores[i][j] = q_i . k_j per sequence: column-major C(j,i) = K_block^T Q_block.
-        FJ_CUBLAS(cublas_api().cublasSgemmStridedBatched(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, n, dh, &one,
+        FJ_CUBLAS(cublas_api().cublasSgemmStridedBatched(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, n, dh, &one,
                                             ek_ + off, h, seq_stride, eq_ + off, h, seq_stride,
                                             &zero, escores_, n, score_stride,
                                             static_cast<int>(items)));
@@ -631,16 +697,16 @@ class GpuJobImpl final : public GpuJob {
             escores_, rows, n, rsqrtf(static_cast<float>(dh)));
         FJ_CUDA(cudaGetLastError());
         // att_i = sum_j p_ij v_j: column-major C(d,i) = V_block P^T.
-        FJ_CUBLAS(cublas_api().cublasSgemmStridedBatched(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, dh, n, n, &one,
+        FJ_CUBLAS(cublas_api().cublasSgemmStridedBatched(handle, CUBLAS_OP_N, CUBLAS_OP_N, dh, n, n, &one,
                                             ev_ + off, h, seq_stride, escores_, n, score_stride,
                                             &zero, eatt_ + off, h, seq_stride,
                                             static_cast<int>(items)));
       }
-      FJ_TRY(linear(stream, eatt_, rows, h, a.wo, a.bo, h, ehs_, false, ex_));  // + x
+      FJ_TRY(linear(handle, stream, eatt_, rows, h, a.wo, a.bo, h, ehs_, false, ex_));  // + x
       rows_layer_norm_kernel<<<elementwise_grid(rows), kThreads, 0, stream>>>(
           ehs_, rows, h, a.ln2_gain, a.ln2_bias, enormed_);
-      FJ_TRY(linear(stream, enormed_, rows, h, a.w1, a.b1, p_.ffn, effn_, true, nullptr));
-      FJ_TRY(linear(stream, effn_, rows, p_.ffn, a.w2, a.b2, h, ey_, false, ehs_));  // + hs
+      FJ_TRY(linear(handle, stream, enormed_, rows, h, a.w1, a.b1, p_.ffn, effn_, true, nullptr));
+      FJ_TRY(linear(handle, stream, effn_, rows, p_.ffn, a.w2, a.b2, h, ey_, false, ehs_));  // + hs
       scatter_ring_kernel<<<elementwise_grid(items * per_item), kThreads, 0, stream>>>(
           ey_, first + done, scatter ? items : 0, per_item, a.outputs, ring_items_);
       FJ_CUDA(cudaGetLastError());
@@ -691,7 +757,16 @@ class GpuJobImpl final : public GpuJob {
   size_t mlp_smem_ = 0;
   int mlp_per_sm_ = 0;
   float *chunk_x_ = nullptr, *chunk_h_ = nullptr, *chunk_y_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;  // setup's handle (legacy stream)
+  float* workspace_ = nullptr;       // the arena's cuBLAS workspace, shared by every handle
+  // One handle per fill stream, made at its warm-up launch. kMaxFillStreams of the runtime (a
+  // fixed array: a launch looks its handle up without allocating).
+  struct StreamHandle {
+    cudaStream_t stream = nullptr;
+    cublasHandle_t handle = nullptr;
+  };
+  std::array<StreamHandle, 64> stream_handles_{};
+  size_t stream_handle_count_ = 0;
   EncoderArgs encoder_{};
   int encoder_blocks_ = 1;
   float *ex_ = nullptr, *enormed_ = nullptr, *eq_ = nullptr, *ek_ = nullptr, *ev_ = nullptr,

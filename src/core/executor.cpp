@@ -17,6 +17,51 @@ void record_async_error(RuntimeState& s, pfResult_t code, const std::string& mes
   log::warn("asynchronous error {}: {}", result_name(code), message);
 }
 
+namespace {
+
+// A gated slice's lateness (harvest): a job whose slices keep starting after their bubble ended
+// runs no item at all, yet takes a slice of every bubble - it must end FAILED, naming the cause,
+// rather than spin silently.
+void note_late_slices(RuntimeState& s, JobState& job, bool late, uint64_t items_done,
+                      bool enqueued_after_end, pfLaunchMode_t launch_mode) REQUIRES(s.mu) {
+  if (items_done > 0 || !late) {
+    job.late_slices_without_progress = 0;
+    job.late_slices_enqueued_after_end = 0;
+    return;
+  }
+  ++job.late_slices_without_progress;
+  if (enqueued_after_end) ++job.late_slices_enqueued_after_end;
+  // A job that already ended (completed, cancelled) has nothing left to fail.
+  if (job.late_slices_without_progress < kMaxLateSlicesWithoutProgress || is_terminal(job.status))
+    return;
+  const uint32_t late_count = job.late_slices_without_progress;
+  const uint32_t by_executor = job.late_slices_enqueued_after_end;
+  std::string cause;
+  if (by_executor == late_count) {
+    cause = "the executor enqueued every one of them only after its bubble had ended (the "
+            "bubbles are shorter than the executor's reaction time; launch mode inline enqueues "
+            "slices in pfBubbleBegin)";
+  } else if (launch_mode == pfLaunchInline) {
+    cause = "the fill stream reached them only after the main stream had closed the gate, although "
+            "they were enqueued in pfBubbleBegin (other work queued ahead of them on the fill "
+            "stream, or a hardware queue the fill stream shares)";
+  } else {
+    cause = "the fill stream reached them only after the main stream had closed the gate: fill "
+            "and main work share one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1) or the fill "
+            "stream is held behind other work; launch mode inline (PIPEFILL_LAUNCH=inline) "
+            "enqueues slices before the main stream's wait";
+  }
+  const std::string message = fmt::format(
+      "job '{}': {} slices in a row started after their bubble had ended and ran no item ({} "
+      "enqueued after the end): {}",
+      job.name, late_count, by_executor, cause);
+  log::warn("{}", message);
+  end_job(s, job, pfJobFailed, pfErrorJobFailed, message);
+  record_async_error(s, pfErrorJobFailed, message);
+}
+
+}  // namespace
+
 void Executor::handle_messages(std::span<const BubbleMessage> batch) {
   MutexLock lock(state_.mu);
   try {
@@ -358,6 +403,9 @@ void Executor::harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begi
       // launch callback enqueued nothing (or no block ever got an SM). Many in a row end the job
       // instead of letting it take bubble time forever.
       const bool late = a.late || slice.enqueued_after_end;
+      if (is_gated(job.kind) && timed && !job.detached) note_late_slices(s, job, late, a.items_done,
+                                                                      slice.enqueued_after_end,
+                                                                      options_.launch_mode);
       if (is_gated(job.kind) && timed && !late && !job.detached) {
         job.slices_without_progress = a.items_done > 0 ? 0 : job.slices_without_progress + 1;
         if (job.slices_without_progress >= kMaxSlicesWithoutProgress) {

@@ -348,6 +348,14 @@ pfResult_t JobRegistry::create_graph(RuntimeState& s, Runtime* owner, const pfGr
     job->graph_items.reset();
     return set_error(prepared, fmt::format("pfJobCreateGraph: job '{}': {}", job->name, why));
   }
+  // One worker runs the graph's items one after another, holding the SMs its kernels use: that
+  // is what the slice is charged in SM x us packing (the whole fill partition when unknown).
+  const int fill_sms = resources_.partition.fill_sms;
+  const int used = job->graph_items->sms_used();
+  job->configs[0].sms_per_worker = used > 0 ? std::min(used, fill_sms) : fill_sms;
+  log::info("graph job '{}': charged {} of {} fill SMs per slice ({})", job->name,
+            job->configs[0].sms_per_worker, fill_sms,
+            used > 0 ? "the SMs its graph uses" : "its SM use is unknown: the whole partition");
   PF_TRY(attach(s, job));
   *out = job.get();
   return pfSuccess;

@@ -77,11 +77,20 @@ struct JobState {
   // Ticket slices in a row that ran while their bubble was open and completed no item: a launch
   // callback that enqueues nothing. The job fails when this reaches kMaxSlicesWithoutProgress.
   uint32_t slices_without_progress = 0;
+  // Gated slices in a row that started only after their bubble had ended (the gate was closed,
+  // so they ran no item) - e.g. the fill stream reached them behind the main stream's work on one
+  // hardware queue. The job fails when this reaches kMaxLateSlicesWithoutProgress instead of
+  // taking a slice of every bubble forever without progress. Reset by any slice completing an item.
+  uint32_t late_slices_without_progress = 0;
+  uint32_t late_slices_enqueued_after_end = 0;  // of those, enqueued after the bubble had ended
   bool torn_down = false;              // teardown taken (queued or run): it runs exactly once
   bool detached = false;               // pfJobDestroy ran: harvest only updates stats
 };
 
 inline constexpr uint32_t kMaxSlicesWithoutProgress = 8;
+// Larger than kMaxSlicesWithoutProgress: an occasional late slice (a bubble shorter than the
+// executor's reaction, a late begin) is normal; a run of this many with no item in between is not.
+inline constexpr uint32_t kMaxLateSlicesWithoutProgress = 16;
 
 // Ticket and graph jobs are gated and report their progress through the cursor; opaque jobs are
 // neither (their planned items count as done).

@@ -17,6 +17,8 @@ int workers_for(const JobConfigModel& c, int fill_sms) {
 
 double work_of(const JobConfigModel& c) { return c.work_per_item > 0 ? c.work_per_item : 1.0; }
 
+int sms_per_worker(const JobConfigModel& c) { return std::max(1, c.sms_per_worker); }
+
 }  // namespace
 
 SlicePlan plan_slice(const PlanRequest& r, std::span<const JobConfigModel> configs) {
@@ -38,10 +40,16 @@ SlicePlan plan_slice(const PlanRequest& r, std::span<const JobConfigModel> confi
   }
   bool memory_limited = false;
   bool too_long = false;
+  int sms_needed = 0;  // > 0: a config whose one worker needs more SMs than are free
   for (size_t i = 0; i < configs.size(); ++i) {
     const JobConfigModel& c = configs[i];
     if (!(c.item_cost_us > 0) || c.resident_bytes > r.resident_limit) continue;
-    int workers = workers_for(c, r.fill_sms);
+    // Workers whose SMs fit the free SMs (a graph worker may hold many).
+    int workers = workers_for(c, r.fill_sms / sms_per_worker(c));
+    if (workers <= 0) {
+      sms_needed = sms_per_worker(c);
+      continue;
+    }
     if (c.workspace_bytes_per_item > 0) {
       const size_t fit = r.free_bytes / c.workspace_bytes_per_item;
       if (fit < static_cast<size_t>(workers)) workers = static_cast<int>(fit);
@@ -74,6 +82,7 @@ SlicePlan plan_slice(const PlanRequest& r, std::span<const JobConfigModel> confi
       plan.config_index = static_cast<int>(i);
       plan.items = items;
       plan.workers = used;
+      plan.sms = used * sms_per_worker(c);
       plan.expected_us = static_cast<double>(rounds) * c.item_cost_us;
       plan.workspace_bytes = c.workspace_bytes_per_item * static_cast<size_t>(used);
       plan.work = work;
@@ -82,6 +91,9 @@ SlicePlan plan_slice(const PlanRequest& r, std::span<const JobConfigModel> confi
   if (!plan.fill) {
     if (too_long) {
       plan.reason = fmt::format("every item is longer than the {:.3f} us budget", budget);
+    } else if (sms_needed > 0 && !memory_limited) {
+      plan.reason = fmt::format("one worker holds {} SMs (its graph's kernels) but only {} are free",
+                                sms_needed, r.fill_sms);
     } else if (memory_limited) {
       plan.reason = fmt::format("workspace does not fit the {} free bytes", r.free_bytes);
     } else {

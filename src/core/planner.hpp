@@ -15,6 +15,10 @@ struct JobConfigModel {
   size_t resident_bytes = 0;           // stays in the arena for the job's life
   size_t workspace_bytes_per_item = 0; // per in-flight item, from the bubble's memory
   double work_per_item = 1.0;          // useful work units per item
+  // SMs one worker holds while it runs, in SM x us packing (0 or 1: one, a ticket block). A graph
+  // job's worker runs the graph's kernels one item after another: it holds the SMs the graph
+  // uses, the whole fill partition when that is unknown.
+  int sms_per_worker = 0;
 };
 
 struct PlanRequest {
@@ -40,7 +44,8 @@ struct SlicePlan {
   bool fill = false;
   int config_index = -1;
   uint64_t items = 0;          // item budget
-  int workers = 0;             // parallelism used (SMs the slice may hold)
+  int workers = 0;             // parallelism used (items in flight)
+  int sms = 0;                 // SMs the slice holds: workers x the config's SMs per worker
   double expected_us = 0.0;    // predicted execution time of the slice
   size_t workspace_bytes = 0;
   double work = 0.0;           // useful work units planned

@@ -156,7 +156,7 @@ BubblePlan SliceLauncher::plan(RuntimeState& s, const FillRequest& in,
       stream = std::countr_one(streams_taken);
     }
     streams_taken |= uint64_t{1} << stream;
-    free_sms -= slice.workers;
+    free_sms -= slice.sms;
     planned_bytes += slice.workspace_bytes;
     const double opaque_budget =
         job->kind == pfJobOpaque ? std::min(gated_budget, ungated_budget) : 0.0;
@@ -205,6 +205,7 @@ bool SliceLauncher::enqueue(RuntimeState& s, BubbleRecord& bubble, const BubbleP
       const JobConfigModel& c = job.configs[static_cast<size_t>(plan.config_index)];
       plan.items = remaining;
       plan.workers = static_cast<int>(std::min<uint64_t>(plan.workers, plan.items));
+      plan.sms = plan.workers * std::max(1, c.sms_per_worker);
       const uint64_t rounds =
           (plan.items + static_cast<uint64_t>(plan.workers) - 1) / static_cast<uint64_t>(plan.workers);
       plan.expected_us = static_cast<double>(rounds) * c.item_cost_us;
@@ -249,7 +250,7 @@ bool SliceLauncher::enqueue(RuntimeState& s, BubbleRecord& bubble, const BubbleP
     }
     if (launch(s, bubble, p.job, plan, p.stream, workspace_block, tails) != Launched::No) {
       launched_any = true;
-      done->sms_taken += plan.workers;
+      done->sms_taken += plan.sms;
       done->streams_taken |= uint64_t{1} << p.stream;
     } else {
       unused();
@@ -360,7 +361,7 @@ SliceLauncher::Launched SliceLauncher::launch(RuntimeState& s, BubbleRecord& bub
   record.workspace = workspace_block;
   record.sequence = s.next_slice_sequence++;
   record.stream = stream;
-  record.sms = plan.workers;
+  record.sms = plan.sms;
   record.launch_failed = failed;
   record.enqueued_after_end = !failed && observe(s, bubble, /*elapsed=*/false).ended;
   ++job.slices_in_flight;
@@ -371,7 +372,7 @@ SliceLauncher::Launched SliceLauncher::launch(RuntimeState& s, BubbleRecord& bub
     ++job.slices_launched;
     if (job.kind == pfJobOpaque) job.next_opaque_item += plan.items;
     job.bubble_time_us += plan.expected_us;
-    job.granted_sm_us += plan.expected_us * plan.workers;
+    job.granted_sm_us += plan.expected_us * plan.sms;
     job.last_config = plan.config_index;
     ++s.stats.slices_launched;
   }

@@ -60,6 +60,10 @@ class DrivenClock {
 class GraphItems {
  public:
   virtual ~GraphItems() = default;
+  // SMs one run of the item may occupy at once (CUDA: the largest grid among the graph's kernels,
+  // capped by the partition); 0: unknown. The runtime charges a graph job's slice that many SMs
+  // in its SM x us packing, the whole fill partition when unknown.
+  virtual int sms_used() const { return 0; }
 };
 
 // Everything a device needs to prepare a graph job. The words are the job's for its whole life

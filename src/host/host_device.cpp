@@ -152,6 +152,7 @@ class HostGraphItems final : public GraphItems {
       : index_word_(spec.index_word), on_item_(spec.on_item), user_(spec.user),
         item_cost_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
             std::chrono::duration<double, std::micro>(spec.item_cost_us))) {}
+  int sms_used() const override { return 1; }  // launch_graph_items runs items on one worker
 
   static void run_item(void* self, uint64_t item) {
     auto* items = static_cast<HostGraphItems*>(self);

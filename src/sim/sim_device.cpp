@@ -200,6 +200,7 @@ class SimGraphItems final : public GraphItems {
       : index_word_(spec.index_word), on_item_(spec.on_item), user_(spec.user),
         item_cost_us_(spec.item_cost_us) {}
   double item_cost_us() const { return item_cost_us_; }
+  int sms_used() const override { return 1; }  // launch_graph_items runs items on one worker
 
   static void run_item(void* self, uint64_t item) {
     auto* items = static_cast<SimGraphItems*>(self);

@@ -188,5 +188,35 @@ TEST(Planner, PackedSlicesTakeOnlyTheSmsTheirItemsNeed) {
   EXPECT_EQ(full.items, 640u);
 }
 
+// A graph job's worker holds the SMs its graph uses (issue 16 item 13): workers are counted in
+// those SMs, and the slice reports the SMs it holds.
+TEST(Planner, WorkersHoldTheirConfigsSmsPerWorker) {
+  JobConfigModel graph = config(10.0, 1);
+  graph.sms_per_worker = 20;
+  SlicePlan p = plan_slice(request(105.0, 28, 1000), std::vector<JobConfigModel>{graph});
+  ASSERT_TRUE(p.fill) << p.reason;
+  EXPECT_EQ(p.workers, 1);
+  EXPECT_EQ(p.sms, 20);
+  EXPECT_EQ(p.items, 10u);
+  // Fewer SMs free than one worker holds: no slice, and the reason says why.
+  p = plan_slice(request(105.0, 19, 1000), std::vector<JobConfigModel>{graph});
+  EXPECT_FALSE(p.fill);
+  EXPECT_NE(p.reason.find("holds 20 SMs"), std::string::npos) << p.reason;
+  EXPECT_NE(p.reason.find("only 19 are free"), std::string::npos) << p.reason;
+  // Unbounded parallelism: as many workers as their SMs fit.
+  JobConfigModel wide = config(10.0, 0);
+  wide.sms_per_worker = 8;
+  p = plan_slice(request(105.0, 28, 1000), std::vector<JobConfigModel>{wide});
+  ASSERT_TRUE(p.fill) << p.reason;
+  EXPECT_EQ(p.workers, 3);
+  EXPECT_EQ(p.sms, 24);
+}
+
+TEST(Planner, DefaultConfigsHoldOneSmPerWorker) {
+  const SlicePlan p = plan_slice(request(105.0, 4, 1000), std::vector<JobConfigModel>{config(10.0, 0)});
+  ASSERT_TRUE(p.fill) << p.reason;
+  EXPECT_EQ(p.sms, p.workers);
+}
+
 }  // namespace
 }  // namespace pipefill

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "common/error.hpp"
 #include "core/config.hpp"
@@ -28,6 +29,7 @@
 #include "fill_kernels.hpp"
 #include "opaque_gemm.hpp"
 #include "partition.hpp"
+#include "stream_context.hpp"
 
 namespace pipefill::cuda {
 namespace {
@@ -358,6 +360,86 @@ TEST(EventSelfTest, FillEventBeforeTheMainKernelEndedFails) {
   EXPECT_NE(event_self_test_failure(test), "");
   test.elapsed_ms = 0.181;  // within the 10% allowance for timer granularity
   EXPECT_EQ(event_self_test_failure(test), "");
+}
+
+// ---- The fill stream's memory-operation self-test (issue 16 item 10) -------------------------------
+
+MemoryOpsSelfTest working_memory_ops() {
+  MemoryOpsSelfTest test;
+  test.readback_landed = true;
+  test.stream_write_tried = true;
+  test.stream_write_landed = true;
+  test.pinned_copy_landed = true;
+  return test;
+}
+
+TEST(MemoryOpsSelfTest, EverythingWorkingKeepsStreamWrites) {
+  const MemoryOpsVerdict verdict = judge_memory_ops(working_memory_ops());
+  EXPECT_TRUE(verdict.usable);
+  EXPECT_TRUE(verdict.stream_write);
+  EXPECT_EQ(verdict.detail, "");
+}
+
+TEST(MemoryOpsSelfTest, AFailingStreamWriteFallsBackToPinnedCopies) {
+  MemoryOpsSelfTest test = working_memory_ops();
+  test.stream_write_error = "cuStreamWriteValue64(fill stream): CUDA_ERROR_NOT_SUPPORTED";
+  MemoryOpsVerdict verdict = judge_memory_ops(test);
+  EXPECT_TRUE(verdict.usable);
+  EXPECT_FALSE(verdict.stream_write);
+  EXPECT_NE(verdict.detail.find("CUDA_ERROR_NOT_SUPPORTED"), std::string::npos) << verdict.detail;
+  EXPECT_NE(verdict.detail.find("pinned slots"), std::string::npos) << verdict.detail;
+  // A write that returned success but did not land is no better.
+  test = working_memory_ops();
+  test.stream_write_landed = false;
+  verdict = judge_memory_ops(test);
+  EXPECT_TRUE(verdict.usable);
+  EXPECT_FALSE(verdict.stream_write);
+  EXPECT_NE(verdict.detail.find("did not land"), std::string::npos) << verdict.detail;
+  // Not tried (the device already copies from pinned slots): pinned copies, nothing to explain.
+  test = working_memory_ops();
+  test.stream_write_tried = false;
+  verdict = judge_memory_ops(test);
+  EXPECT_TRUE(verdict.usable);
+  EXPECT_FALSE(verdict.stream_write);
+}
+
+TEST(MemoryOpsSelfTest, NoReadBackOrNoWriteMeansNoGreenContext) {
+  MemoryOpsSelfTest test = working_memory_ops();
+  test.readback_error = "cudaMemcpyAsync(pinned <- probe, fill stream): cudaErrorInvalidResourceHandle";
+  MemoryOpsVerdict verdict = judge_memory_ops(test);
+  EXPECT_FALSE(verdict.usable);
+  EXPECT_NE(verdict.detail.find("cursor read-back"), std::string::npos) << verdict.detail;
+  EXPECT_NE(verdict.detail.find("cudaErrorInvalidResourceHandle"), std::string::npos) << verdict.detail;
+  test = working_memory_ops();
+  test.readback_landed = false;
+  EXPECT_FALSE(judge_memory_ops(test).usable);
+  test = working_memory_ops();
+  test.stream_write_error = "cuStreamWriteValue64(fill stream): CUDA_ERROR_INVALID_VALUE";
+  test.pinned_copy_landed = false;
+  verdict = judge_memory_ops(test);
+  EXPECT_FALSE(verdict.usable);
+  EXPECT_NE(verdict.detail.find("CUDA_ERROR_INVALID_VALUE"), std::string::npos) << verdict.detail;
+  EXPECT_NE(verdict.detail.find("pinned-slot copy did not land"), std::string::npos) << verdict.detail;
+  // The outcome that carries it is an explained fallback only with its detail.
+  EXPECT_TRUE(fallback_is_explained(12080, PartitionOutcome{FallbackCause::MemoryOpsSelfTestFailed, verdict.detail}));
+  EXPECT_FALSE(fallback_is_explained(12080, PartitionOutcome{FallbackCause::MemoryOpsSelfTestFailed, ""}));
+}
+
+// ---- The context-push mutex (issue 16 item 8) -------------------------------------------------------
+
+// Without a driver nothing is pushed, and a scope leaves the mutex free for other threads.
+TEST(ScopedStreamContext, WithoutADriverNothingIsPushedAndTheMutexIsFree) {
+  if (driver_api().driver_version != 0) GTEST_SKIP() << "a driver is present";
+  {
+    ScopedStreamContext scope;
+    EXPECT_EQ(scope.enter(nullptr), pfSuccess) << last_error_message();
+    EXPECT_FALSE(scope.switched());
+  }
+  std::thread other([] {
+    std::unique_lock lock(context_push_mutex(), std::try_to_lock);
+    EXPECT_TRUE(lock.owns_lock());
+  });
+  other.join();
 }
 
 // ---- Event queries leave no stale error -------------------------------------------------------------

@@ -435,6 +435,46 @@ TEST_F(CudaGpu, GemmItemIsSkippedOnceTheGateIsClosed) {
   for (float v : c.to_host()) ASSERT_EQ(v, 2.0f * n);
 }
 
+// Issue 16 item 2: cublasSetStream resets cuBLAS's workspace to its own pool, which it grows with
+// cudaMalloc. A GEMM item on two fill streams (each with its own handle, bound once, the caller's
+// workspace set after the stream) must allocate no device memory in its launches, run its items
+// in launch order across the streams, and refuse a stream it was not prepared for.
+TEST_F(CudaGpu, GemmItemOnTwoStreamsUsesOnlyTheGivenWorkspace) {
+  constexpr int n = 256;
+  DeviceArray<float> a(n * n), b(n * n), c(n * n);
+  ASSERT_TRUE(a.fill(std::vector<float>(n * n, 1.0f)));
+  ASSERT_TRUE(b.fill(std::vector<float>(n * n, 3.0f)));
+  DeviceArray<uint8_t> workspace(size_t{32} << 20);
+  GemmItemDesc desc;
+  desc.m = desc.n = desc.k = n;
+  desc.a = a.get();
+  desc.b = b.get();
+  desc.c = c.get();
+  desc.workspace = workspace.get();
+  desc.workspace_bytes = size_t{32} << 20;
+  desc.gate = gate();
+  desc.allow_conditional = false;  // direct cuBLAS calls: the path the workspace reset hit
+  Stream second = nullptr;
+  PF_ASSERT_OK(device_->create_fill_stream(&second));
+  std::unique_ptr<GemmItem> item;
+  PF_ASSERT_OK(make_gemm_item(desc, fill_, &item));
+  EXPECT_EQ(item->launch(second, 1), pfErrorInvalidState) << "an unprepared stream was accepted";
+  EXPECT_NE(last_error_message().find("not prepared"), std::string::npos) << last_error_message();
+  PF_ASSERT_OK(item->prepare_stream(second));
+  sync_all();
+  size_t free_before = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  for (int i = 0; i < 8; ++i) PF_ASSERT_OK(item->launch(i % 2 == 0 ? fill_ : second, 1));
+  ASSERT_EQ(cudaStreamSynchronize(static_cast<cudaStream_t>(second)), cudaSuccess);
+  sync_all();
+  size_t free_after = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+  EXPECT_EQ(free_after, free_before) << "cuBLAS allocated device memory during the launches";
+  for (float v : c.to_host()) ASSERT_EQ(v, 3.0f * n);
+  item.reset();
+  PF_EXPECT_OK(device_->destroy_stream(second));
+}
+
 // Megatron sets CUDA_DEVICE_MAX_CONNECTIONS=1 (one hardware queue per context): rerun the
 // bubble tests in a child process with it set (it must be set before CUDA initialises).
 TEST_F(CudaGpu, BubblesWorkWithOneDeviceConnection) {

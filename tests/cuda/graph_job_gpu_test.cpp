@@ -9,8 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "common/error.hpp"
 #include "graph_job_kernels.hpp"
+#include "driver_api.hpp"
 #include "pipefill/pipefill.h"
+#include "stream_context.hpp"
 
 namespace pipefill::cuda::testing {
 namespace {
@@ -42,9 +45,13 @@ class GraphJobGpu : public ::testing::Test {
     EXPECT_EQ(pfRuntimeDestroy(rt_), pfSuccess) << pfGetLastErrorMessage();
   }
 
-  // A graph of one item: the indexed kernel, captured on the capture stream.
+  // A graph of one item: the indexed kernel, captured on the capture stream with that stream's
+  // context current (a green context's, in green-context mode: every kernel of the conditional
+  // body the runtime wraps it in must belong to one context, issue 16 item 7).
   cudaGraph_t capture_item(const uint64_t* index_word, float* out, uint32_t* runs, uint64_t spin_ns) {
     auto stream = static_cast<cudaStream_t>(capture_);
+    ScopedStreamContext scope;
+    EXPECT_EQ(scope.enter(capture_), pfSuccess) << last_error_message();
     cudaGraph_t graph = nullptr;
     EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
     EXPECT_EQ(launch_indexed_item(stream, index_word, out, runs, spin_ns), cudaSuccess);
@@ -150,6 +157,49 @@ TEST_F(GraphJobGpu, ContractBreakingGraphsAreRefused) {
   (void)cudaGraphDestroy(graph);
   (void)cudaGraphDestroy(empty);
   (void)cudaFree(index_word);
+}
+
+// A graph whose kernel belongs to another context than the fill partition's is refused by node,
+// naming both contexts (issue 16 item 7). Only meaningful in green-context mode, where the fill
+// context is not the primary one: the kernel is captured on an ordinary stream of the primary
+// context.
+TEST_F(GraphJobGpu, KernelOfAnotherContextIsRefusedByNode) {
+  CUcontext fill_context = nullptr, primary = nullptr;
+  const auto& api = driver_api();
+  ASSERT_NE(api.stream_get_ctx, nullptr);
+  ASSERT_EQ(api.stream_get_ctx(static_cast<CUstream>(capture_), &fill_context), CUDA_SUCCESS);
+  cudaStream_t ordinary = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&ordinary, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(api.stream_get_ctx(reinterpret_cast<CUstream>(ordinary), &primary), CUDA_SUCCESS);
+  if (fill_context == primary) {
+    (void)cudaStreamDestroy(ordinary);
+    GTEST_SKIP() << "grid-cap mode: the fill partition is the primary context";
+  }
+  uint64_t* index_word = nullptr;
+  float* out = nullptr;
+  uint32_t* runs = nullptr;
+  ASSERT_EQ(cudaMalloc(&index_word, sizeof(uint64_t)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&out, sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&runs, sizeof(uint32_t)), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(ordinary, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(launch_indexed_item(ordinary, index_word, out, runs, 1000), cudaSuccess);
+  ASSERT_EQ(cudaStreamEndCapture(ordinary, &graph), cudaSuccess);
+  pfGraphJobDesc_t d = PF_GRAPH_JOB_DESC_INITIALIZER;
+  d.item_count = 4;
+  d.item_cost_us = 1.0;
+  d.graph = graph;
+  d.index_word = index_word;
+  pfJob_t job = nullptr;
+  EXPECT_EQ(pfJobCreateGraph(rt_, &d, &job), pfErrorInvalidArgument);
+  const std::string message = pfGetLastErrorMessage();
+  EXPECT_NE(message.find("kernel node 0"), std::string::npos) << message;
+  EXPECT_NE(message.find("belongs to context"), std::string::npos) << message;
+  (void)cudaGraphDestroy(graph);
+  (void)cudaStreamDestroy(ordinary);
+  (void)cudaFree(index_word);
+  (void)cudaFree(out);
+  (void)cudaFree(runs);
 }
 
 }  // namespace

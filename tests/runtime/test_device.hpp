@@ -57,6 +57,15 @@ class Latch {
   bool armed_ = false, open_ = true, reached_ = false;
 };
 
+// Graph items of the inner device, reporting the SMs a test chose (TestDevice::graph_sms_used).
+class TestGraphItems final : public GraphItems {
+ public:
+  TestGraphItems(std::unique_ptr<GraphItems> inner, int sms) : inner(std::move(inner)), sms(sms) {}
+  int sms_used() const override { return sms; }
+  std::unique_ptr<GraphItems> inner;
+  int sms;
+};
+
 class TestDevice final : public Device {
  public:
   explicit TestDevice(std::unique_ptr<Device> inner) : inner_(std::move(inner)) {}
@@ -67,9 +76,14 @@ class TestDevice final : public Device {
   std::atomic<int> fail_copy_word{0};   // the next N copy_word_to_host calls fail
   std::atomic<int> fail_slice_end_record{0};  // the next N records on the fill stream after a copy
   std::atomic<int> copies{0};           // copy_word_to_host calls so far
+  // > 0: every wait the runtime enqueues on a fill stream is followed by a delay of this many µs
+  // on that stream, so a slice starts that much after its bubble began - what one hardware queue
+  // shared with the main stream does to a slice enqueued behind the main stream's wait.
+  std::atomic<double> fill_wait_delay_us{0.0};
   Latch query_latch;                    // armed: the next query_event blocks until opened
   mutable std::mutex capture_mutex;
   std::set<Stream> capturing;           // streams "being captured into a CUDA graph"
+  int graph_sms_used = -1;              // >= 0: graph items report this many SMs (0: unknown)
   Stream fill_stream = nullptr;         // the first fill stream
   std::vector<Stream> fill_streams;     // every fill stream, in creation order (set at creation)
   bool is_fill(Stream stream) const {
@@ -129,7 +143,10 @@ class TestDevice final : public Device {
   }
   pfResult_t stream_wait_event(Stream stream, Event event) override {
     count(stream);
-    return inner_->stream_wait_event(stream, event);
+    const pfResult_t r = inner_->stream_wait_event(stream, event);
+    const double delay = fill_wait_delay_us.load();
+    if (r == pfSuccess && delay > 0 && is_fill(stream)) return pfSimStreamDelay(stream, delay);
+    return r;
   }
   pfResult_t query_event(Event event, bool* done, double* time_us) override {
     query_latch.pass();
@@ -176,6 +193,19 @@ class TestDevice final : public Device {
     return capturing.count(stream) > 0;
   }
   bool single_hardware_queue() const override { return single_queue; }
+  pfResult_t prepare_graph_items(const GraphJobSpec& spec,
+                                 std::unique_ptr<GraphItems>* out) override {
+    std::unique_ptr<GraphItems> inner;
+    const pfResult_t r = inner_->prepare_graph_items(spec, &inner);
+    if (r != pfSuccess) return r;
+    const int sms = graph_sms_used >= 0 ? graph_sms_used : inner->sms_used();
+    *out = std::make_unique<TestGraphItems>(std::move(inner), sms);
+    return pfSuccess;
+  }
+  pfResult_t launch_graph_items(GraphItems& items, const pfSliceDesc_t& slice,
+                                Stream stream) override {
+    return inner_->launch_graph_items(*static_cast<TestGraphItems&>(items).inner, slice, stream);
+  }
   DrivenClock* driven_clock() override {
     return hide_driven_clock ? nullptr : inner_->driven_clock();
   }

@@ -42,6 +42,7 @@ class GpuFill : public ::testing::Test {
     pfConfig_t config = PF_CONFIG_INITIALIZER;
     config.backend = pfBackendCuda;
     config.arena_bytes = size_t{512} << 20;
+    if (fill_streams_ > 0) config.fill_streams = fill_streams_;
     ASSERT_PF(pfRuntimeCreate(&config, &runtime_));
     ASSERT_PF(pfStreamCreateHighPriority(runtime_, &main_));
     ASSERT_PF(pfStreamCreateHighPriority(runtime_, &peer_));
@@ -88,6 +89,7 @@ class GpuFill : public ::testing::Test {
     FAIL() << "job did not complete: " << info.items_completed << " items";
   }
 
+  int fill_streams_ = 0;  // > 0: the runtime's fill_streams
   pfRuntime_t runtime_ = nullptr;
   void *main_ = nullptr, *peer_ = nullptr;
   cudaEvent_t arrived_ = nullptr;
@@ -274,6 +276,45 @@ TEST_F(GpuFillWarmUp, TrainingOpaque) {
   p.execution = fjExecOpaque;
   p.items = 300;
   expect_warm_up_covers_a_slice(p, 4);
+}
+
+// Issue 16 item 2: the cuBLAS jobs on a runtime with two fill streams. The warm-up runs on both
+// streams at once; each stream gets its own cuBLAS handle with the arena workspace set after its
+// stream (cublasSetStream resets it to cuBLAS's own pool, which grows with cudaMalloc). Outputs
+// must match the CPU and no device memory may be allocated once the job is created.
+class GpuFillTwoStreams : public GpuFill {
+ protected:
+  void SetUp() override {
+    fill_streams_ = 2;
+    GpuFill::SetUp();
+  }
+};
+
+TEST_F(GpuFillTwoStreams, MlpCublasMatchesCpuWithoutAllocating) {
+  fjParams_t p;
+  ASSERT_FJ(fjParamsInit(&p, fjMlpInference, pfBackendCuda));
+  p.execution = fjExecOpaque;
+  p.items = 3000;
+  attach(p);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  size_t free_before = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  run_until_done(400);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  size_t free_after = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+  EXPECT_EQ(free_after, free_before) << "device memory was allocated while the job ran in bubbles";
+  check_mlp(fill_, p);
+}
+
+TEST_F(GpuFillTwoStreams, EncoderCublasMatchesCpu) {
+  fjParams_t p;
+  ASSERT_FJ(fjParamsInit(&p, fjEncoderInference, pfBackendCuda));
+  p.execution = fjExecOpaque;
+  p.items = 300;
+  attach(p);
+  run_until_done(400);
+  check_encoder(fill_, p);
 }
 
 }  // namespace
