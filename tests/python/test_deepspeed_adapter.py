@@ -1,0 +1,107 @@
+"""pipefill.deepspeed: DeepSpeed's PipelineEngine trained for real over gloo on 2 CPU processes
+(tests/python/deepspeed_worker.py), on the simulated and the real-time host backend with a
+fill job running; plus the adapter's refusals and its removal, without processes.
+
+Skipped when DeepSpeed is not installed (python/test-package.sh installs 0.19.8)."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("deepspeed")
+
+import pipefill as pf  # noqa: E402
+import pipefill.deepspeed as pfds  # noqa: E402
+from adapter_checks import launch  # noqa: E402
+
+WORLD = 2
+STEPS = 5
+MICRO_BATCHES = 4
+
+
+@pytest.fixture(scope="module", params=["sim", "host"])
+def runs(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp(f"deepspeed-{request.param}")
+    codes, results = launch(tmp, "deepspeed_worker.py",
+                            ["--scenario", "equivalence", "--backend", request.param],
+                            world=WORLD, deadline_s=300)
+    assert codes == [0] * WORLD
+    for r in results:
+        print(f"deepspeed {request.param} rank {r['rank']}: bubbles per batch "
+              f"{r['batch_bubbles']}, losses {r['losses']}")
+    return request.param, results
+
+
+def test_every_blocking_receive_is_one_bubble(runs):
+    backend, results = runs
+    for r in results:
+        # Counted by wrapping DeepSpeed's p2p.recv, independently of the adapter: 2 stages x 4
+        # micro-batches: stage 1 receives 4 activations, stage 0 4 gradients, per batch.
+        assert r["receives_per_batch"] == [MICRO_BATCHES] * STEPS, r["rank"]
+        assert r["batch_bubbles"] == r["receives_per_batch"], r["rank"]
+        assert r["runtime_bubbles"] == MICRO_BATCHES * STEPS, r["rank"]
+        assert r["iterations"] == STEPS  # every train_batch ended an iteration
+        assert r["kinds"] == r["expected_kinds"], r["rank"]  # from TrainSchedule's own order
+        assert not r["in_bubble_after"] and r["errors"] == [] and r["bubble_failures"] == 0
+
+
+def test_losses_and_gradients_are_bit_identical(runs):
+    _, results = runs
+    for r in results:
+        assert r["identical_losses"] and r["identical_grads"], r["rank"]
+        assert r["grads_seen"] == STEPS * MICRO_BATCHES * 4  # 2 linear layers per stage
+
+
+def test_fill_work_runs_only_inside_bubbles(runs):
+    backend, results = runs
+    for r in results:
+        assert r["fill_slices"] > 0 and r["items_run"] > 0, r["rank"]
+        assert r["fill_slices_outside"] == 0, r["rank"]
+        assert r["items_outside"] == 0 and r["most_late_items"] <= 1, r["rank"]
+        assert r["duplicates"] == 0 and r["items_run"] == r["items_completed"], r["rank"]
+
+
+def test_remove_restores_the_engine(runs):
+    _, results = runs
+    assert all(r["restored"] for r in results)
+
+
+def test_a_rank_that_raises_ends_every_process_with_no_bubble_open(tmp_path):
+    codes, results = launch(tmp_path, "deepspeed_worker.py",
+                            ["--scenario", "raise", "--timeout", "5"], world=WORLD,
+                            deadline_s=200)
+    assert codes == [0] * WORLD
+    failing = results[1]
+    assert "injected failure" in failing["error"]
+    survivor = results[0]
+    assert survivor["error"], "rank 0 went on as if nothing happened"
+    assert survivor["interrupted_waits"] >= 1  # it was waiting for a gradient, in a bubble
+    for r in results:
+        assert r["in_bubble_after_failure"] is False, r["rank"]
+        assert r["runtime_closed"] is True, (r["rank"], r.get("close_error"))
+
+
+# ---- without processes ----------------------------------------------------------------------
+
+def test_refuses_what_is_not_a_pipeline_engine():
+    with pf.Runtime(backend="sim") as rt:
+        with pytest.raises(TypeError, match="torch.nn.modules.linear.Linear is not a deepspeed "
+                                            "PipelineEngine"):
+            pfds.instrument(torch.nn.Linear(2, 2), rt)
+
+
+def test_refuses_an_engine_whose_instruction_map_lacks_the_receives():
+    from deepspeed.runtime.pipe import schedule
+    from deepspeed.runtime.pipe.engine import PipelineEngine
+
+    class OldEngine(PipelineEngine):
+        _INSTRUCTION_MAP = {k: v for k, v in PipelineEngine._INSTRUCTION_MAP.items()
+                            if k is not schedule.RecvGrad}
+
+        def __init__(self):  # no DeepSpeed initialisation: only the class matters here
+            pass
+
+    with pf.Runtime(backend="sim") as rt:
+        with pytest.raises(RuntimeError, match="OldEngine of DeepSpeed 0.19.8: "
+                                               "_INSTRUCTION_MAP has no entry for RecvGrad"):
+            pfds.instrument(OldEngine.__new__(OldEngine), rt)
