@@ -58,6 +58,12 @@ def _deepspeed_version() -> str:
         return f"not importable ({error})"
 
 
+def _is_receive(op: Any) -> bool:
+    """A queued deepspeed.comm.P2POp (``op`` is the string 'irecv') or torch P2POp receive."""
+    fn = getattr(op, "op", None)
+    return fn == "irecv" if isinstance(fn, str) else getattr(fn, "__name__", "") == "irecv"
+
+
 def check_engine(engine: Any) -> Any:
     """The DeepSpeed schedule module of ``engine``'s instructions; raises TypeError (an object
     that is not a pipeline engine) or RuntimeError (an engine whose instruction map lacks what
@@ -142,14 +148,16 @@ class EngineBubbles:
     def _make_class(self, schedule: Any) -> type:
         base = self._original_class
         table: Dict[type, Callable[..., Any]] = dict(base._INSTRUCTION_MAP)
-        for name in ("RecvActivation", "RecvGrad"):
-            cls = getattr(schedule, name)
-            table[cls] = self._receive(table[cls], forward=(name == "RecvActivation"))
+        commit = getattr(schedule, "CommitP2P", None)
+        if commit is not None and commit in table:
+            # DualPipeVEngine: RecvActivation / RecvGrad only queue; CommitP2P waits.
+            table[commit] = self._commit(table[commit])
+        else:
+            for name in ("RecvActivation", "RecvGrad"):
+                cls = getattr(schedule, name)
+                table[cls] = self._receive(table[cls], forward=(name == "RecvActivation"))
         table[schedule.ForwardPass] = self._counting(table[schedule.ForwardPass], "_forwards")
         table[schedule.BackwardPass] = self._counting(table[schedule.BackwardPass], "_backwards")
-        commit = getattr(schedule, "CommitP2P", None)
-        if commit is not None and commit in table:  # DualPipeVEngine
-            table[commit] = self._commit(table[commit])
         if self.optimizer_bubbles:
             for name in _OPTIMIZER:
                 cls = getattr(schedule, name, None)
@@ -188,13 +196,11 @@ class EngineBubbles:
         return counted
 
     def _commit(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        import torch.distributed as dist
         adapter = self
 
         def commit(engine: Any, *args: Any, **kwargs: Any) -> Any:
             ops = getattr(engine, "_p2p_ops", None) or []
-            receives = [op for op in ops if getattr(op, "op", None) is dist.irecv]
-            if not receives:
+            if not any(_is_receive(op) for op in ops):
                 return original(engine, *args, **kwargs)
             return adapter.emitter.around(lambda: original(engine, *args, **kwargs),
                                           BubbleKind.OTHER)

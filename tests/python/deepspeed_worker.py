@@ -46,13 +46,16 @@ class Layer(torch.nn.Linear):
         return torch.tanh(super().forward(x))
 
 
-def build():
+def build(pipe: str = "train"):
+    """A 2-stage engine: PipelineEngine (TrainSchedule), or with pipe="dualpipev" a
+    DualPipeVEngine (4 stages, 2 per rank, one layer each)."""
     import deepspeed
-    from deepspeed.pipe import PipelineModule
+    from deepspeed.pipe import DualPipeVModule, PipelineModule
     torch.manual_seed(0)
     layers = [Layer(DIM, DIM) for _ in range(4)]
-    model = PipelineModule(layers=layers, num_stages=2, partition_method="uniform",
-                           loss_fn=lambda out, y: torch.nn.functional.mse_loss(out, y))
+    module = DualPipeVModule if pipe == "dualpipev" else PipelineModule
+    model = module(layers=layers, num_stages=2, partition_method="uniform",
+                   loss_fn=lambda out, y: torch.nn.functional.mse_loss(out, y))
     config = {"train_micro_batch_size_per_gpu": MICRO_BATCH,
               "gradient_accumulation_steps": MICRO_BATCHES,
               "train_batch_size": MICRO_BATCH * MICRO_BATCHES,
@@ -64,25 +67,36 @@ def build():
 
 
 class ReceiveCounter:
-    """Counts the data receives DeepSpeed's engine makes (p2p.recv called from
-    _exec_recv_activations / _exec_recv_grads; the one-time shape exchange is not counted),
-    by wrapping deepspeed.runtime.pipe.p2p.recv: independent of the adapter."""
+    """Counts the blocking receives DeepSpeed's engine makes, independently of the adapter:
+    PipelineEngine: p2p.recv called from _exec_recv_activations / _exec_recv_grads (the
+    one-time shape exchange is not counted), by wrapping deepspeed.runtime.pipe.p2p.recv;
+    DualPipeVEngine: batches of deepspeed.comm.batch_isend_irecv that carry a receive (their
+    requests are waited back to back), by wrapping that function."""
 
-    def __init__(self) -> None:
+    def __init__(self, pipe: str) -> None:
+        import deepspeed.comm
         from deepspeed.runtime.pipe import p2p
-        self.p2p = p2p
-        self.original = p2p.recv
         self.count = 0
         counter = self
+        if pipe == "dualpipev":
+            self.module, self.name = deepspeed.comm, "batch_isend_irecv"
+        else:
+            self.module, self.name = p2p, "recv"
+        self.original = original = getattr(self.module, self.name)
 
         def recv(*args, **kwargs):
             if sys._getframe(1).f_code.co_name in ("_exec_recv_activations", "_exec_recv_grads"):
                 counter.count += 1
-            return counter.original(*args, **kwargs)
-        p2p.recv = recv
+            return original(*args, **kwargs)
+
+        def batch_isend_irecv(ops, *args, **kwargs):
+            if any(op.op == "irecv" for op in ops):
+                counter.count += 1
+            return original(ops, *args, **kwargs)
+        setattr(self.module, self.name, batch_isend_irecv if pipe == "dualpipev" else recv)
 
     def close(self) -> None:
-        self.p2p.recv = self.original
+        setattr(self.module, self.name, self.original)
 
 
 def train(engine, steps: int, counter=None):
@@ -131,16 +145,16 @@ def expected_kinds(engine) -> list:
     return kinds
 
 
-def equivalence(rank: int, world: int, backend: str, out: dict) -> None:
+def equivalence(rank: int, world: int, backend: str, pipe: str, out: dict) -> None:
     import pipefill.deepspeed as pfds
-    from deepspeed.runtime.pipe.engine import PipelineEngine
-    engine = build()
+    engine = build(pipe)
     base = train(engine, STEPS)
     base_vars = set(vars(engine))  # what training alone leaves on an engine
     dist.barrier()
-    engine = build()
-    engine_class, instruction_map = type(engine), dict(PipelineEngine._INSTRUCTION_MAP)
-    counter = ReceiveCounter()
+    engine = build(pipe)
+    engine_class = type(engine)
+    instruction_map = dict(engine_class._INSTRUCTION_MAP)
+    counter = ReceiveCounter(pipe)
     with pf.Runtime(backend=backend, stage_id=rank, stage_count=world, min_samples=1,
                     reserved_sms=0) as runtime:
         job = checks.fill_job(runtime, backend)
@@ -157,13 +171,22 @@ def equivalence(rank: int, world: int, backend: str, out: dict) -> None:
             grads_seen=sum(len(g) for g in base[1]),
             losses=[float(l[0]) for l in filled[0]],
             receives_per_batch=filled[2], batch_bubbles=bubbles.batch_bubbles,
-            kinds=kinds, expected_kinds=expected_kinds(engine) * STEPS,
+            engine=engine_class.__name__, kinds=kinds,
+            expected_kinds=expected_kinds(engine) * STEPS if pipe == "train" else None,
             restored=(type(engine) is engine_class and set(vars(engine)) == base_vars
-                      and PipelineEngine._INSTRUCTION_MAP == instruction_map
-                      and all(PipelineEngine._INSTRUCTION_MAP[k] is v
+                      and engine_class._INSTRUCTION_MAP == instruction_map
+                      and all(engine_class._INSTRUCTION_MAP[k] is v
                               for k, v in instruction_map.items())),
             errors=[str(e) for e in bubbles.errors], bubble_failures=runtime.bubble_failures)
         job.close()
+    if pipe == "train":  # one more batch with the optimizer step marked as a bubble
+        with pf.Runtime(backend=backend, stage_id=rank, stage_count=world) as runtime:
+            kinds = []
+            checks.recording_kinds(runtime, kinds)
+            with pfds.instrument(engine, runtime, strict=True, optimizer_bubbles=True) as handle:
+                train(engine, 1)
+            out.update(optimizer_kinds=kinds, optimizer_bubbles=handle.optimizer_bubbles_begun,
+                       optimizer_in_bubble_after=runtime.in_bubble)
     dist.barrier()
 
 
@@ -200,6 +223,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--scenario", required=True)
     parser.add_argument("--backend", default="sim")
+    parser.add_argument("--pipe", default="train", choices=["train", "dualpipev"])
     parser.add_argument("--timeout", type=float, default=60.0)
     args = parser.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -217,7 +241,7 @@ def main() -> None:
                                    timeout=datetime.timedelta(seconds=args.timeout))
         out["deepspeed"] = deepspeed.__version__
         if args.scenario == "equivalence":
-            equivalence(rank, world, args.backend, out)
+            equivalence(rank, world, args.backend, args.pipe, out)
         else:
             failure(rank, world, out)
     except Exception as error:  # noqa: BLE001

@@ -19,30 +19,51 @@ STEPS = 5
 MICRO_BATCHES = 4
 
 
-@pytest.fixture(scope="module", params=["sim", "host"])
+@pytest.fixture(scope="module", params=[("sim", "train"), ("host", "train"), ("sim", "dualpipev")],
+                ids=["sim", "host", "dualpipev-sim"])
 def runs(request, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp(f"deepspeed-{request.param}")
+    backend, pipe = request.param
+    tmp = tmp_path_factory.mktemp(f"deepspeed-{backend}-{pipe}")
     codes, results = launch(tmp, "deepspeed_worker.py",
-                            ["--scenario", "equivalence", "--backend", request.param],
+                            ["--scenario", "equivalence", "--backend", backend, "--pipe", pipe],
                             world=WORLD, deadline_s=300)
     assert codes == [0] * WORLD
     for r in results:
-        print(f"deepspeed {request.param} rank {r['rank']}: bubbles per batch "
+        print(f"deepspeed {r['engine']} {backend} rank {r['rank']}: bubbles per batch "
               f"{r['batch_bubbles']}, losses {r['losses']}")
-    return request.param, results
+    return pipe, results
 
 
 def test_every_blocking_receive_is_one_bubble(runs):
-    backend, results = runs
+    pipe, results = runs
     for r in results:
-        # Counted by wrapping DeepSpeed's p2p.recv, independently of the adapter: 2 stages x 4
-        # micro-batches: stage 1 receives 4 activations, stage 0 4 gradients, per batch.
-        assert r["receives_per_batch"] == [MICRO_BATCHES] * STEPS, r["rank"]
+        # Counted by wrapping DeepSpeed's receive functions, independently of the adapter.
+        if pipe == "train":
+            # 2 stages x 4 micro-batches: stage 1 receives 4 activations, stage 0 4 gradients.
+            assert r["engine"] == "PipelineEngine"
+            assert r["receives_per_batch"] == [MICRO_BATCHES] * STEPS, r["rank"]
+            assert r["kinds"] == r["expected_kinds"], r["rank"]  # from TrainSchedule's order
+        else:  # DualPipeVEngine: the CommitP2P batches that carry receives
+            assert r["engine"] == "DualPipeVEngine"
+            assert r["receives_per_batch"][0] > 0
+            assert r["receives_per_batch"] == [r["receives_per_batch"][0]] * STEPS, r["rank"]
         assert r["batch_bubbles"] == r["receives_per_batch"], r["rank"]
-        assert r["runtime_bubbles"] == MICRO_BATCHES * STEPS, r["rank"]
+        assert r["runtime_bubbles"] == sum(r["receives_per_batch"]), r["rank"]
         assert r["iterations"] == STEPS  # every train_batch ended an iteration
-        assert r["kinds"] == r["expected_kinds"], r["rank"]  # from TrainSchedule's own order
         assert not r["in_bubble_after"] and r["errors"] == [] and r["bubble_failures"] == 0
+
+
+def test_optimizer_step_is_a_bubble_only_when_asked(runs):
+    pipe, results = runs
+    if pipe != "train":
+        pytest.skip("checked on PipelineEngine")
+    for r in results:
+        assert r["optimizer_bubbles"] == 1, r["rank"]
+        # the batch's receive bubbles, then one OPTIMIZER bubble (none in the runs above)
+        per_batch = r["expected_kinds"][:MICRO_BATCHES]
+        assert r["optimizer_kinds"] == per_batch + [int(pf.BubbleKind.OPTIMIZER)], r["rank"]
+        assert int(pf.BubbleKind.OPTIMIZER) not in r["kinds"]
+        assert r["optimizer_in_bubble_after"] is False
 
 
 def test_losses_and_gradients_are_bit_identical(runs):
@@ -53,7 +74,7 @@ def test_losses_and_gradients_are_bit_identical(runs):
 
 
 def test_fill_work_runs_only_inside_bubbles(runs):
-    backend, results = runs
+    _, results = runs
     for r in results:
         assert r["fill_slices"] > 0 and r["items_run"] > 0, r["rank"]
         assert r["fill_slices_outside"] == 0, r["rank"]
