@@ -2,7 +2,9 @@
 # The Python stage of scripts/test.sh: builds the pipefill package with `pip install .` into a
 # virtual environment (build-py/venv, reused when present, so reruns are incremental) and runs
 # its pytest suite (bindings, the C trainer's figures, error paths, example fill jobs,
-# torch.distributed.pipelining over gloo on 4 CPU processes).
+# torch.distributed.pipelining over gloo on 4 CPU processes, and the DeepSpeed and Megatron-Core
+# adapters over gloo on 2 CPU processes, after installing those two frameworks without their
+# dependencies).
 #
 # torch comes from PyPI (the CPU-only wheel index is not reachable here). Its Linux wheel
 # depends on ~3 GB of nvidia-* wheels (CUDA runtime, cuDNN, cuBLAS, NCCL, ...): about 6
@@ -48,6 +50,32 @@ echo "python: venv ready after $(( $(date +%s) - start )) s"
 CMAKE_ARGS="${PIPEFILL_PY_CMAKE_ARGS:--DPIPEFILL_ENABLE_CUDA=OFF}" \
   "$py" -m pip install -q --no-build-isolation .
 echo "python: package installed after $(( $(date +%s) - start )) s"
+
+# ---- The frameworks of the adapter tests (pipefill.deepspeed, pipefill.megatron) ----------
+# DeepSpeed and Megatron-Core with --no-deps (so never torch's CUDA wheels), plus the
+# pure-Python packages they import, pinned; DS_BUILD_OPS=0: DeepSpeed compiles no op at install
+# (the tests also keep it from compiling its CPU shared-memory op at start). Skipped when the
+# pinned versions are present. If the install fails (no index), the adapter tests skip, and
+# this says so.
+deepspeed_version=0.19.8
+megatron_core_version=0.16.1   # the newest megatron-core that installs on Python 3.11 (2026-12)
+adapter_python=(psutil==7.2.2 py-cpuinfo==9.0.0 hjson==3.1.0 msgpack==1.2.4 einops==0.8.2
+                tqdm==4.70.1 pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0
+                typing-inspection==0.4.5)
+if ! "$py" - "$deepspeed_version" "$megatron_core_version" <<'PY' 2>/dev/null
+import sys
+from importlib.metadata import version
+sys.exit(0 if (version("deepspeed"), version("megatron-core")) == tuple(sys.argv[1:3]) else 1)
+PY
+then
+  echo "python: installing deepspeed $deepspeed_version and megatron-core $megatron_core_version (--no-deps)"
+  if ! { "$py" -m pip install -q "${adapter_python[@]}" &&
+         DS_BUILD_OPS=0 "$py" -m pip install -q --no-deps --no-build-isolation \
+           "deepspeed==$deepspeed_version" "megatron-core==$megatron_core_version"; }; then
+    echo "python: WARNING: DeepSpeed / Megatron-Core did not install: their adapter tests will skip"
+  fi
+fi
+echo "python: adapter frameworks ready after $(( $(date +%s) - start )) s"
 
 PIPEFILL_BUILD_DIR="${PIPEFILL_BUILD_DIR:-build}" PIPEFILL_REQUIRE_BUILD=1 \
   "$py" -m pytest -q -p no:cacheprovider tests/python
