@@ -9,7 +9,6 @@ pipefill.torch's ``bubble_on_wait`` share.
   through :meth:`pipefill.Runtime._report_bubble_failure` (counted, warned once per message)
   instead of swallowed, and on the simulated backend the measured wait mirrored into the
   simulated stream so that a bubble lasts as long as the real wait.
-- :class:`PhaseClassifier`: warm-up / steady / cool-down from the order of receives.
 - :func:`wrap_requests`: one bubble around waiting on posted requests (``bubble_on_wait``).
 """
 from __future__ import annotations
@@ -153,38 +152,6 @@ class OpenBubble:
             emitter.guarded(emitter._sim_world._native.stream_delay, stream_handle(self.stream),
                             elapsed_us)
         emitter.guarded(emitter.runtime.bubble_end, self.stream)
-
-
-class PhaseClassifier:
-    """Bubble kind from the order of one iteration's receives: a forward (activation) receive
-    before the iteration's first gradient receive is WARMUP; a gradient receive once all the
-    iteration's forward receives are done is COOLDOWN (the number is ``forward_receives``
-    when known, else the previous iteration's count); the rest (steady state) OTHER."""
-
-    def __init__(self, forward_receives: Optional[int] = None) -> None:
-        self.expected = forward_receives
-        self.forward = 0
-        self.backward_seen = False
-        self.previous = 0
-
-    def start_iteration(self) -> None:
-        if self.forward:
-            self.previous = self.forward
-        self.forward = 0
-        self.backward_seen = False
-
-    def kind(self, forward: bool, backward: bool) -> BubbleKind:
-        if backward:
-            self.backward_seen = True
-        if forward and not backward:
-            self.forward += 1
-            return BubbleKind.OTHER if self.backward_seen else BubbleKind.WARMUP
-        if backward and not forward:
-            expected = self.expected if self.expected is not None else self.previous
-            return BubbleKind.COOLDOWN if expected > 0 and self.forward >= expected else BubbleKind.OTHER
-        if forward:
-            self.forward += 1
-        return BubbleKind.OTHER
 
 
 class _RequestGroup:

@@ -39,9 +39,11 @@ missing. Not hooked, and refused with an error at the forward-backward call:
 outside an instrumented forward-backward call (a function obtained before ``instrument``) are
 counted in :attr:`MegatronBubbles.outside_receives` and warned about, not made bubbles.
 
-Bubble kinds: a forward (activation) receive before the call's first gradient receive is
-WARMUP; a gradient receive once the call's forward receives reached the previous call's count
-is COOLDOWN; the rest (steady state, and batches carrying both) OTHER.
+Bubble kinds, from what each post carries (1F1B's warm-up posts only forward receives, its
+cool-down only backward ones): a forward (activation) receive posted before any backward
+traffic (gradient send or receive) of the call is WARMUP; a gradient receive posted without
+forward traffic once the call's forward receives reached the previous call's count (so from
+the second call on) is COOLDOWN; the rest (steady state, posts carrying both) OTHER.
 
 Streams as in :mod:`pipefill.deepspeed`: CUDA: the current torch stream at each wait;
 simulated and host: a high-priority runtime stream (mirrored wait time on the simulator).
@@ -56,7 +58,8 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional
 
 from . import Runtime
-from ._bubbles import BubbleEmitter, PhaseClassifier, wrap_requests
+from ._bubbles import BubbleEmitter, wrap_requests
+from ._enums import BubbleKind
 
 TESTED_MEGATRON_CORE = ("0.16.1",)
 """megatron-core versions the adapter was run against (tests/python/test_megatron_adapter.py)."""
@@ -149,7 +152,7 @@ class MegatronBubbles:
         self.runtime = runtime
         self.call_bubbles: List[int] = []
         self.outside_receives = 0
-        self._classifier = PhaseClassifier()
+        self._phases = _Phases()
         self._thread = threading.local()  # .depth: instrumented forward-backward calls running
         self._originals: Dict[Any, Dict[str, Callable[..., Any]]] = {}
         self._wrappers: Dict[Any, Dict[str, Callable[..., Any]]] = {}
@@ -217,7 +220,7 @@ class MegatronBubbles:
             if adapter._stepping():  # a schedule calling another: one iteration
                 return original(*args, **kwargs)
             adapter._thread.depth = 1
-            adapter._classifier.start_iteration()
+            adapter._phases.start_call()
             begun = adapter.emitter.bubbles
             try:
                 return original(*args, **kwargs)
@@ -260,23 +263,59 @@ class MegatronBubbles:
                                   "get_forward_backward_func() after instrument())",
                                   RuntimeWarning, stacklevel=2)
                 return requests
-            return adapter._wrap(requests, recv_prev, recv_next)
+            kinds = adapter._phases.kinds(recv_prev=recv_prev, recv_next=recv_next,
+                                          send_prev=kwargs.get("tensor_send_prev") is not None,
+                                          send_next=kwargs.get("tensor_send_next") is not None)
+            return adapter._wrap(requests, kinds)
         post.__wrapped__ = original  # type: ignore[attr-defined]
         post.__name__ = getattr(original, "__name__", "post")
         return post
 
-    def _wrap(self, requests: Any, recv_prev: bool, recv_next: bool) -> Any:
-        if isinstance(requests, dict):
+    def _wrap(self, requests: Any, kinds: Dict[str, BubbleKind]) -> Any:
+        if isinstance(requests, dict):  # _p2p_ops: one bubble per receive handle
             wrapped = dict(requests)
-            for key, forward in (("recv_prev", True), ("recv_next", False)):
+            for key, kind in kinds.items():
                 if key in wrapped:
-                    kind = self._classifier.kind(forward=forward, backward=not forward)
                     wrapped[key] = wrap_requests(wrapped[key], self.emitter, kind=kind)
             return wrapped
-        if isinstance(requests, list) and requests:
-            kind = self._classifier.kind(forward=recv_prev, backward=recv_next)
+        if isinstance(requests, list) and requests:  # _batched_p2p_ops: one per batch
+            kind = next(iter(kinds.values())) if len(kinds) == 1 else BubbleKind.OTHER
             return wrap_requests(requests, self.emitter, kind=kind)
         return requests
+
+
+class _Phases:
+    """Warm-up / steady / cool-down of one forward-backward call, from its posts."""
+
+    def __init__(self) -> None:
+        self.previous: Optional[int] = None  # forward receives of the previous call
+        self.forward = 0
+        self.backward_traffic = False
+        self.calls = 0
+
+    def start_call(self) -> None:
+        if self.calls:
+            self.previous = self.forward
+        self.calls += 1
+        self.forward = 0
+        self.backward_traffic = False
+
+    def kinds(self, *, recv_prev: bool, recv_next: bool, send_prev: bool,
+              send_next: bool) -> Dict[str, BubbleKind]:
+        """{"recv_prev": kind, "recv_next": kind} for the receives a post carries."""
+        forward_traffic = recv_prev or send_next
+        backward_traffic = recv_next or send_prev
+        kinds: Dict[str, BubbleKind] = {}
+        if recv_prev:
+            warm = not (self.backward_traffic or backward_traffic)
+            kinds["recv_prev"] = BubbleKind.WARMUP if warm else BubbleKind.OTHER
+        if recv_next:
+            cool = (not forward_traffic and self.previous is not None
+                    and self.forward >= self.previous)
+            kinds["recv_next"] = BubbleKind.COOLDOWN if cool else BubbleKind.OTHER
+        self.forward += int(recv_prev)
+        self.backward_traffic = self.backward_traffic or backward_traffic
+        return kinds
 
 
 def instrument(runtime: Runtime, **options: Any) -> MegatronBubbles:

@@ -201,6 +201,8 @@ def equivalence(rank: int, world: int, backend: str, names: list, out: dict) -> 
             with pf.Runtime(backend=backend, stage_id=rank, stage_count=world, min_samples=1,
                             reserved_sms=0) as runtime:
                 job = checks.fill_job(runtime, backend)
+                kinds: list = []
+                checks.recording_kinds(runtime, kinds)
                 waits = ReceiveWaits(batched=SCHEDULES[name][0])
                 per_step = []
                 try:
@@ -220,6 +222,7 @@ def equivalence(rank: int, world: int, backend: str, names: list, out: dict) -> 
                     grads_seen=sum(len(g) for g in base[1]),
                     receive_waits=[b - a for a, b in zip(per_step, per_step[1:])],
                     call_bubbles=bubbles.call_bubbles, outside=bubbles.outside_receives,
+                    kinds=kinds,
                     restored=megatron_globals() == before,
                     errors=[str(e) for e in bubbles.errors],
                     bubble_failures=runtime.bubble_failures)

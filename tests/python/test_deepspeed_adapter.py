@@ -89,7 +89,7 @@ def test_remove_restores_the_engine(runs):
 
 def test_a_rank_that_raises_ends_every_process_with_no_bubble_open(tmp_path):
     codes, results = launch(tmp_path, "deepspeed_worker.py",
-                            ["--scenario", "raise", "--timeout", "5"], world=WORLD,
+                            ["--scenario", "raise", "--timeout", "30"], world=WORLD,
                             deadline_s=200)
     assert codes == [0] * WORLD
     failing = results[1]

@@ -66,6 +66,18 @@ def test_every_receive_wait_is_one_bubble(runs, name):
         assert r["errors"] == [] and r["bubble_failures"] == 0, rank
 
 
+@pytest.mark.parametrize("name", ["1f1b-batched", "1f1b"])
+def test_bubble_kinds_follow_the_1f1b_phases(runs, name):
+    """Megatron-Core's 1F1B with 2 stages and 4 micro-batches: the last stage receives micro-
+    batch 0's activation before any backward (warm-up), the rest in steady send_backward_recv_
+    forward posts; the first stage receives 3 gradients in steady send_forward_recv_backward
+    posts and the last one alone in the cool-down (recognised from the second call on, once a
+    call's forward receive count is known)."""
+    W, O, C = (int(pf.BubbleKind.WARMUP), int(pf.BubbleKind.OTHER), int(pf.BubbleKind.COOLDOWN))
+    assert result(runs, 1, name)["kinds"] == [W, O, O, O] * STEPS
+    assert result(runs, 0, name)["kinds"] == [O, O, O, O] + [O, O, O, C] * (STEPS - 1)
+
+
 @pytest.mark.parametrize("name", SCHEDULES)
 def test_losses_and_gradients_are_bit_identical(runs, name):
     losses = 0
@@ -95,7 +107,7 @@ def test_remove_restores_megatron(runs, name):
 
 def test_a_rank_that_raises_ends_every_process_with_no_bubble_open(tmp_path):
     codes, results = launch(tmp_path, "megatron_worker.py",
-                            ["--scenario", "raise", "--timeout", "5"], world=WORLD,
+                            ["--scenario", "raise", "--timeout", "30"], world=WORLD,
                             deadline_s=200)
     assert codes == [0] * WORLD
     assert "injected failure" in results[0]["error"]  # the first stage's forward raised
