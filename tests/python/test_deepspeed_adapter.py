@@ -126,3 +126,48 @@ def test_refuses_an_engine_whose_instruction_map_lacks_the_receives():
         with pytest.raises(RuntimeError, match="OldEngine of DeepSpeed 0.19.8: "
                                                "_INSTRUCTION_MAP has no entry for RecvGrad"):
             pfds.instrument(OldEngine.__new__(OldEngine), rt)
+
+
+def bare_engine():
+    """A PipelineEngine object without DeepSpeed's initialisation: enough for the class-level
+    parts of the adapter (instrument / remove), no training."""
+    from deepspeed.runtime.pipe.engine import PipelineEngine
+    return PipelineEngine.__new__(PipelineEngine)
+
+
+def test_instrument_changes_only_the_class_and_remove_restores_it():
+    from deepspeed.runtime.pipe import schedule
+    from deepspeed.runtime.pipe.engine import PipelineEngine
+    engine = bare_engine()
+    original_map = dict(PipelineEngine._INSTRUCTION_MAP)
+    with pf.Runtime(backend="sim") as rt:
+        handle = pfds.instrument(engine, rt)
+        assert type(engine) is not PipelineEngine and isinstance(engine, PipelineEngine)
+        assert type(engine).__name__ == "PipelineEngine"  # reprs and logs unchanged
+        wrapped = type(engine)._INSTRUCTION_MAP[schedule.RecvGrad]
+        assert wrapped.__wrapped__ is original_map[schedule.RecvGrad]
+        assert PipelineEngine._INSTRUCTION_MAP == original_map  # DeepSpeed's class untouched
+        assert vars(engine) == {}
+        with pytest.raises(ValueError, match="already instrumented"):
+            pfds.instrument(engine, rt)
+        handle.remove()
+        handle.remove()  # idempotent
+        assert type(engine) is PipelineEngine and vars(engine) == {}
+        with pfds.instrument(engine, rt):  # again after remove(), as a context manager
+            pass
+        assert type(engine) is PipelineEngine
+
+
+def test_remove_refuses_when_the_class_was_changed_again():
+    from deepspeed.runtime.pipe.engine import PipelineEngine
+    engine = bare_engine()
+    with pf.Runtime(backend="sim") as rt:
+        handle = pfds.instrument(engine, rt)
+        ours = type(engine)
+        engine.__class__ = type("Other", (ours,), {})
+        with pytest.raises(RuntimeError, match="the engine's class is now .*Other"):
+            handle.remove()
+        assert type(engine).__name__ == "Other"  # nothing touched
+        engine.__class__ = ours
+        handle.remove()
+        assert type(engine) is PipelineEngine
