@@ -5,8 +5,8 @@ A 2-stage ``PipelineModule`` (4 linear layers) trained by ``PipelineEngine.train
 
 Scenarios (--scenario):
   equivalence  STEPS batches without PipeFill, then the same from the same seed with
-               pipefill.deepspeed.instrument() and a fill job on this rank's runtime (--backend
-               sim | host); reports losses and gradients of both runs, bubbles per batch, the
+               pipefill.deepspeed.instrument() and a fill job on this rank's runtime, for each
+               --runs entry backend:pipe (sim | host, train | dualpipev); reports losses and gradients of both runs, bubbles per batch, the
                receives counted by wrapping DeepSpeed's p2p.recv (independent of the adapter),
                the bubble kinds, where the fill work ran, and whether remove() restored the
                engine.
@@ -222,8 +222,8 @@ def failure(rank: int, world: int, out: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--scenario", required=True)
-    parser.add_argument("--backend", default="sim")
-    parser.add_argument("--pipe", default="train", choices=["train", "dualpipev"])
+    parser.add_argument("--runs", default="sim:train",
+                        help="equivalence runs, backend:pipe (pipe: train | dualpipev), comma-separated")
     parser.add_argument("--timeout", type=float, default=60.0)
     args = parser.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -241,7 +241,14 @@ def main() -> None:
                                    timeout=datetime.timedelta(seconds=args.timeout))
         out["deepspeed"] = deepspeed.__version__
         if args.scenario == "equivalence":
-            equivalence(rank, world, args.backend, args.pipe, out)
+            for run in args.runs.split(","):  # one process start for all runs
+                backend, pipe = run.split(":")
+                result: dict = {}
+                try:
+                    equivalence(rank, world, backend, pipe, result)
+                except Exception as error:  # noqa: BLE001 - reported, the next run still runs
+                    result["exception"] = "".join(traceback.format_exception(error))
+                out[run] = result
         else:
             failure(rank, world, out)
     except Exception as error:  # noqa: BLE001

@@ -11,8 +11,8 @@ Scenarios (--scenario):
   equivalence  for each --schedules entry (1f1b-batched, 1f1b, interleaved,
                interleaved-batched, interleaved-overlap): STEPS forward-backward calls + SGD
                without PipeFill, then the same from the same seed with
-               pipefill.megatron.instrument() and a fill job on this rank's runtime (--backend
-               sim | host); reports losses and gradients, bubbles per call, the receive waits
+               pipefill.megatron.instrument() and a fill job on this rank's runtime (each of
+               --backends sim,host); reports losses and gradients, bubbles per call, the receive waits
                counted by wrapping torch.distributed's receive calls (independent of the
                adapter), where the fill work ran, and whether remove() restored Megatron-Core.
   raise        1F1B with the adapter; rank FAIL_RANK's forward raises at call 1: every process
@@ -262,7 +262,7 @@ def failure(rank: int, world: int, out: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--scenario", required=True)
-    parser.add_argument("--backend", default="sim")
+    parser.add_argument("--backends", default="sim", help="sim and/or host, comma-separated")
     parser.add_argument("--schedules", default=",".join(SCHEDULES))
     parser.add_argument("--timeout", type=float, default=60.0)
     args = parser.parse_args()
@@ -276,7 +276,9 @@ def main() -> None:
         torch.cuda.current_device = lambda: "cpu"  # CPU shim (harness only)
         with CpuDevices():
             if args.scenario == "equivalence":
-                equivalence(rank, world, args.backend, args.schedules.split(","), out)
+                for backend in args.backends.split(","):  # one process start for all runs
+                    out[backend] = {}
+                    equivalence(rank, world, backend, args.schedules.split(","), out[backend])
             else:
                 failure(rank, world, out)
     except Exception as error:  # noqa: BLE001

@@ -19,19 +19,34 @@ STEPS = 5
 MICRO_BATCHES = 4
 
 
-@pytest.fixture(scope="module", params=[("sim", "train"), ("host", "train"), ("sim", "dualpipev")],
-                ids=["sim", "host", "dualpipev-sim"])
-def runs(request, tmp_path_factory):
-    backend, pipe = request.param
-    tmp = tmp_path_factory.mktemp(f"deepspeed-{backend}-{pipe}")
+RUNS = ["sim:train", "host:train", "sim:dualpipev"]
+
+
+@pytest.fixture(scope="module")
+def all_runs(tmp_path_factory):
+    """One start of the 2 processes for every run (DeepSpeed's start is the slow part)."""
+    tmp = tmp_path_factory.mktemp("deepspeed")
     codes, results = launch(tmp, "deepspeed_worker.py",
-                            ["--scenario", "equivalence", "--backend", backend, "--pipe", pipe],
-                            world=WORLD, deadline_s=300)
+                            ["--scenario", "equivalence", "--runs", ",".join(RUNS)],
+                            world=WORLD, deadline_s=400)
     assert codes == [0] * WORLD
-    for r in results:
-        print(f"deepspeed {r['engine']} {backend} rank {r['rank']}: bubbles per batch "
-              f"{r['batch_bubbles']}, losses {r['losses']}")
-    return pipe, results
+    for run in RUNS:
+        for rank, r in enumerate(results):
+            if "exception" not in r[run]:
+                print(f"deepspeed {r[run]['engine']} {run} rank {rank}: bubbles per batch "
+                      f"{r[run]['batch_bubbles']}, losses {r[run]['losses']}")
+    return results
+
+
+@pytest.fixture(params=RUNS, ids=["sim", "host", "dualpipev-sim"])
+def runs(request, all_runs):
+    """(pipe, [this run's result of each rank, with its "rank"])."""
+    results = []
+    for rank, r in enumerate(all_runs):
+        run = r[request.param]
+        assert "exception" not in run, run["exception"]
+        results.append(dict(run, rank=rank))
+    return request.param.split(":")[1], results
 
 
 def test_every_blocking_receive_is_one_bubble(runs):

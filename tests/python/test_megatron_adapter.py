@@ -28,20 +28,29 @@ RECEIVES = {"1f1b-batched": (4, 4), "1f1b": (4, 4), "interleaved": (12, 12),
             "interleaved-overlap": (12, 12)}
 
 
-@pytest.fixture(scope="module", params=["sim", "host"])
-def runs(request, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp(f"megatron-{request.param}")
+@pytest.fixture(scope="module")
+def all_runs(tmp_path_factory):
+    """One start of the 2 processes for both backends (Megatron-Core's import is the slow
+    part)."""
+    tmp = tmp_path_factory.mktemp("megatron")
     codes, results = launch(tmp, "megatron_worker.py",
-                            ["--scenario", "equivalence", "--backend", request.param],
-                            world=WORLD, deadline_s=400)
+                            ["--scenario", "equivalence", "--backends", "sim,host"],
+                            world=WORLD, deadline_s=500)
     assert codes == [0] * WORLD
-    for r in results:
-        for name in SCHEDULES:
-            s = r[name]
-            if "exception" not in s:
-                print(f"megatron {name} {request.param} rank {r['rank']}: bubbles per call "
-                      f"{s['call_bubbles']}, losses {s['losses']}")
-    return request.param, results
+    for backend in ("sim", "host"):
+        for rank, r in enumerate(results):
+            for name in SCHEDULES:
+                s = r[backend][name]
+                if "exception" not in s:
+                    print(f"megatron {name} {backend} rank {rank}: bubbles per call "
+                          f"{s['call_bubbles']}, losses {s['losses']}")
+    return results
+
+
+@pytest.fixture(params=["sim", "host"])
+def runs(request, all_runs):
+    """(backend, [this backend's results of each rank])."""
+    return request.param, [r[request.param] for r in all_runs]
 
 
 def result(runs, rank: int, name: str) -> dict:
