@@ -19,10 +19,12 @@ pfResult_t cuda_failure(cudaError_t error, const char* call, const char* file, i
 // Driver API results (CUresult values) reached through entry points; the name comes from
 // cuGetErrorName when that entry point resolves, else the number is printed.
 pfResult_t driver_failure(int result, const char* call, const char* file, int line);
-// CUPTI results (CUptiResult values), named through cuptiGetResultString.
+// CUPTI results (CUptiResult values), named through cuptiGetResultString once CUPTI is loaded.
 pfResult_t cupti_failure(int result, const char* call, const char* file, int line);
-// NCCL results (ncclResult_t values), named through ncclGetErrorString when NCCL is linked.
+// NCCL results (ncclResult_t values), named through the process's own ncclGetErrorString when
+// NCCL is loaded (the library never loads it), else by the enum's name.
 pfResult_t nccl_failure(int result, const char* call, const char* file, int line);
+const char* nccl_result_name(int result);
 
 // The driver's name for a CUresult ("CUDA_ERROR_INVALID_VALUE"), through cuGetErrorName when that
 // entry point resolves, else "CUresult <number>".

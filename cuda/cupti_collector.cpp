@@ -1,6 +1,5 @@
 #include "cupti_collector.hpp"
 
-#include <cupti.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -8,6 +7,7 @@
 
 #include "common/log.hpp"
 #include "cuda_check.hpp"
+#include "cupti_api.hpp"
 #include "cupti_convert.hpp"
 #include "driver_api.hpp"
 
@@ -42,15 +42,15 @@ class CuptiCollector final : public ActivityCollector {
   explicit CuptiCollector(ClockAlignment clock) : converter_(clock) {}
 
   ~CuptiCollector() override {
-    for (CUpti_ActivityKind kind : kKinds) (void)cuptiActivityDisable(kind);
-    (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    for (CUpti_ActivityKind kind : kKinds) (void)cupti_api().cuptiActivityDisable(kind);
+    (void)cupti_api().cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     std::lock_guard lock(g_active_mutex);
     if (g_active == this) g_active = nullptr;
   }
 
   pfResult_t flush(std::vector<ActivityRecord>* out) override {
     if (out == nullptr) return fail(pfErrorInvalidArgument, "cupti flush: out is null");
-    PF_CUPTI_CHECK(cuptiActivityFlushAll(0));
+    PF_CUPTI_CHECK(cupti_api().cuptiActivityFlushAll(0));
     std::lock_guard lock(mutex_);
     out->insert(out->end(), std::make_move_iterator(records_.begin()),
                 std::make_move_iterator(records_.end()));
@@ -63,8 +63,8 @@ class CuptiCollector final : public ActivityCollector {
     CUcontext context = nullptr;
     PF_TRY(stream_context(raw, &context));
     uint32_t context_id = 0, stream_id = 0;
-    PF_CUPTI_CHECK(cuptiGetContextId(context, &context_id));
-    PF_CUPTI_CHECK(cuptiGetStreamIdEx(context, raw, 0, &stream_id));
+    PF_CUPTI_CHECK(cupti_api().cuptiGetContextId(context, &context_id));
+    PF_CUPTI_CHECK(cupti_api().cuptiGetStreamIdEx(context, raw, 0, &stream_id));
     log::debug("CUPTI: fill stream {} is (context {}, stream {})", stream, context_id, stream_id);
     std::lock_guard lock(mutex_);
     converter_.add_fill_stream(context_id, stream_id);
@@ -78,7 +78,7 @@ class CuptiCollector final : public ActivityCollector {
     CUpti_Activity* record = nullptr;
     {
       std::lock_guard lock(mutex_);
-      while (cuptiActivityGetNextRecord(buffer, valid_bytes, &record) == CUPTI_SUCCESS) {
+      while (cupti_api().cuptiActivityGetNextRecord(buffer, valid_bytes, &record) == CUPTI_SUCCESS) {
         ActivityRecord out;
         if (converter_.convert(*record, &out)) records_.push_back(std::move(out));
       }
@@ -111,7 +111,7 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream_id, uint8_t* b
     if (g_active != nullptr) {
       g_active->consume(buffer, valid_bytes);
       size_t dropped = 0;
-      if (cuptiActivityGetNumDroppedRecords(context, stream_id, &dropped) == CUPTI_SUCCESS && dropped)
+      if (cupti_api().cuptiActivityGetNumDroppedRecords(context, stream_id, &dropped) == CUPTI_SUCCESS && dropped)
         g_active->add_dropped(dropped);
     }
   }
@@ -138,9 +138,14 @@ pfResult_t start_cupti_collector(std::function<double()> device_clock_us,
     if (g_active != nullptr)
       return fail(pfErrorBusy, "a PipeFill CUPTI collector is already running in this process");
   }
+  // CUPTI is loaded here, by the first collector, never with the library (cupti_api.hpp).
+  if (const CuptiApi& api = cupti_api(); !api.ok) {
+    warn_once(api.error);
+    return fail(pfErrorNotSupported, "CUPTI collector: {}", api.error);
+  }
   ClockAlignment clock;
   {
-    const CUptiResult result = cuptiGetTimestamp(&clock.cupti_ns);
+    const CUptiResult result = cupti_api().cuptiGetTimestamp(&clock.cupti_ns);
     if (result != CUPTI_SUCCESS) {
       const pfResult_t code = cupti_failure(result, "cuptiGetTimestamp(&clock.cupti_ns)", __FILE__, __LINE__);
       warn_once(last_error_message());
@@ -159,10 +164,10 @@ pfResult_t start_cupti_collector(std::function<double()> device_clock_us,
     // buffers to whichever collector is live (or free them when none is).
     static bool callbacks_registered = false;
     if (!callbacks_registered) {
-      PF_CUPTI_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+      PF_CUPTI_CHECK(cupti_api().cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
       callbacks_registered = true;
     }
-    for (CUpti_ActivityKind kind : CuptiCollector::kKinds) PF_CUPTI_CHECK(cuptiActivityEnable(kind));
+    for (CUpti_ActivityKind kind : CuptiCollector::kKinds) PF_CUPTI_CHECK(cupti_api().cuptiActivityEnable(kind));
     return pfSuccess;
   };
   if (const pfResult_t result = enable(); result != pfSuccess) {

@@ -1,12 +1,12 @@
 #include "opaque_gemm.hpp"
 
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <vector>
 
 #include "common/log.hpp"
+#include "cublas_api.hpp"
 #include "cuda_check.hpp"
 #include "kernel_launchers.hpp"
 #include "stream_context.hpp"
@@ -17,7 +17,7 @@
     if (pf_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                               \
       return ::pipefill::fail(pfErrorCudaFailure, "{} failed at {}:{}: {}", #call,                \
                               ::pipefill::cuda::short_file_name(__FILE__), __LINE__,              \
-                              cublasGetStatusName(pf_cublas_status_));                            \
+                              cublas_api().cublasGetStatusName(pf_cublas_status_));                            \
   } while (0)
 
 namespace pipefill::cuda {
@@ -30,7 +30,7 @@ class CublasGemmItem final : public GemmItem {
   ~CublasGemmItem() override {
     if (exec_) (void)cudaGraphExecDestroy(exec_);
     if (graph_) (void)cudaGraphDestroy(graph_);
-    if (handle_) (void)cublasDestroy(handle_);
+    if (handle_) (void)cublas_api().cublasDestroy(handle_);
     (void)cudaGetLastError();
   }
 
@@ -44,9 +44,10 @@ class CublasGemmItem final : public GemmItem {
   pfResult_t init(cudaStream_t setup_stream) {
     ScopedStreamContext scope;
     PF_TRY(scope.enter(setup_stream));
-    PF_CUBLAS_CHECK(cublasCreate(&handle_));
+    if (!cublas_api().ok) return fail(pfErrorNotSupported, "GEMM fill item: {}", cublas_api().error);
+    PF_CUBLAS_CHECK(cublas_api().cublasCreate(&handle_));
     if (desc_.workspace != nullptr && desc_.workspace_bytes > 0)
-      PF_CUBLAS_CHECK(cublasSetWorkspace(handle_, desc_.workspace, desc_.workspace_bytes));
+      PF_CUBLAS_CHECK(cublas_api().cublasSetWorkspace(handle_, desc_.workspace, desc_.workspace_bytes));
     PF_TRY(measure(setup_stream));
     if (desc_.allow_conditional) {
       if (build_conditional_graph(setup_stream) != pfSuccess) {
@@ -67,7 +68,7 @@ class CublasGemmItem final : public GemmItem {
     ScopedStreamContext scope;  // the graph and handle live in the stream's context
     PF_TRY(scope.enter(stream));
     if (exec_ == nullptr) {  // direct mode: admission (fits) is the only protection
-      PF_CUBLAS_CHECK(cublasSetStream(handle_, cuda_stream));
+      PF_CUBLAS_CHECK(cublas_api().cublasSetStream(handle_, cuda_stream));
       return enqueue_gemm();
     }
     // The graph is shared by every launch: updating the condition kernel's parameter changes
@@ -83,14 +84,14 @@ class CublasGemmItem final : public GemmItem {
  private:
   pfResult_t enqueue_gemm() {
     const float one = 1.0f, zero = 0.0f;
-    PF_CUBLAS_CHECK(cublasSgemm(handle_, CUBLAS_OP_N, CUBLAS_OP_N, desc_.m, desc_.n, desc_.k, &one, desc_.a,
+    PF_CUBLAS_CHECK(cublas_api().cublasSgemm(handle_, CUBLAS_OP_N, CUBLAS_OP_N, desc_.m, desc_.n, desc_.k, &one, desc_.a,
                                 desc_.m, desc_.b, desc_.k, &zero, desc_.c, desc_.m));
     return pfSuccess;
   }
 
   // Times `measure_runs` GEMMs with events; the median is the item cost.
   pfResult_t measure(cudaStream_t stream) {
-    PF_CUBLAS_CHECK(cublasSetStream(handle_, stream));
+    PF_CUBLAS_CHECK(cublas_api().cublasSetStream(handle_, stream));
     PF_TRY(enqueue_gemm());  // warm-up: loads the cuBLAS kernel, picks the algorithm
     cudaEvent_t start = nullptr, stop = nullptr;
     PF_CUDA_CHECK(cudaEventCreate(&start));
@@ -141,7 +142,7 @@ class CublasGemmItem final : public GemmItem {
     PF_CUDA_CHECK(cudaGraphAddNode(&if_node, graph_, &condition_node_, nullptr, 1, &node));
     cudaGraph_t body = node.conditional.phGraph_out[0];
     // Capture the GEMM straight into the IF node's body.
-    PF_CUBLAS_CHECK(cublasSetStream(handle_, stream));
+    PF_CUBLAS_CHECK(cublas_api().cublasSetStream(handle_, stream));
     PF_CUDA_CHECK(cudaStreamBeginCaptureToGraph(stream, body, nullptr, nullptr, 0,
                                                 cudaStreamCaptureModeThreadLocal));
     const pfResult_t captured = enqueue_gemm();

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# The Python stage of scripts/test.sh: builds the pipefill package with `pip install .` into a
-# virtual environment (build-py/venv, reused when present, so reruns are incremental) and runs
-# its pytest suite (bindings, the C trainer's figures, error paths, example fill jobs,
-# torch.distributed.pipelining over gloo on 4 CPU processes, and the DeepSpeed and Megatron-Core
-# adapters over gloo on 2 CPU processes, after installing those two frameworks without their
-# dependencies).
+# The Python stage of scripts/test.sh: sets up a virtual environment (build-py/venv, reused when
+# present), makes the pipefill package importable in it and runs its pytest suite (bindings, the
+# C trainer's figures, error paths, example fill jobs, torch.distributed.pipelining over gloo on
+# 4 CPU processes, and the DeepSpeed and Megatron-Core adapters over gloo on 2 CPU processes).
+#
+# Where the package comes from:
+#  - PIPEFILL_PY_BUILD_DIR=<build tree> (what scripts/test.sh does): the extension that tree built
+#    with -DPIPEFILL_BUILD_PYTHON=ON (<tree>/python-package, put on the venv's sys.path by a .pth
+#    file) - the same compile as the C++ tests, CUDA backend included when the toolkit is there,
+#    so the library is not built a second time;
+#  - otherwise `pip install .`, as a user installs it (CMAKE_ARGS from PIPEFILL_PY_CMAKE_ARGS).
+# `--venv-only` sets up the venv and stops (scripts/test.sh needs its nanobind to configure).
 #
 # torch comes from PyPI (the CPU-only wheel index is not reachable here). Its Linux wheel
 # depends on ~3 GB of nvidia-* wheels (CUDA runtime, cuDNN, cuBLAS, NCCL, ...): about 6
@@ -15,10 +21,9 @@
 # resolve from the toolkit. If torch does not import that way (another machine), it is
 # installed with all its dependencies instead.
 #
-# Environment: PIPEFILL_PY_CMAKE_ARGS (default -DPIPEFILL_ENABLE_CUDA=OFF: the CUDA build of
-# the package is checked separately; the core logic the tests exercise is device-agnostic),
-# PIPEFILL_BUILD_DIR (the C build whose c_trainer and libpipefill the tests compare with;
-# default build/).
+# Environment: PIPEFILL_PY_BUILD_DIR (above), PIPEFILL_PY_CMAKE_ARGS (pip install only; default
+# -DPIPEFILL_ENABLE_CUDA=OFF), PIPEFILL_BUILD_DIR (the C build whose c_trainer and libpipefill
+# the tests compare with; default build/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -42,21 +47,20 @@ if ! "$py" -c "import torch, pytest, nanobind, scikit_build_core" 2>/dev/null; t
     "$py" -m pip install -q "torch==$torch_version"
   fi
 fi
-echo "python: venv ready after $(( $(date +%s) - start )) s"
-
-# The package itself, as a user builds it (scikit-build-core over the repository's CMake);
-# --no-build-isolation reuses the venv's scikit-build-core and nanobind, and the build folder
-# build-py/cmake/<tag> persists, so a rerun only rebuilds what changed.
-CMAKE_ARGS="${PIPEFILL_PY_CMAKE_ARGS:--DPIPEFILL_ENABLE_CUDA=OFF}" \
-  "$py" -m pip install -q --no-build-isolation .
-echo "python: package installed after $(( $(date +%s) - start )) s"
-
-# ---- The frameworks of the adapter tests (pipefill.deepspeed, pipefill.megatron) ----------
-# DeepSpeed and Megatron-Core with --no-deps (so never torch's CUDA wheels), plus the
-# pure-Python packages they import, pinned; DS_BUILD_OPS=0: DeepSpeed compiles no op at install
-# (the tests also keep it from compiling its CPU shared-memory op at start). Skipped when the
-# pinned versions are present. If the install fails (no index), the adapter tests skip, and
-# this says so.
+# --- fill-job service (issue 20): psycopg 3, the PostgreSQL driver of pipefill.service and its
+# tests (tests/python/service, which start their own PostgreSQL server). Installed only if
+# missing.
+if ! "$py" -c "import psycopg" 2>/dev/null; then
+  echo "python: installing psycopg[binary] (pipefill.service)"
+  "$py" -m pip install -q "psycopg[binary]"
+fi
+# --- end of the fill-job service block
+# --- framework adapters (issue 17): DeepSpeed and Megatron-Core for the tests of
+# pipefill.deepspeed / pipefill.megatron, with --no-deps (so never torch's CUDA wheels), plus
+# the pure-Python packages they import, pinned; DS_BUILD_OPS=0: DeepSpeed compiles no op at
+# install (the tests also keep it from compiling its CPU shared-memory op at start). Installed
+# only when the pinned versions are missing. If the install fails (no index), the adapter tests
+# skip, and this says so.
 deepspeed_version=0.19.8
 megatron_core_version=0.16.1   # the newest megatron-core that installs on Python 3.11 (2026-12)
 adapter_python=(psutil==7.2.2 py-cpuinfo==9.0.0 hjson==3.1.0 msgpack==1.2.4 einops==0.8.2
@@ -75,7 +79,29 @@ then
     echo "python: WARNING: DeepSpeed / Megatron-Core did not install: their adapter tests will skip"
   fi
 fi
-echo "python: adapter frameworks ready after $(( $(date +%s) - start )) s"
+# --- end of the framework adapters block
+echo "python: venv ready after $(( $(date +%s) - start )) s"
+
+[ "${1:-}" = "--venv-only" ] && exit 0
+
+site=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+if [ -n "${PIPEFILL_PY_BUILD_DIR:-}" ]; then
+  package_dir=$(cd "$PIPEFILL_PY_BUILD_DIR" && pwd)/python-package
+  ls "$package_dir"/pipefill/_pipefill*.so >/dev/null 2>&1 ||
+    { echo "python: no extension in $package_dir (configure the tree with -DPIPEFILL_BUILD_PYTHON=ON)" >&2; exit 1; }
+  # An installed copy would shadow the build tree's (site-packages comes first on sys.path).
+  "$py" -m pip uninstall -q -y pipefill >/dev/null 2>&1 || true
+  echo "$package_dir" > "$site/pipefill-build-tree.pth"
+  echo "python: using the package built in $PIPEFILL_PY_BUILD_DIR ($package_dir)"
+else
+  rm -f "$site/pipefill-build-tree.pth"
+  # The package itself, as a user builds it (scikit-build-core over the repository's CMake);
+  # --no-build-isolation reuses the venv's scikit-build-core and nanobind, and the build folder
+  # build-py/cmake/<tag> persists, so a rerun only rebuilds what changed.
+  CMAKE_ARGS="${PIPEFILL_PY_CMAKE_ARGS:--DPIPEFILL_ENABLE_CUDA=OFF}" \
+    "$py" -m pip install -q --no-build-isolation .
+  echo "python: package installed after $(( $(date +%s) - start )) s"
+fi
 
 PIPEFILL_BUILD_DIR="${PIPEFILL_BUILD_DIR:-build}" PIPEFILL_REQUIRE_BUILD=1 \
   "$py" -m pytest -q -p no:cacheprovider tests/python

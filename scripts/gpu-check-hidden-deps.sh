@@ -7,8 +7,9 @@
 # (staged first, by scripts/stage-gpu-deps.sh, exactly as before a GPU call). Then it checks:
 #   - configure took every dependency from the staged copy (none from the system);
 #   - configure and every build step are ok;
-#   - every GPU step skipped ("ok 0p/..s" or "skipped (no GPU)") or refused cleanly
-#     ("refused (no GPU)") - no FAIL, no TIMEOUT, nothing "not run";
+#   - every GPU step skipped ("ok 0p/..s", "skipped (no GPU)", or "skipped (<python> lacks
+#     torch)" - a missing optional prerequisite) or refused cleanly ("refused (no GPU)") - no
+#     FAIL, no TIMEOUT, nothing "not run" (a configure or build failure);
 #   - the summary is the last thing gpu-check.sh printed, and $OUT held exactly summary.txt and
 #     logs.tar.gz.
 # Step limits are scaled up (GPU_CHECK_TIME_SCALE, default 8 here) since this machine builds far
@@ -45,6 +46,11 @@ for f in /usr/share/pkgconfig/CLI11.pc /usr/share/pkgconfig/nlohmann_json.pc; do
   [ -e "$f" ] && hidden_files+=("$f")
 done
 
+# The Python extension and graph_fill step too, when the test venv exists (scripts/test.sh makes
+# it): python3 here has no torch, which gpu-check.sh reports as a skip, not a failure.
+if [ -z "${GPU_CHECK_PYTHON:-}" ] && [ -x "$root/build-py/venv/bin/python" ]; then
+  export GPU_CHECK_PYTHON=$root/build-py/venv/bin/python
+fi
 # ccache here (the GPU machine has none): a rerun of this proof costs minutes, not the whole build.
 if command -v ccache >/dev/null 2>&1; then
   export GPU_CHECK_CMAKE_ARGS="${GPU_CHECK_CMAKE_ARGS:-} -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"

@@ -12,17 +12,19 @@
 // bubble, right after setup) loads every kernel and the cuBLAS kernels into the fill stream's
 // context - a green context has its own module state, so setup's loads in the primary context
 // do not cover it. A warm-up launch writes scratch buffers only, never an output or a parameter.
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "cublas_api.hpp"
 #include "gpu_job.hpp"
 #include "pipefill/device.cuh"
 
 namespace fill_jobs {
 namespace {
+
+using pipefill::cuda::cublas_api;  // cuBLAS loaded at first use (cuda/cublas_api.hpp)
 
 #define FJ_CUDA(call)                                                                      \
   do {                                                                                     \
@@ -393,7 +395,7 @@ class GpuJobImpl final : public GpuJob {
     return total;
   }
   ~GpuJobImpl() override {
-    if (cublas_) cublasDestroy(cublas_);
+    if (cublas_) cublas_api().cublasDestroy(cublas_);
   }
 
   pfResult_t setup(const pfArenaAllocator_t* alloc) override {
@@ -510,16 +512,17 @@ class GpuJobImpl final : public GpuJob {
     FJ_TRY(arena_zeros(alloc, rows * p_.output, &chunk_y_));
     float* workspace = nullptr;
     FJ_TRY(arena_zeros(alloc, kCublasWorkspaceBytes / 4, &workspace));
-    FJ_CUBLAS(cublasCreate(&cublas_));
-    FJ_CUBLAS(cublasSetWorkspace(cublas_, workspace, kCublasWorkspaceBytes));
-    FJ_CUBLAS(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));  // fp32, comparable to the CPU
+    if (!cublas_api().ok) return fj_fail(pfErrorNotSupported, "%s", cublas_api().error.c_str());
+    FJ_CUBLAS(cublas_api().cublasCreate(&cublas_));
+    FJ_CUBLAS(cublas_api().cublasSetWorkspace(cublas_, workspace, kCublasWorkspaceBytes));
+    FJ_CUBLAS(cublas_api().cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));  // fp32, comparable to the CPU
     FJ_TRY(launch_mlp_gemms(0, std::min<uint64_t>(kChunkItems, p_.items), nullptr, /*scatter=*/false));
     FJ_CUDA(cudaDeviceSynchronize());
     return pfSuccess;
   }
 
   pfResult_t launch_mlp_gemms(uint64_t first, uint64_t count, cudaStream_t stream, bool scatter = true) {
-    FJ_CUBLAS(cublasSetStream(cublas_, stream));
+    FJ_CUBLAS(cublas_api().cublasSetStream(cublas_, stream));
     const float one = 1.0f, zero = 0.0f;
     for (uint64_t done = 0; done < count; done += kChunkItems) {
       const uint64_t items = std::min<uint64_t>(kChunkItems, count - done);
@@ -527,11 +530,11 @@ class GpuJobImpl final : public GpuJob {
       const int grid = std::max(1, std::min(sms_ * 4, (rows * p_.hidden + kThreads - 1) / kThreads));
       mlp_inputs_kernel<<<grid, kThreads, 0, stream>>>(mlp_, first + done, items, chunk_x_);
       // Row-major H (rows x hidden) = X W1^T: column-major H^T = W1 X^T.
-      FJ_CUBLAS(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, p_.hidden, rows, p_.input, &one,
+      FJ_CUBLAS(cublas_api().cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, p_.hidden, rows, p_.input, &one,
                             mlp_.w1, p_.input, chunk_x_, p_.input, &zero, chunk_h_, p_.hidden));
       bias_gelu_kernel<<<grid, kThreads, 0, stream>>>(chunk_h_, mlp_.b1, p_.hidden,
                                                       static_cast<uint64_t>(rows) * p_.hidden);
-      FJ_CUBLAS(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, p_.output, rows, p_.hidden, &one,
+      FJ_CUBLAS(cublas_api().cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, p_.output, rows, p_.hidden, &one,
                             mlp_.w2, p_.hidden, chunk_h_, p_.hidden, &zero, chunk_y_, p_.output));
       scatter_outputs_kernel<<<grid, kThreads, 0, stream>>>(mlp_, first + done, scatter ? items : 0, chunk_y_);
       FJ_CUDA(cudaGetLastError());
@@ -573,9 +576,10 @@ class GpuJobImpl final : public GpuJob {
     FJ_TRY(arena_zeros(alloc, kEncoderChunk * static_cast<size_t>(p_.seq) * p_.seq, &escores_));
     float* workspace = nullptr;
     FJ_TRY(arena_zeros(alloc, kCublasWorkspaceBytes / 4, &workspace));
-    FJ_CUBLAS(cublasCreate(&cublas_));
-    FJ_CUBLAS(cublasSetWorkspace(cublas_, workspace, kCublasWorkspaceBytes));
-    FJ_CUBLAS(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));
+    if (!cublas_api().ok) return fj_fail(pfErrorNotSupported, "%s", cublas_api().error.c_str());
+    FJ_CUBLAS(cublas_api().cublasCreate(&cublas_));
+    FJ_CUBLAS(cublas_api().cublasSetWorkspace(cublas_, workspace, kCublasWorkspaceBytes));
+    FJ_CUBLAS(cublas_api().cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));
     FJ_TRY(launch_encoder_gemms(0, std::min<uint64_t>(kEncoderChunk, p_.items), nullptr, /*scatter=*/false));
     FJ_CUDA(cudaDeviceSynchronize());
     return pfSuccess;
@@ -585,7 +589,7 @@ class GpuJobImpl final : public GpuJob {
   pfResult_t linear(cudaStream_t stream, const float* x, int rows, int in, const float* w,
                     const float* b, int out, float* y, bool gelu, const float* residual) {
     const float one = 1.0f, zero = 0.0f;
-    FJ_CUBLAS(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &one, w, in, x, in,
+    FJ_CUBLAS(cublas_api().cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &one, w, in, x, in,
                           &zero, y, out));
     const uint64_t n = static_cast<uint64_t>(rows) * out;
     bias_act_kernel<<<elementwise_grid(n), kThreads, 0, stream>>>(y, b, out, n, gelu ? 1 : 0, residual);
@@ -599,7 +603,7 @@ class GpuJobImpl final : public GpuJob {
   }
 
   pfResult_t launch_encoder_gemms(uint64_t first, uint64_t count, cudaStream_t stream, bool scatter = true) {
-    FJ_CUBLAS(cublasSetStream(cublas_, stream));
+    FJ_CUBLAS(cublas_api().cublasSetStream(cublas_, stream));
     const EncoderArgs& a = encoder_;
     const int h = p_.hidden, n = p_.seq, dh = p_.hidden / p_.heads;
     const float one = 1.0f, zero = 0.0f;
@@ -619,7 +623,7 @@ class GpuJobImpl final : public GpuJob {
       for (int head = 0; head < p_.heads; ++head) {
         const int off = head * dh;
         // scores[i][j] = q_i . k_j per sequence: column-major C(j,i) = K_block^T Q_block.
-        FJ_CUBLAS(cublasSgemmStridedBatched(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, n, dh, &one,
+        FJ_CUBLAS(cublas_api().cublasSgemmStridedBatched(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, n, dh, &one,
                                             ek_ + off, h, seq_stride, eq_ + off, h, seq_stride,
                                             &zero, escores_, n, score_stride,
                                             static_cast<int>(items)));
@@ -627,7 +631,7 @@ class GpuJobImpl final : public GpuJob {
             escores_, rows, n, rsqrtf(static_cast<float>(dh)));
         FJ_CUDA(cudaGetLastError());
         // att_i = sum_j p_ij v_j: column-major C(d,i) = V_block P^T.
-        FJ_CUBLAS(cublasSgemmStridedBatched(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, dh, n, n, &one,
+        FJ_CUBLAS(cublas_api().cublasSgemmStridedBatched(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, dh, n, n, &one,
                                             ev_ + off, h, seq_stride, escores_, n, score_stride,
                                             &zero, eatt_ + off, h, seq_stride,
                                             static_cast<int>(items)));

@@ -4,10 +4,14 @@ synthetic main stream on one GPU.
 
 Prints, one fact per line (prefix "graph-fill:"):
   - outputs equal eager inference (max abs difference),
-  - max overrun past a bubble's end vs one item's cost (the gate's bound),
+  - max overrun past a bubble's end vs the design's bound: one item's replay time plus the
+    per-item claim overhead (the gated wrapper's gate read, index claim and cursor read-back),
+    which is measured separately first, as the max overrun of a job whose item is one tiny
+    kernel on its own runtime,
   - main-stream iteration time without filling and with it, side by side, and the ratio.
-Exits 0 with "SKIPPED: no CUDA device" without a GPU (or without torch / the CUDA build of the
-package), 1 when a check fails.
+Exits 0 with "SKIPPED: no CUDA device" only when torch sees no GPU (or torch does not import);
+1 when a check fails, and also when torch sees a GPU but the CUDA runtime of pipefill does not
+start (that is a failure of the package on a GPU machine, never a skip).
 """
 from __future__ import annotations
 
@@ -36,8 +40,9 @@ def main() -> int:
     try:
         rt = pf.Runtime(backend="cuda", stage_id=0, stage_count=1, min_samples=2)
     except pf.PipeFillError as error:
-        print(f"SKIPPED: no CUDA device (pipefill CUDA runtime: {error.message})")
-        return 0
+        print(f"FAILED: torch sees {torch.cuda.device_count()} GPU(s) but the pipefill CUDA "
+              f"runtime does not start: {error.message}")
+        return 1
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(),
@@ -74,6 +79,8 @@ def main() -> int:
             times.append(s.elapsed_time(e) * 1000.0)
         return times
 
+    claim_overhead_us = measure_claim_overhead(pf, pft, torch, main_stream, args.bubble_us,
+                                               cycles_per_us)
     for _ in range(3):
         iteration()  # warm-up; gives the bubble class its history
     torch.cuda.synchronize()
@@ -98,9 +105,11 @@ def main() -> int:
           f"of {args.batch} samples, {stats.slices_launched} slices, {args.iterations + extra} "
           f"filled iterations")
     print(f"graph-fill: outputs equal eager: {equal} (max abs diff {diff:.3g})")
-    ok_overrun = stats.max_overrun_us <= fill.item_cost_us
-    print(f"graph-fill: max overrun {stats.max_overrun_us:.1f} us vs item cost "
-          f"{fill.item_cost_us:.1f} us: {'<= one item' if ok_overrun else 'MORE THAN ONE ITEM'}")
+    bound = fill.item_cost_us + claim_overhead_us
+    ok_overrun = stats.max_overrun_us <= bound
+    print(f"graph-fill: max overrun {stats.max_overrun_us:.1f} us vs the bound one item "
+          f"{fill.item_cost_us:.1f} us + claim overhead {claim_overhead_us:.1f} us = {bound:.1f} us: "
+          f"{'within' if ok_overrun else 'MORE THAN ONE ITEM PLUS THE CLAIM'}")
     print(f"graph-fill: main-stream iteration median {base:.1f} us without filling, "
           f"{with_fill:.1f} us with filling, ratio {with_fill / base:.3f} "
           f"({args.iterations} iterations each, bubble {args.bubble_us:.0f} us)")
@@ -109,6 +118,28 @@ def main() -> int:
     fill.close()
     rt.close()
     return 0 if equal and ok_overrun else 1
+
+
+def measure_claim_overhead(pf, pft, torch, main_stream, bubble_us: float,
+                           cycles_per_us: float) -> float:
+    """The gated wrapper's cost per item apart from the user's work: the max overrun past a
+    bubble's end of a job whose item is one tiny kernel, on a runtime of its own (stats are per
+    runtime). Whatever the real job overruns beyond its own item is bounded by this."""
+    rt = pf.Runtime(backend="cuda", stage_id=0, stage_count=1, min_samples=2)
+    scratch = torch.zeros((), dtype=torch.int64, device="cuda")
+    tiny = pft.graph_fill_job(rt, lambda index: scratch.copy_(index), 100_000, name="claim-probe")
+    for _ in range(30):
+        with torch.cuda.stream(main_stream):
+            with rt.bubble(main_stream, expected_us=bubble_us):
+                torch.cuda._sleep(int(bubble_us * cycles_per_us))
+        rt.iteration_end()
+    rt.synchronize()
+    overhead = rt.stats().max_overrun_us
+    print(f"graph-fill: claim overhead (max overrun of a 1-kernel item, item {tiny.item_cost_us:.1f} "
+          f"us, 30 bubbles): {overhead:.1f} us")
+    tiny.close()
+    rt.close()
+    return overhead
 
 
 if __name__ == "__main__":

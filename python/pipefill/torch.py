@@ -91,16 +91,21 @@ def current_stream_handle(device: Optional[Union[int, "torch.device"]] = None) -
 
 class GraphFillJob:
     """A :class:`pipefill.jobs.GraphJob` made by :func:`graph_fill_job`, with what it needs kept
-    alive: the captured ``torch.cuda.CUDAGraph`` (its graph is cloned by the runtime, but the
-    memory its kernels use belongs to torch's graph pool), the index tensor and the outputs."""
+    alive for the job's whole lifetime: the captured ``torch.cuda.CUDAGraph`` (its graph is
+    cloned by the runtime, but the memory its kernels use belongs to torch's graph pool), the
+    index tensor, the outputs, and the ``step`` function with every tensor it closes over (a
+    captured graph reads tensors by address: one freed after capture goes back to torch's caching
+    allocator, which hands the block to the next allocation on that stream, and every later item
+    reads whatever lives there then - issue 16)."""
 
     def __init__(self, job: Any, graph: "torch.cuda.CUDAGraph", index: "torch.Tensor",
-                 outputs: Any, item_cost_us: float) -> None:
+                 outputs: Any, item_cost_us: float, keep_alive: Tuple[Any, ...] = ()) -> None:
         self.job = job
         self.graph = graph
         self.index = index
         self.outputs = outputs
         self.item_cost_us = item_cost_us
+        self.keep_alive = keep_alive
 
     def wait(self, timeout: Optional[float] = None) -> Any:
         """Waits for the job (:meth:`pipefill.Job.wait`), then for the fill stream's writes to
@@ -116,7 +121,7 @@ class GraphFillJob:
 def graph_fill_job(runtime: Runtime, step: Callable[["torch.Tensor"], Any], items: int, *,
                    outputs: Any = None, item_cost_us: Optional[float] = None,
                    name: str = "graph-job", priority: int = 0, warmup: int = 2,
-                   measure_runs: int = 5) -> GraphFillJob:
+                   measure_runs: int = 5, keep_alive: Tuple[Any, ...] = ()) -> GraphFillJob:
     """Captures one item of work and registers it as a graph fill job (pfJobCreateGraph).
 
     ``step(index)`` does the work of one item: ``index`` is an int64 CUDA tensor of shape ()
@@ -130,7 +135,17 @@ def graph_fill_job(runtime: Runtime, step: Callable[["torch.Tensor"], Any], item
     runtime as ``raw_cuda_graph()``. ``item_cost_us`` defaults to the median of ``measure_runs``
     replays timed with CUDA events. Results are valid after :meth:`GraphFillJob.wait`.
     CUDA backend only (the simulated and host backends take a :class:`pipefill.jobs.GraphJob`
-    without a graph).
+    without a graph). Needs torch >= 2.8 (``CUDAGraph(keep_graph=True)``).
+
+    Lifetimes: the returned job holds ``step`` (and so every tensor and module its closure
+    reads), ``outputs`` and anything given in ``keep_alive`` until it is closed; a tensor the
+    graph reads that ``step`` reaches only through a global must be passed in ``keep_alive``.
+    Capture uses ``capture_error_mode="thread_local"``, so the runtime's executor thread
+    querying events during the capture cannot invalidate it. RNG: torch makes random numbers in
+    a graph differ per replay by advancing the generator's philox offset in ``graph.replay()``;
+    the runtime launches the graph itself, never through ``replay()``, so every item draws the
+    *same* random numbers as the capture (dropout masks, ``torch.rand``). Run inference modules
+    in ``eval()`` mode, and do not draw random numbers in ``step``.
     """
     from .jobs import GraphJob
     if runtime.backend != Backend.CUDA:
@@ -138,6 +153,7 @@ def graph_fill_job(runtime: Runtime, step: Callable[["torch.Tensor"], Any], item
                             f"graph_fill_job captures a CUDA graph: the runtime's backend is "
                             f"{runtime.backend.name.lower()}, not cuda (use pipefill.jobs.GraphJob "
                             "without a graph on the simulated and host backends)")
+    _require_keep_graph()
     device = torch.cuda.current_device()
     index = torch.zeros((), dtype=torch.int64, device=device)
     capture = runtime.capture_stream()
@@ -148,7 +164,9 @@ def graph_fill_job(runtime: Runtime, step: Callable[["torch.Tensor"], Any], item
             step(index)
     stream.synchronize()
     graph = torch.cuda.CUDAGraph(keep_graph=True)
-    with torch.cuda.graph(graph, stream=stream):
+    # thread_local: only this thread's unsafe CUDA calls (a synchronize, say) break the capture;
+    # the executor thread's event queries during it do not (issue 16, item 9).
+    with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
         step(index)
     if item_cost_us is None:
         graph.instantiate()
@@ -166,7 +184,21 @@ def graph_fill_job(runtime: Runtime, step: Callable[["torch.Tensor"], Any], item
     job = runtime.create_job(GraphJob(items=items, item_cost_us=float(item_cost_us),
                                       graph=graph.raw_cuda_graph(), index_word=index,
                                       name=name, priority=priority))
-    return GraphFillJob(job, graph, index, outputs, float(item_cost_us))
+    return GraphFillJob(job, graph, index, outputs, float(item_cost_us),
+                        keep_alive=(step,) + tuple(keep_alive))
+
+
+def _require_keep_graph() -> None:
+    """graph_fill_job hands torch's captured graph to the runtime (``raw_cuda_graph()``), which
+    torch keeps only with ``CUDAGraph(keep_graph=True)``: torch 2.8 and later."""
+    try:
+        major, minor = (int(part) for part in torch.__version__.split(".")[:2])
+    except ValueError:
+        return  # a development build: let CUDAGraph(keep_graph=True) decide
+    if (major, minor) < (2, 8):
+        raise PipeFillError(Result.NOT_SUPPORTED,
+                            f"graph fill jobs need torch >= 2.8 (CUDAGraph(keep_graph=True)); "
+                            f"this is torch {torch.__version__}")
 
 
 def module_inference_job(runtime: Runtime, module: "torch.nn.Module", inputs: "torch.Tensor", *,
@@ -192,7 +224,10 @@ def module_inference_job(runtime: Runtime, module: "torch.nn.Module", inputs: "t
             rows = index * batch + offsets
             outputs.index_copy_(0, rows, module(inputs.index_select(0, rows)))
 
-    return graph_fill_job(runtime, step, items, outputs=outputs, **options)
+    # step's closure holds offsets, inputs and module; keep_alive names them again so the
+    # lifetime does not hang on how Python builds closures.
+    keep = (offsets, inputs, module) + tuple(options.pop("keep_alive", ()))
+    return graph_fill_job(runtime, step, items, outputs=outputs, keep_alive=keep, **options)
 
 
 def graph_job(*args: Any, **kwargs: Any) -> Any:

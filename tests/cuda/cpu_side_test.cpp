@@ -1,5 +1,6 @@
 // CPU-side tests of the CUDA backend: they run on machines without a GPU (and without libcuda).
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -17,6 +18,8 @@
 #include "common/error.hpp"
 #include "core/config.hpp"
 #include "cuda_check.hpp"
+#include "cublas_api.hpp"
+#include "cupti_api.hpp"
 #include "cupti_collector.hpp"
 #include "device/device.hpp"
 #include "driver_api.hpp"
@@ -61,6 +64,9 @@ TEST(CudaCheck, ShortFileNameKeepsProjectRelativePath) {
 }
 
 TEST(CudaCheck, CuptiFailureUsesCuptiName) {
+  // CUPTI loads without a driver; it is loaded by the first collector, here by hand.
+  const CuptiApi& api = cupti_api();
+  if (!api.ok) GTEST_SKIP() << api.error;
   EXPECT_EQ(cupti_failure(1, "cuptiX()", "/s/cuda/c.cpp", 7), pfErrorCuptiFailure);
   EXPECT_EQ(last_error_message(), "cuptiX() failed at c.cpp:7: CUPTI_ERROR_INVALID_PARAMETER (1)");
 }
@@ -76,6 +82,9 @@ TEST(CudaCheck, NcclFailureIsNcclCode) {
   EXPECT_EQ(nccl_failure(4, "ncclZ()", "/s/cuda/n.cpp", 3), pfErrorNcclFailure);
   EXPECT_EQ(last_error_message().rfind("ncclZ() failed at n.cpp:3: ", 0), 0u) << last_error_message();
   EXPECT_NE(last_error_message().find("(4)"), std::string::npos);
+  // Named without NCCL in the process (the library neither links nor loads it).
+  if (dlsym(RTLD_DEFAULT, "ncclGetErrorString") == nullptr)
+    EXPECT_STREQ(nccl_result_name(4), "ncclInvalidArgument");
 }
 
 // ---- R from NCCL's environment ----------------------------------------------------------------
@@ -221,8 +230,11 @@ TEST(NoGpu, TestBinaryDoesNotLinkLibcuda) {
   char buffer[512];
   while (fgets(buffer, sizeof buffer, pipe)) output += buffer;
   pclose(pipe);
-  EXPECT_NE(output.find("libcupti"), std::string::npos) << output;  // the backend is linked in
+  EXPECT_NE(output.find("libc.so"), std::string::npos) << output;  // ldd did read the binary
   EXPECT_EQ(output.find("libcuda.so"), std::string::npos) << output;
+  // The backend's CUDA runtime is static and cuBLAS/CUPTI load at first use (issue 16).
+  EXPECT_EQ(output.find("libcudart"), std::string::npos) << output;
+  EXPECT_EQ(output.find("libcupti"), std::string::npos) << output;
 }
 
 // ---- Driver entry points against cudaTypedefs.h ---------------------------------------------------
@@ -441,6 +453,49 @@ TEST(GemmItem, RejectsBadShapesAndPointers) {
   EXPECT_EQ(make_gemm_item(desc, nullptr, &item), pfErrorInvalidArgument);
   EXPECT_EQ(last_error_message(), "make_gemm_item: a conditional item needs the gate word (gate is null)");
   EXPECT_EQ(item, nullptr);
+}
+
+}  // namespace
+}  // namespace pipefill::cuda
+
+// ---- CUDA libraries opened at first use (cuda/lazy_library.hpp) --------------------------------
+
+namespace pipefill::cuda {
+namespace {
+
+TEST(LazyLibrary, PrefersTheCopyAlreadyLoadedInTheProcess) {
+  // Open the toolkit's cuBLAS by absolute path, as torch opens its wheel's copy; asked for by
+  // soname afterwards, the loaded copy is found (RTLD_NOLOAD), not a second one.
+  void* first = dlopen(PIPEFILL_CUBLAS_FALLBACK, RTLD_NOW | RTLD_LOCAL);
+  if (first == nullptr) GTEST_SKIP() << "no " << PIPEFILL_CUBLAS_FALLBACK << ": " << dlerror();
+  const LazyLibrary lib = open_lazy_library(PIPEFILL_CUBLAS_SONAME, nullptr);
+  ASSERT_NE(lib.handle, nullptr) << lib.error;
+  EXPECT_EQ(lib.handle, first);
+  EXPECT_NE(lib.path.find("already loaded"), std::string::npos) << lib.path;
+  dlclose(lib.handle);
+  dlclose(first);
+}
+
+TEST(LazyLibrary, AMissingLibraryNamesEveryCandidateTried) {
+  const LazyLibrary lib = open_lazy_library("libpipefill-no-such-library.so.7", "/nonexistent/libx.so.7");
+  EXPECT_EQ(lib.handle, nullptr);
+  EXPECT_NE(lib.error.find("libpipefill-no-such-library.so.7"), std::string::npos) << lib.error;
+  EXPECT_NE(lib.error.find("/nonexistent/libx.so.7"), std::string::npos) << lib.error;
+}
+
+TEST(LazyLibrary, CublasTableResolvesEverySymbolItCalls) {
+  // cuBLAS loads without a driver; every function PipeFill calls must resolve (a renamed or
+  // removed symbol shows here, on CPU, not on the first GPU run).
+  const CublasApi& api = cublas_api();
+  ASSERT_TRUE(api.ok) << api.error;
+  EXPECT_NE(api.cublasSgemmStridedBatched, nullptr);
+  EXPECT_FALSE(api.where.empty());
+}
+
+TEST(LazyLibrary, CuptiTableResolvesEverySymbolItCalls) {
+  const CuptiApi& api = cupti_api();
+  ASSERT_TRUE(api.ok) << api.error;
+  EXPECT_EQ(cupti_api_if_loaded(), &api);
 }
 
 }  // namespace

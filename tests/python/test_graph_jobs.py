@@ -142,17 +142,29 @@ def test_module_inference_graph_job_equals_eager_on_a_gpu():
     except pf.PipeFillError as error:
         pytest.skip(f"no CUDA backend: {error.message}")
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(),
-                                torch.nn.Linear(128, 16)).cuda().eval()
-    inputs = torch.randn(256, 64, device="cuda")
-    with torch.no_grad():
-        eager = torch.cat([model(inputs[i * 8:(i + 1) * 8]) for i in range(32)])
-    fill = pft.module_inference_job(rt, model, inputs, batch=8)
+
+    def make_job():
+        # The model and inputs are referenced only by the job once this returns (issue 16: a
+        # tensor the graph reads must not go back to the caching allocator).
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(),
+                                    torch.nn.Linear(128, 16)).cuda().eval()
+        inputs = torch.randn(256, 64, device="cuda")
+        with torch.no_grad():
+            eager = torch.cat([model(inputs[i * 8:(i + 1) * 8]) for i in range(32)])
+        return pft.module_inference_job(rt, model, inputs, batch=8), eager
+
+    fill, eager = make_job()
+    import gc
+    gc.collect()
     main = torch.cuda.Stream(priority=-1)
-    for _ in range(500):
+    for step in range(500):
         if fill.job.status.finished:
             break
         with torch.cuda.stream(main):
+            # Allocations and frees on the trainer's stream while the job runs: freed blocks of
+            # the job's tensors would be handed out here and overwritten.
+            junk = [torch.full((64 + step % 7, 64), float(step), device="cuda") for _ in range(4)]
+            del junk
             with rt.bubble(main, expected_us=500.0):
                 torch.cuda._sleep(1_000_000)
         rt.iteration_end()

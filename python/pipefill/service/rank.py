@@ -1,0 +1,93 @@
+"""A stand-in trainer rank with the service agent: ``pipefill rank`` / ``python -m
+pipefill.service.rank``.
+
+It runs a host-backend runtime (pfBackendHost: CPU threads as streams) whose main stream does
+what a pipeline stage does - a bubble of ``bubble_us`` then ``compute_us`` of compute per
+iteration - and an :class:`pipefill.service.agent.Agent` that fills the bubbles with claimed
+shards. A real trainer does the same with its own loop: create the agent with its runtime, call
+``agent.on_iteration_end()`` after ``runtime.iteration_end()``, and ``agent.drain()`` before it
+exits. SIGTERM drains (the leases go back as preemptions); ``--iterations`` and
+``--exit-when-idle`` bound the run. The last line printed is a JSON summary of the agent's counts.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import signal
+import sys
+import time
+from typing import List, Optional
+
+import pipefill as pf
+
+from .agent import Agent
+
+
+def host_runtime() -> "pf.Runtime":
+    return pf.Runtime(backend="host", reserved_sms=0, safety_margin_us=0.0,
+                      safety_margin_fraction=0.0, min_samples=1000000)
+
+
+def run_rank(rank: str, *, bubble_us: float, compute_us: float, iterations: int,
+             exit_when_idle_s: Optional[float], agent_on: bool = True,
+             conninfo: Optional[str] = None, password_file: Optional[str] = None) -> dict:
+    stop = {"requested": False}
+
+    def on_term(signum: int, frame: object) -> None:
+        stop["requested"] = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    rt = host_runtime()
+    stream = rt.high_priority_stream()
+    agent = Agent(rt, rank, conninfo=conninfo, password_file=password_file) if agent_on else None
+    if agent is not None:
+        agent.start()
+    started = time.monotonic()
+    done = 0
+    for done in range(1, iterations + 1):
+        if stop["requested"]:
+            break
+        with rt.bubble(stream, expected_us=bubble_us):
+            pf.host_stream_delay(stream, bubble_us)
+        pf.host_stream_delay(stream, compute_us)
+        rt.iteration_end()
+        if agent is not None:
+            agent.on_iteration_end()
+            if not agent.running:
+                break  # the agent ended (its error is in the summary); the trainer could go on
+            if (exit_when_idle_s is not None
+                    and time.monotonic() - agent.last_activity > exit_when_idle_s):
+                break
+        pf.host_stream_synchronize(stream)
+    wall = time.monotonic() - started
+    summary = {"rank": rank, "iterations": done, "wall_s": wall}
+    if agent is not None:
+        summary["drained"] = agent.drain()
+        summary.update(dataclasses.asdict(agent.counts))
+        summary["reconnects"] = agent.db.reconnects
+        summary["error"] = str(agent.error) if agent.error else None
+    rt.synchronize()
+    rt.close()
+    return summary
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="pipefill rank", description=__doc__.splitlines()[0])
+    parser.add_argument("--name", required=True, help="this rank's unique name")
+    parser.add_argument("--bubble-us", type=float, default=3000.0)
+    parser.add_argument("--compute-us", type=float, default=1000.0)
+    parser.add_argument("--iterations", type=int, default=1_000_000)
+    parser.add_argument("--exit-when-idle", type=float, default=None, metavar="SECONDS",
+                        help="stop after this long without a claim")
+    parser.add_argument("--no-agent", action="store_true", help="the trainer alone (baseline)")
+    args = parser.parse_args(argv)
+    summary = run_rank(args.name, bubble_us=args.bubble_us, compute_us=args.compute_us,
+                       iterations=args.iterations, exit_when_idle_s=args.exit_when_idle,
+                       agent_on=not args.no_agent)
+    print(json.dumps(summary), flush=True)
+    return 0 if not summary.get("error") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

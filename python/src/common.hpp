@@ -1,0 +1,116 @@
+// Shared by the extension's files (python/src/*.cpp): errors raised as pipefill.PipeFillError
+// with the C layer's message, the lifetime guard that keeps a closed handle from reaching C,
+// pointer <-> int conversion for handles, and pfConfig_t as a plain record.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fill_jobs.h"
+#include "pipefill/pipefill.h"
+
+namespace nb = nanobind;
+
+namespace pfpy {
+
+// ---- errors -----------------------------------------------------------------------------
+
+// A failed call: the result code and the message the C layer gave for it.
+struct CallError {
+  int code;
+  std::string message;
+};
+
+// pipefill.PipeFillError, registered by the package's __init__ (set_error_type). Until then
+// (e.g. when stubgen imports the bare extension) errors are raised as RuntimeError.
+inline PyObject* g_error_type = nullptr;
+
+[[noreturn]] inline void raise_error(pfResult_t code, const char* message) {
+  std::string text = (message != nullptr && *message != '\0') ? message : pfGetErrorString(code);
+  throw CallError{static_cast<int>(code), std::move(text)};
+}
+
+// Checks a pf* result; the message is this thread's last error, read at once.
+inline void check(pfResult_t result) {
+  if (result != pfSuccess) raise_error(result, pfGetLastErrorMessage());
+}
+
+// Checks an fj* (example fill jobs) result: they keep their own last-error message.
+inline void check_fill(pfResult_t result) {
+  if (result != pfSuccess) raise_error(result, fjGetLastErrorMessage());
+}
+
+[[noreturn]] inline void raise_state(const std::string& message) {
+  throw CallError{static_cast<int>(pfErrorInvalidState), message};
+}
+
+// The exception translator registered by the module (CallError -> PipeFillError).
+inline void translate_error(const std::exception_ptr& pointer, void*) {
+  try {
+    std::rethrow_exception(pointer);
+  } catch (const CallError& error) {
+    if (g_error_type == nullptr) {
+      PyErr_SetString(PyExc_RuntimeError, error.message.c_str());
+      return;
+    }
+    PyObject* instance = PyObject_CallFunction(g_error_type, "is", error.code, error.message.c_str());
+    if (instance == nullptr) return;  // constructing the exception raised; that error stands
+    PyErr_SetObject(g_error_type, instance);
+    Py_DECREF(instance);
+  }
+}
+
+// ---- lifetimes ----------------------------------------------------------------------------
+
+// Guards one C handle against use after its destruction. Calls hold the lock shared for their
+// duration (with or without the GIL); destruction holds it exclusively, taken with the GIL
+// released, and nothing that holds it exclusively needs the GIL, so the two cannot deadlock.
+struct Lifetime {
+  std::shared_mutex mutex;
+  bool alive = true;
+};
+
+class Use {
+ public:
+  Use(Lifetime& life, const char* what) : lock_(life.mutex) {
+    if (!life.alive) raise_state(std::string(what) + " is closed");
+  }
+
+ private:
+  std::shared_lock<std::shared_mutex> lock_;
+};
+
+inline std::string to_hex(uintptr_t value) {
+  char buffer[24];
+  std::snprintf(buffer, sizeof buffer, "%llx", static_cast<unsigned long long>(value));
+  return buffer;
+}
+
+inline void* as_pointer(uintptr_t handle) { return reinterpret_cast<void*>(handle); }
+inline uintptr_t as_handle(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer); }
+
+// ---- configuration ------------------------------------------------------------------------
+
+// pfConfig_t as a plain record; starts from PF_CONFIG_INITIALIZER (every field unset).
+struct RawConfig {
+  pfConfig_t c;
+  RawConfig() { pfConfigInit(&c); }
+};
+
+}  // namespace pfpy

@@ -1,0 +1,239 @@
+// The runtime as a Python object (Runtime): pfRuntime_t with its bubble instructions, stats,
+// trace and streams, and the handle rules that Python cannot get wrong (a job keeps its runtime
+// alive, closing a runtime destroys its jobs first, a closed handle raises).
+#pragma once
+
+#include "common.hpp"
+#include "jobs.hpp"
+#include "sim_world.hpp"
+
+namespace pfpy {
+
+struct RuntimeCore {
+  Lifetime life;
+  pfRuntime_t runtime = nullptr;
+  int backend = pfBackendAuto;
+  std::shared_ptr<WorldCore> world;  // the world given in the config (kept alive)
+  std::mutex jobs_mutex;
+  std::vector<std::shared_ptr<JobCore>> jobs;
+  // The bubble this wrapper began and has not ended (pfRuntimeDestroy refuses while one is
+  // open; close() checks first so that a refused close changes nothing).
+  std::atomic<bool> in_bubble{false};
+  std::atomic<uintptr_t> bubble_stream{0};
+};
+
+class Runtime {
+ public:
+  Runtime(const RawConfig& raw, SimWorld* world) : core_(std::make_shared<RuntimeCore>()) {
+    pfConfig_t config = raw.c;
+    if (world != nullptr) {
+      if (world->closed()) raise_state("Runtime: the SimWorld given in the config is closed");
+      core_->world = world->core();
+      config.sim_world = reinterpret_cast<pfSimWorld_t>(world->handle());
+    } else {
+      config.sim_world = nullptr;
+    }
+    {
+      nb::gil_scoped_release release;
+      check(pfRuntimeCreate(&config, &core_->runtime));
+    }
+    pfBackend_t backend = pfBackendAuto;
+    check(pfRuntimeGetBackend(core_->runtime, &backend));
+    core_->backend = backend;
+  }
+  ~Runtime() {
+    // Garbage-collected without close(): destroy quietly (nothing can be raised here).
+    nb::gil_scoped_release release;
+    close_core(/*raise_errors=*/false);
+  }
+
+  void close() {
+    nb::gil_scoped_release release;
+    close_core(/*raise_errors=*/true);
+  }
+  bool closed() {
+    std::shared_lock<std::shared_mutex> lock(core_->life.mutex);
+    return !core_->life.alive;
+  }
+
+  int backend() {
+    Use use(core_->life, "Runtime");
+    return core_->backend;
+  }
+  RawConfig config() {
+    Use use(core_->life, "Runtime");
+    RawConfig raw;
+    check(pfRuntimeGetConfig(core_->runtime, &raw.c));
+    raw.c.sim_world = nullptr;  // worlds are objects on the Python side
+    return raw;
+  }
+  std::shared_ptr<SimWorld> sim_world() {
+    Use use(core_->life, "Runtime");
+    pfSimWorld_t world = nullptr;
+    check(pfRuntimeGetSimWorld(core_->runtime, &world));
+    if (core_->world != nullptr && core_->world->world == world) {
+      return std::make_shared<SimWorld>(core_->world);
+    }
+    auto view = std::make_shared<WorldCore>();
+    view->world = world;
+    view->owner = core_;
+    return std::make_shared<SimWorld>(view);
+  }
+  int async_error() {
+    Use use(core_->life, "Runtime");
+    pfResult_t error = pfSuccess;
+    check(pfRuntimeGetAsyncError(core_->runtime, &error));
+    return error;
+  }
+  void synchronize() {
+    nb::gil_scoped_release release;
+    Use use(core_->life, "Runtime");
+    check(pfRuntimeSynchronize(core_->runtime));
+  }
+  uintptr_t create_high_priority_stream() {
+    Use use(core_->life, "Runtime");
+    void* stream = nullptr;
+    check(pfStreamCreateHighPriority(core_->runtime, &stream));
+    return as_handle(stream);
+  }
+  void destroy_stream(uintptr_t stream) {
+    Use use(core_->life, "Runtime");
+    check(pfStreamDestroy(core_->runtime, as_pointer(stream)));
+  }
+
+  void bubble_begin(uintptr_t stream, int kind, const std::optional<std::string>& label,
+                    double expected_us, size_t lent_bytes, uintptr_t lent_memory) {
+    Use use(core_->life, "Runtime");
+    pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
+    hint.kind = kind;
+    hint.label = label ? label->c_str() : nullptr;  // copied by pfBubbleBegin
+    hint.expected_duration_us = expected_us;
+    hint.lent_bytes = lent_bytes;
+    hint.lent_memory = as_pointer(lent_memory);
+    check(pfBubbleBegin(core_->runtime, as_pointer(stream), &hint));
+    core_->bubble_stream = stream;
+    core_->in_bubble = true;
+  }
+  void bubble_end(uintptr_t stream) {
+    Use use(core_->life, "Runtime");
+    check(pfBubbleEnd(core_->runtime, as_pointer(stream)));
+    core_->in_bubble = false;
+  }
+  bool in_bubble() {
+    Use use(core_->life, "Runtime");
+    return core_->in_bubble;
+  }
+  void iteration_end() {
+    Use use(core_->life, "Runtime");
+    check(pfIterationEnd(core_->runtime));
+  }
+
+  nb::dict stats() {
+    pfStats_t s{};
+    {
+      Use use(core_->life, "Runtime");
+      check(pfRuntimeGetStatsV2(core_->runtime, &s, sizeof s));
+    }
+    nb::dict d;
+    d["iterations"] = s.iterations;
+    d["bubbles"] = s.bubbles;
+    d["bubbles_filled"] = s.bubbles_filled;
+    d["bubbles_skipped"] = s.bubbles_skipped;
+    d["bubble_time_us"] = s.bubble_time_us;
+    d["filled_time_us"] = s.filled_time_us;
+    d["overrun_time_us"] = s.overrun_time_us;
+    d["max_overrun_us"] = s.max_overrun_us;
+    d["slices_launched"] = s.slices_launched;
+    d["items_completed"] = s.items_completed;
+    d["jobs_completed"] = s.jobs_completed;
+    d["jobs_failed"] = s.jobs_failed;
+    d["host_begin_end_ns"] = s.host_begin_end_ns;
+    d["filled_sm_us"] = s.filled_sm_us;
+    d["capacity_sm_us"] = s.capacity_sm_us;
+    return d;
+  }
+  void write_trace(const std::string& path) {
+    nb::gil_scoped_release release;
+    Use use(core_->life, "Runtime");
+    check(pfTraceWrite(core_->runtime, path.c_str()));
+  }
+
+  // Job factories (defined in jobs.cpp).
+  // configs: (name, item_cost_us, parallelism, resident_bytes, workspace_bytes_per_item,
+  // items_per_item) tuples; empty: one configuration from the job-level fields.
+  Job create_sim_ticket_job(const std::string& name, int priority, uint64_t items,
+                            double item_cost_us, int parallelism, size_t resident_bytes,
+                            size_t workspace_bytes_per_item, const std::vector<nb::tuple>& configs,
+                            int kind, uint64_t fail_at_slice);
+  // graph: a cudaGraph_t as an int (0: none; required on CUDA); index_word: the device word the
+  // graph reads (0 on the simulated/host backends: the record's own word).
+  Job create_graph_job(const std::string& name, int priority, uint64_t items, double item_cost_us,
+                       uintptr_t graph, uintptr_t index_word, uintptr_t clock_stream);
+  uintptr_t create_capture_stream();
+  Job create_fill_job(const fjParams_t& given);
+
+  std::vector<Job> jobs() {
+    std::lock_guard<std::mutex> lock(core_->jobs_mutex);
+    std::vector<Job> out;
+    for (const auto& j : core_->jobs) {
+      std::shared_lock<std::shared_mutex> alive(j->life.mutex);
+      if (j->life.alive) out.emplace_back(core_, j);
+    }
+    return out;
+  }
+
+ private:
+  Job attach(std::shared_ptr<JobCore> job) {
+    std::lock_guard<std::mutex> lock(core_->jobs_mutex);
+    core_->jobs.erase(std::remove_if(core_->jobs.begin(), core_->jobs.end(),
+                                     [](const std::shared_ptr<JobCore>& j) {
+                                       std::shared_lock<std::shared_mutex> l(j->life.mutex);
+                                       return !j->life.alive;
+                                     }),
+                      core_->jobs.end());
+    core_->jobs.push_back(job);
+    return Job(core_, std::move(job));
+  }
+
+  // Destroys the jobs still attached (cancelling them first), then the runtime.
+  void close_core(bool raise_errors) {
+    std::unique_lock<std::shared_mutex> lock(core_->life.mutex);
+    if (!core_->life.alive) return;
+    if (core_->in_bubble) {
+      if (raise_errors) {
+        raise_state("Runtime.close: a bubble is still open on stream 0x" +
+                    to_hex(core_->bubble_stream) + " (end it first)");
+      }
+      // Garbage-collected inside a bubble: close the gate so the runtime can go.
+      if (pfBubbleEnd(core_->runtime, as_pointer(core_->bubble_stream)) == pfSuccess) {
+        core_->in_bubble = false;
+      }
+    }
+    std::vector<std::shared_ptr<JobCore>> jobs;
+    {
+      std::lock_guard<std::mutex> jl(core_->jobs_mutex);
+      jobs = core_->jobs;
+    }
+    for (const auto& job : jobs) {
+      const pfResult_t r = job->destroy_now();
+      if (r != pfSuccess && raise_errors) check(r);
+    }
+    const pfResult_t r = pfRuntimeDestroy(core_->runtime);
+    if (r != pfSuccess) {
+      if (raise_errors) check(r);
+      return;
+    }
+    core_->life.alive = false;
+    core_->runtime = nullptr;
+    core_->world.reset();
+    std::lock_guard<std::mutex> jl(core_->jobs_mutex);
+    core_->jobs.clear();
+  }
+
+  std::shared_ptr<RuntimeCore> core_;
+};
+
+void bind_config(nb::module_& m);
+void bind_runtime(nb::module_& m);
+
+}  // namespace pfpy
