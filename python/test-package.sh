@@ -2,7 +2,7 @@
 # The Python stage of scripts/test.sh: sets up a virtual environment (build-py/venv, reused when
 # present), makes the pipefill package importable in it and runs its pytest suite (bindings, the
 # C trainer's figures, error paths, example fill jobs, torch.distributed.pipelining over gloo on
-# 4 CPU processes).
+# 4 CPU processes, and the DeepSpeed and Megatron-Core adapters over gloo on 2 CPU processes).
 #
 # Where the package comes from:
 #  - PIPEFILL_PY_BUILD_DIR=<build tree> (what scripts/test.sh does): the extension that tree built
@@ -55,6 +55,31 @@ if ! "$py" -c "import psycopg" 2>/dev/null; then
   "$py" -m pip install -q "psycopg[binary]"
 fi
 # --- end of the fill-job service block
+# --- framework adapters (issue 17): DeepSpeed and Megatron-Core for the tests of
+# pipefill.deepspeed / pipefill.megatron, with --no-deps (so never torch's CUDA wheels), plus
+# the pure-Python packages they import, pinned; DS_BUILD_OPS=0: DeepSpeed compiles no op at
+# install (the tests also keep it from compiling its CPU shared-memory op at start). Installed
+# only when the pinned versions are missing. If the install fails (no index), the adapter tests
+# skip, and this says so.
+deepspeed_version=0.19.8
+megatron_core_version=0.16.1   # the newest megatron-core that installs on Python 3.11 (2026-12)
+adapter_python=(psutil==7.2.2 py-cpuinfo==9.0.0 hjson==3.1.0 msgpack==1.2.4 einops==0.8.2
+                tqdm==4.70.1 pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0
+                typing-inspection==0.4.5)
+if ! "$py" - "$deepspeed_version" "$megatron_core_version" <<'PY' 2>/dev/null
+import sys
+from importlib.metadata import version
+sys.exit(0 if (version("deepspeed"), version("megatron-core")) == tuple(sys.argv[1:3]) else 1)
+PY
+then
+  echo "python: installing deepspeed $deepspeed_version and megatron-core $megatron_core_version (--no-deps)"
+  if ! { "$py" -m pip install -q "${adapter_python[@]}" &&
+         DS_BUILD_OPS=0 "$py" -m pip install -q --no-deps --no-build-isolation \
+           "deepspeed==$deepspeed_version" "megatron-core==$megatron_core_version"; }; then
+    echo "python: WARNING: DeepSpeed / Megatron-Core did not install: their adapter tests will skip"
+  fi
+fi
+# --- end of the framework adapters block
 echo "python: venv ready after $(( $(date +%s) - start )) s"
 
 [ "${1:-}" = "--venv-only" ] && exit 0

@@ -4,8 +4,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import warnings
 import weakref
-from typing import Any, Iterator, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Union
 
 from . import _pipefill
 from ._config import Config
@@ -445,6 +446,30 @@ class Runtime:
         """Writes a Chrome trace (Perfetto / chrome://tracing) of the bubbles and fill slices
         harvested so far (pfTraceWrite)."""
         self._native.write_trace(os.fspath(path))
+
+    # ---- bubble-instruction failures inside adapters (never swallowed) ----
+    def _report_bubble_failure(self, error: PipeFillError, where: str = "pipefill") -> None:
+        """Counts a bubble instruction that failed inside an adapter (pipefill.torch,
+        pipefill.deepspeed, pipefill.megatron), which goes on without it, and warns the first
+        time each distinct C message is seen on this runtime."""
+        counts = self.__dict__.setdefault("_bubble_failures", {})
+        message = str(error)
+        counts[message] = counts.get(message, 0) + 1
+        if counts[message] == 1:
+            warnings.warn(f"{where}: a bubble instruction failed; training goes on without it "
+                          f"(counted in Runtime.bubble_failures): {message}", RuntimeWarning,
+                          stacklevel=4)
+
+    @property
+    def bubble_failures(self) -> int:
+        """Bubble instructions that failed inside adapters, in total (each also warned about,
+        once per message)."""
+        return sum(self.__dict__.get("_bubble_failures", {}).values())
+
+    @property
+    def bubble_failures_by_message(self) -> Dict[str, int]:
+        """The failures of :attr:`bubble_failures` by their PipeFillError message."""
+        return dict(self.__dict__.get("_bubble_failures", {}))
 
     def __repr__(self) -> str:
         if self.closed:

@@ -58,7 +58,6 @@ import ast
 import inspect
 import threading
 import time
-import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
@@ -66,6 +65,7 @@ import torch.distributed as dist
 from torch.distributed.pipelining import schedules as _schedules
 
 from . import Backend, BubbleKind, PipeFillError, Result, Runtime, StreamLike
+from . import _bubbles
 from . import stream_handle as _generic_stream_handle
 
 TESTED_TORCH = ("2.15",)
@@ -382,7 +382,6 @@ class ScheduleBubbles:
         self.interrupted_waits = 0  # receive waits that raised (a peer failed or timed out)
         self.step_bubbles: List[int] = []
         self.errors: List[PipeFillError] = []
-        self._warned = False
         backend = runtime.backend
         self._owned_stream = None
         if stream is None:
@@ -524,10 +523,7 @@ class ScheduleBubbles:
             if self.strict:
                 raise
             self.errors.append(error)
-            if not self._warned:
-                self._warned = True
-                warnings.warn(f"pipefill: a bubble instruction failed, training goes on without "
-                              f"it: {error}", RuntimeWarning, stacklevel=3)
+            self.runtime._report_bubble_failure(error, "pipefill.torch")  # counted, warned
             return False
 
 
@@ -546,81 +542,23 @@ def instrument(schedule: Any, runtime: Runtime, **options: Any) -> ScheduleBubbl
     return ScheduleBubbles(schedule, runtime, **options)
 
 
-class _RequestGroup:
-    """One bubble over a group of requests: begins before the first wait, ends after the last
-    (or as soon as a wait raises)."""
-
-    def __init__(self, runtime: Runtime, stream: StreamChoice, count: int, kind: Any,
-                 label: Optional[str], strict: bool) -> None:
-        self.runtime, self.stream, self.remaining = runtime, stream, count
-        self.kind, self.label, self.strict = kind, label, strict
-        self.open_on: Any = None
-        self.done = False
-        self.errors: List[PipeFillError] = []
-
-    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
-        try:
-            fn(*args, **kwargs)
-            return True
-        except PipeFillError as error:
-            if self.strict:
-                raise
-            self.errors.append(error)
-            return False
-
-    def before(self) -> None:
-        if self.done or self.open_on is not None:
-            return
-        stream = self.stream() if callable(self.stream) else self.stream
-        if stream is None and self.runtime.backend == Backend.CUDA:
-            stream = torch.cuda.current_stream()
-        if self._call(self.runtime.bubble_begin, stream, kind=self.kind, label=self.label):
-            self.open_on = stream
-
-    def after(self, failed: bool) -> None:
-        self.remaining -= 1
-        if self.open_on is not None and (failed or self.remaining <= 0):
-            stream, self.open_on = self.open_on, None
-            self.done = True
-            self._call(self.runtime.bubble_end, stream)
-
-
-class _BubbleRequest:
-    """A communication request whose wait() is inside the group's bubble."""
-
-    def __init__(self, request: Any, group: _RequestGroup) -> None:
-        self._request = request
-        self._group = group
-
-    def wait(self, *args: Any, **kwargs: Any) -> Any:
-        self._group.before()
-        failed = True
-        try:
-            result = self._request.wait(*args, **kwargs)
-            failed = False
-            return result
-        finally:
-            self._group.after(failed)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._request, name)
-
-
 def bubble_on_wait(requests: Any, runtime: Runtime, *, stream: StreamChoice = None,
                    kind: Union[BubbleKind, str, int] = BubbleKind.OTHER,
-                   label: Optional[str] = None, strict: bool = False) -> Any:
+                   label: Optional[str] = None, strict: bool = False,
+                   mirror_wait_time: Optional[bool] = None) -> Any:
     """Wraps posted receive requests (a list or dict of ``dist.Work``, or one) so that waiting
     on them is one bubble: it begins right before the first ``wait()`` and ends right after
-    the last one (or when a wait raises). For engines that post and wait themselves, e.g.
-    Megatron-Core's ``p2p_communication`` (see docs/pytorch.md). ``stream`` defaults to the
-    current CUDA stream at the first wait on the CUDA backend and is required otherwise."""
-    if isinstance(requests, dict):
-        group = _RequestGroup(runtime, stream, len(requests), kind, label, strict)
-        return {key: _BubbleRequest(r, group) for key, r in requests.items()}
-    if isinstance(requests, (list, tuple)):
-        group = _RequestGroup(runtime, stream, len(requests), kind, label, strict)
-        return type(requests)(_BubbleRequest(r, group) for r in requests)
-    return _BubbleRequest(requests, _RequestGroup(runtime, stream, 1, kind, label, strict))
+    the last one (or when a wait raises). For engines that post and wait themselves
+    (:mod:`pipefill.megatron` does this for Megatron-Core). ``stream`` defaults to the current
+    CUDA stream at the first wait on the CUDA backend and to a high-priority stream of the
+    runtime on the simulated and host backends (:func:`pipefill._bubbles.default_stream`); on
+    the simulated backend the wait time is mirrored into it (``mirror_wait_time``). A failed
+    bubble instruction is counted (``runtime.bubble_failures``) and warned about once per
+    message; ``strict=True`` raises it instead."""
+    emitter = _bubbles.BubbleEmitter(runtime, stream=stream, mirror_wait_time=mirror_wait_time,
+                                     run_sim_world=False, strict=strict,
+                                     where="pipefill.torch.bubble_on_wait")
+    return _bubbles.wrap_requests(requests, emitter, kind=kind, label=label)
 
 
 def expected_receive_waits(schedule: Any, rank: int, local_stages: List[int],

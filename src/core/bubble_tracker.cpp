@@ -17,10 +17,13 @@ pfResult_t BubbleTracker::begin(void* stream, const pfBubbleHint_t* hint) {
   // only one pair in kTimingSample is timed; the mean is over the sampled pairs.
   const bool timed = (timing_counter_++ % kTimingSample) == 0;
   const auto t0 = timed ? Clock::now() : Clock::time_point{};
-  // NULL is CUDA's legacy default stream, a valid main stream there; the other devices have none.
+  // NULL is CUDA's legacy default stream, a valid main stream there; the simulated and host
+  // devices have none (the message names the backend: it used to say "simulated" for both).
   if (stream == nullptr && options_.backend != pfBackendCuda) {
     return fail(pfErrorInvalidArgument,
-                "pfBubbleBegin: stream is NULL (the simulated device has no default stream)");
+                "pfBubbleBegin: stream is NULL (the {} backend has no default stream; pass a "
+                "stream of this runtime, e.g. pfStreamCreateHighPriority)",
+                backend_name(options_.backend));
   }
   if (in_bubble()) {
     return fail(pfErrorInvalidState,
@@ -104,7 +107,9 @@ pfResult_t BubbleTracker::end(void* stream) {
   const auto t0 = current_timed_ ? Clock::now() : Clock::time_point{};
   if (stream == nullptr && options_.backend != pfBackendCuda) {
     return fail(pfErrorInvalidArgument,
-                "pfBubbleEnd: stream is NULL (the simulated device has no default stream)");
+                "pfBubbleEnd: stream is NULL (the {} backend has no default stream; pass a "
+                "stream of this runtime, e.g. pfStreamCreateHighPriority)",
+                backend_name(options_.backend));
   }
   if (!in_bubble()) {
     return fail(pfErrorInvalidState, "pfBubbleEnd: no bubble is open (pfBubbleBegin not called)");

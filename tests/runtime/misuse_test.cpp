@@ -66,7 +66,8 @@ RunRecord run(bool misuse) {
                    "not a main-job stream");
       expect_error(pfBubbleBegin(rt, &not_a_stream, &hint), pfErrorInvalidArgument,
                    "not a main-job stream");
-      expect_error(pfBubbleBegin(rt, nullptr, &hint), pfErrorInvalidArgument, "stream is NULL");
+      expect_error(pfBubbleBegin(rt, nullptr, &hint), pfErrorInvalidArgument,
+                   "stream is NULL (the sim backend has no default stream");
       expect_error(pfBubbleBegin(nullptr, stage.main, &hint), pfErrorInvalidArgument,
                    "runtime is NULL");
     }
@@ -80,7 +81,8 @@ RunRecord run(bool misuse) {
     EXPECT_EQ(pfSimStreamWaitEvent(stage.main, stage.ready, 0.0, stage.comm_sms), pfSuccess);
     if (misuse) {
       expect_error(pfBubbleEnd(rt, stage.peer), pfErrorInvalidState, "is not the stream");
-      expect_error(pfBubbleEnd(rt, nullptr), pfErrorInvalidArgument, "stream is NULL");
+      expect_error(pfBubbleEnd(rt, nullptr), pfErrorInvalidArgument,
+                   "stream is NULL (the sim backend has no default stream");
       expect_error(pfBubbleEnd(nullptr, stage.main), pfErrorInvalidArgument, "runtime is NULL");
     }
     EXPECT_EQ(pfBubbleEnd(rt, stage.main), pfSuccess) << pfGetLastErrorMessage();
