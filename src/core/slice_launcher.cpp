@@ -107,7 +107,8 @@ BubblePlan SliceLauncher::plan(RuntimeState& s, const FillRequest& in,
       continue;  // already holds (or was refused) a slice of this bubble
     }
     if (static_cast<size_t>(std::popcount(streams_taken)) >= streams) {
-      note(pfSkipNoResources, fmt::format("job '{}': all {} fill streams hold a slice of this bubble", job->name,
+      note(pfSkipNoResources,
+           fmt::format("job '{}': all {} fill streams hold a slice of this bubble", job->name,
                        streams));
       break;
     }
@@ -120,7 +121,8 @@ BubblePlan SliceLauncher::plan(RuntimeState& s, const FillRequest& in,
     if (job->kind == pfJobOpaque) {
       // Nothing stops opaque work: only a measured prediction, and only the time left of it.
       if (!(ungated_budget > 0)) {
-        note(pfSkipNoHistory, fmt::format("job '{}': opaque work waits for a measured history of the class",
+        note(pfSkipNoHistory,
+             fmt::format("job '{}': opaque work waits for a measured history of the class",
                          job->name));
         continue;
       }
@@ -129,7 +131,8 @@ BubblePlan SliceLauncher::plan(RuntimeState& s, const FillRequest& in,
         looked = true;
       }
       if (now.ended) {
-        note(pfSkipLate, fmt::format("job '{}': the bubble ended before its opaque slice could be launched",
+        note(pfSkipLate,
+             fmt::format("job '{}': the bubble ended before its opaque slice could be launched",
                          job->name));
         continue;
       }

@@ -23,13 +23,14 @@ def sim_runtime(world, **fields):
 
 
 def run_bubbles(rt, world, stream, bubbles, bubble_us=400.0, label=None, expected_us=None):
-    """One bubble of bubble_us then compute, per iteration."""
+    """One bubble of bubble_us then compute, per iteration; the world runs after each (so a
+    bubble is measured before the next one begins)."""
     for _ in range(bubbles):
         with rt.bubble(stream, kind=BubbleKind.WARMUP, label=label, expected_us=expected_us):
             stream.delay(bubble_us)
         stream.launch_kernel(100.0, 132)
         rt.iteration_end()
-    world.run_until_idle()
+        world.run_until_idle()
     rt.synchronize()
 
 
@@ -62,7 +63,7 @@ def test_print_stats_shows_totals_causes_and_a_row_per_class():
                 stream.delay(4.0)
             stream.launch_kernel(100.0, 132)
             rt.iteration_end()
-        world.run_until_idle()
+            world.run_until_idle()
         rt.synchronize()
         st = rt.stats()
         counts = job.counts()
