@@ -124,11 +124,16 @@ TEST_P(SkipCauses, TooShortNoMemoryAndOptimizerBubbles) {
   pfJobDesc_t big_desc = big.desc();
   big_desc.workspace_bytes_per_item = size_t{1} << 30;
   PF_ASSERT_OK(pfJobCreate(rt, &big_desc, &handle));
+  // Inline mode may still hold the class's plan made for the destroyed job at the first bubble
+  // (its job gone: no job); the plan made after that bubble's harvest is the big job's.
+  stage.step(rt, 400.0, &usual);
   stage.step(rt, 400.0, &usual);
   stats = stats_of(rt);
   counts = skips(rt);
-  EXPECT_EQ(counts[pfSkipNoMemory], 1u);
-  EXPECT_EQ(class_of(rt, 2).skips[pfSkipNoMemory], 1u);
+  EXPECT_GE(counts[pfSkipNoMemory], 1u);
+  EXPECT_EQ(counts[pfSkipNoMemory] + counts[pfSkipNoJob], 2u);
+  EXPECT_EQ(class_of(rt, 2).skips[pfSkipNoMemory], counts[pfSkipNoMemory]);
+  EXPECT_EQ(stats.bubbles_filled, 1u);
   EXPECT_EQ(std::accumulate(counts.begin(), counts.end(), uint64_t{0}), stats.bubbles_skipped);
   pfJobDestroy(handle);
   pfRuntimeDestroy(rt);
