@@ -863,6 +863,30 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
     int want = plan_fill_sms(total, reserved_sms, granularity);
     log::debug("SM resource: {} SMs, min partition {}, alignment {}; want {} fill SMs", total,
                granularity.min_partition, granularity.alignment, want);
+    if (reserved_sms > 0 && want > 0) {
+      // The main job's SMs first, fill work on the remainder: the same split by count that
+      // torch's GreenContext.create(num_sms=R) makes (docs/pytorch.md, "Torch green contexts"),
+      // so a main job confined to such a context and the fill partition never share an SM.
+      CUdevResource main_group{}, rest{};
+      unsigned groups = 1;
+      PF_DRIVER_CHECK(api.dev_sm_resource_split_by_count(&main_group, &groups, &sms, &rest, 0,
+                                                         static_cast<unsigned>(reserved_sms)));
+      const int got = static_cast<int>(rest.sm.smCount);
+      if (groups == 1 && got >= granularity.min_partition && total - got >= reserved_sms) {
+        CUdevResourceDesc desc = nullptr;
+        PF_DRIVER_CHECK(api.dev_resource_generate_desc(&desc, &rest, 1));
+        CUgreenCtx green = nullptr;
+        PF_DRIVER_CHECK(api.green_ctx_create(&green, desc, device, CU_GREEN_CTX_DEFAULT_STREAM));
+        green_context_ = green;
+        partition->hardware_confined = true;
+        partition->mode = "green-context";
+        partition->fill_sms = got;
+        partition->reserved_sms = total - got;
+        return pfSuccess;
+      }
+      log::debug("the remainder of a {}-SM main group has {} SMs: splitting the fill group off "
+                 "instead", reserved_sms, got);
+    }
     // The split rounds its minimum count up; step down until the group leaves R SMs free.
     while (want > 0) {
       CUdevResource group{}, rest{};

@@ -4,10 +4,14 @@
  * are resumable SGD steps.
  *
  * A job is created from fjParams_t and handed to the runtime through the pfJobDesc_t that
- * fjJobGetDesc fills in. On the simulated backend every item's real result is computed on the
+ * fjJobGetDesc fills in. On the simulated backend each item's real result is computed on the
  * CPU as the item completes in virtual time (pfSimLaunchTicketKernel / pfSimLaunchOpaque with
- * the item's modelled cost), so outputs are checkable without a GPU. On the CUDA backend the
- * job runs cuBLAS work (opaque) or ticket kernels written with pipefill/device.cuh.
+ * the item's modelled cost), so outputs are checkable without a GPU; on the host backend an SM
+ * thread computes it and then sleeps out the rest of the item's modelled cost in real time
+ * (pfHostLaunchTicketKernel / pfHostLaunchOpaque). Inference computes only the items it keeps
+ * (keep_every; 0: none, the items then cost no CPU time); training computes every SGD step.
+ * On the CUDA backend the job runs cuBLAS work (opaque) or ticket kernels written with
+ * pipefill/device.cuh.
  *
  * Lifetime: destroy the pfJob_t (pfJobDestroy) before fjJobDestroy.
  */
@@ -39,7 +43,7 @@ typedef enum fjExecution_t {
 
 typedef struct fjParams_t {
   int kind;        /* fjKind_t */
-  int backend;     /* pfBackendSim or pfBackendCuda (the backend of the runtime it runs on) */
+  int backend;     /* pfBackendSim, pfBackendHost or pfBackendCuda (the runtime's backend) */
   int execution;   /* fjExecution_t */
   uint64_t items;  /* item count (> 0) */
   uint64_t seed;   /* weights and inputs are a pure function of the seed */

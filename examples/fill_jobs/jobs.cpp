@@ -1,6 +1,7 @@
-// The example fill jobs: parameters, cost model, the pfJobDesc_t callbacks and the simulated
-// backend's per-item CPU computation. The CUDA work lives behind GpuJob (gpu_job.cu).
+// The example fill jobs: parameters, cost model, the pfJobDesc_t callbacks and the simulated /
+// host backends' per-item CPU computation. The CUDA work lives behind GpuJob (gpu_job.cu).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -126,9 +128,30 @@ void sim_item_callback(void* user, uint64_t item) {
   if (job->params.on_item) job->params.on_item(job->params.on_item_user, item);
 }
 
+// Host (real-time) backend: an SM thread runs the item; it takes the item's modelled cost in real
+// time (sleeping out what the CPU result leaves of it), so the planner's sizing holds there too.
+void host_item_callback(void* user, uint64_t item) {
+  auto* job = static_cast<fjJob*>(user);
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double, std::micro>(job->item_cost_us));
+  job->compute_item(item);
+  std::this_thread::sleep_until(until);
+  if (job->params.on_item) job->params.on_item(job->params.on_item_user, item);
+}
+
 pfResult_t launch_callback(void* user, const pfSliceDesc_t* slice, void* stream) {
   auto* job = static_cast<fjJob*>(user);
   if (job->gpu) return job->gpu->launch(slice, stream);
+  if (job->params.backend == pfBackendHost) {
+    int blocks = slice->max_blocks;
+    if (job->params.parallelism > 0) blocks = std::min(blocks, job->params.parallelism);
+    blocks = std::max(1, blocks);
+    if (job->params.execution == fjExecOpaque)
+      return pfHostLaunchOpaque(stream, slice->first_item_hint, slice->max_items, blocks,
+                                &host_item_callback, job);
+    return pfHostLaunchTicketKernel(stream, slice, blocks, &host_item_callback, job);
+  }
   // The simulated device models every fill item as one block's work on one SM; `blocks` items
   // are in flight at once. Training steps must run in order: one block.
   int blocks = slice->max_blocks;
@@ -170,17 +193,19 @@ size_t weight_floats(const fjParams_t& p) {
 pfResult_t validate(const fjParams_t& p) {
   if (p.kind < 0 || p.kind >= fjKindCount)
     return fj_fail(pfErrorInvalidArgument, "fjParams_t.kind %d is not a fjKind_t", p.kind);
-  if (p.backend != pfBackendSim && p.backend != pfBackendCuda)
+  if (p.backend != pfBackendSim && p.backend != pfBackendCuda && p.backend != pfBackendHost)
     return fj_fail(pfErrorInvalidArgument,
-                   "fjParams_t.backend %d: must be pfBackendSim (2) or pfBackendCuda (1)",
+                   "fjParams_t.backend %d: must be pfBackendCuda (1), pfBackendSim (2) or "
+                   "pfBackendHost (3), the backend of the runtime the job runs on",
                    p.backend);
   if (p.execution != fjExecTicket && p.execution != fjExecOpaque)
     return fj_fail(pfErrorInvalidArgument, "fjParams_t.execution %d is not a fjExecution_t",
                    p.execution);
   if (p.items == 0) return fj_fail(pfErrorInvalidArgument, "fjParams_t.items must be > 0, got 0");
-  if (p.backend == pfBackendSim && p.items > kMaxSimItems)
+  if (p.backend != pfBackendCuda && p.items > kMaxSimItems)
     return fj_fail(pfErrorInvalidArgument,
-                   "fjParams_t.items %llu exceeds %llu, the most the simulated backend tracks",
+                   "fjParams_t.items %llu exceeds %llu, the most the simulated and host backends "
+                   "track",
                    static_cast<unsigned long long>(p.items),
                    static_cast<unsigned long long>(kMaxSimItems));
   bool shape_ok = false;

@@ -475,6 +475,64 @@ PF_API pfResult_t pfRuntimeGetStats(pfRuntime_t runtime, pfStats_t* stats);
  * Pass sizeof(pfStats_t). stats_size < PF_STATS_V1_SIZE: pfErrorInvalidArgument. */
 PF_API pfResult_t pfRuntimeGetStatsV2(pfRuntime_t runtime, pfStats_t* stats, size_t stats_size);
 
+/* Why a harvested bubble got no fill slice. Each skipped bubble counts under exactly
+ * one cause, so the causes sum to pfStats_t.bubbles_skipped; the log at PIPEFILL_DEBUG=trace
+ * gives the full sentence for each bubble. */
+typedef enum pfSkipCause_t {
+  pfSkipNoHistory = 0,    /* its class has fewer than min_samples samples and no expected_us */
+  pfSkipTooShort = 1,     /* prediction minus the safety margins fits no item of any job */
+  pfSkipNoMemory = 2,     /* a job's workspace (or resident set) does not fit the arena */
+  pfSkipNoJob = 3,        /* no runnable fill job (none created, or all finished) */
+  pfSkipOptimizer = 4,    /* an optimizer bubble while fill_optimizer_bubbles is 0 */
+  pfSkipLate = 5,         /* the bubble ended before its (opaque) slice could be launched */
+  pfSkipNoResources = 6,  /* event pools exhausted, or every fill stream/SM already taken */
+  pfSkipLaunchFailed = 7, /* every launch attempted failed (the job's callback or the device) */
+  pfSkipUntimed = 8,      /* its timings could not be measured (no event pair, stream died) */
+  pfSkipOther = 9,        /* anything else (see the trace log) */
+  PF_SKIP_CAUSE_COUNT = 10
+} pfSkipCause_t;
+
+/* The count of skipped bubbles per pfSkipCause_t: writes min(count, PF_SKIP_CAUSE_COUNT) entries
+ * (counts[cause]) and zeroes the rest of the caller's `count` entries (causes a newer header has
+ * and this library does not know read 0). count 0 or counts NULL: pfErrorInvalidArgument. */
+PF_API pfResult_t pfRuntimeGetSkipCounts(pfRuntime_t runtime, uint64_t* counts, size_t count);
+
+/* A bubble class's counters. Classes are numbered 0.. in the order their first
+ * bubble was harvested; the numbering never changes while the runtime lives. */
+#define PF_CLASS_KEY_CAPACITY 64
+#define PF_CLASS_SKIP_CAPACITY 16
+typedef struct pfClassStats_t {
+  size_t size;                          /* sizeof(pfClassStats_t): set it before the call */
+  char key[PF_CLASS_KEY_CAPACITY];      /* class key: "#<index in iteration>" or the label
+                                           (truncated to fit, always NUL-terminated) */
+  int kind;                             /* pfBubbleKind_t of the class's last bubble */
+  uint64_t bubbles;                     /* harvested bubbles of the class (timed or not) */
+  uint64_t bubbles_filled;              /* of them, those that got at least one slice */
+  uint64_t bubbles_timed;               /* of them, those whose duration was measured */
+  double bubble_time_us;                /* sum of the measured durations */
+  double p10_us;                        /* 10th percentile of the predictor's kept window */
+  double filled_time_us;                /* fill execution time inside the class's bubbles */
+  uint64_t items_completed;             /* fill items completed by its bubbles' slices */
+  uint64_t skips[PF_CLASS_SKIP_CAPACITY]; /* skipped bubbles by pfSkipCause_t (the entries from
+                                           PF_SKIP_CAUSE_COUNT on are spare, 0) */
+} pfClassStats_t;
+
+/* The number of bubble classes harvested so far. */
+PF_API pfResult_t pfRuntimeGetClassCount(pfRuntime_t runtime, size_t* count);
+/* Class `index` (0 .. count-1). Set stats->size first: a size below this (the first) layout's
+ * sizeof(pfClassStats_t) is pfErrorInvalidArgument; a larger one (a later header) gets this
+ * layout's bytes and zeroes after them. index out of range: pfErrorInvalidArgument. */
+PF_API pfResult_t pfRuntimeGetClassStats(pfRuntime_t runtime, size_t index, pfClassStats_t* stats);
+
+/* The runtime's fill streams: cudaStream_t on CUDA (lowest priority, in the fill partition's green
+ * context when there is one), the simulated / host stream handles otherwise. For observing fill
+ * work from a framework (e.g. torch.cuda.ExternalStream, events, profilers): never enqueue
+ * main-job work on them and never destroy them; they live as long as the runtime. Writes
+ * min(capacity, *count) handles into streams (streams may be NULL when capacity is 0) and the
+ * number of fill streams into *count. count NULL: pfErrorInvalidArgument. */
+PF_API pfResult_t pfRuntimeGetFillStreams(pfRuntime_t runtime, void** streams, size_t capacity,
+                                          size_t* count);
+
 /* Writes a Chrome trace (JSON, opens in Perfetto / chrome://tracing) of the bubbles and fill
  * slices harvested so far. Byte-identical for identical simulated runs. */
 PF_API pfResult_t pfTraceWrite(pfRuntime_t runtime, const char* path);

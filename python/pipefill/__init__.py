@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from . import _pipefill
 from ._config import Config
-from ._enums import Backend, BubbleKind, JobKind, JobStatus, LogLevel, Policy, Result
+from ._enums import Backend, BubbleKind, JobKind, JobStatus, LogLevel, Policy, Result, SkipCause
 from ._errors import PipeFillError
 
 _pipefill.set_error_type(PipeFillError)
 
-from ._runtime import (Bubble, FillProgress, GraphCounts, Job, JobInfo, Runtime, Stats, Stream,  # noqa: E402
+from ._runtime import (Bubble, ClassStats, FillProgress, GraphCounts, Job, JobInfo, Runtime, Stats, Stream,  # noqa: E402
                        StreamLike, TicketCounts, stream_handle)
 from ._sim import SimEvent, SimStream, SimWorld  # noqa: E402
 from . import jobs  # noqa: E402
@@ -63,10 +63,10 @@ def _version_text(code: int) -> str:
 __version__ = _version_text(_pipefill.HEADER_VERSION)
 
 __all__ = [
-    "Backend", "Bubble", "BubbleKind", "Config", "EncoderInference", "FillProgress", "GraphCounts",
+    "Backend", "Bubble", "BubbleKind", "ClassStats", "Config", "EncoderInference", "FillProgress", "GraphCounts",
     "GraphJob", "Job",
     "JobConfig", "JobInfo", "JobKind", "JobStatus", "LogLevel", "MlpInference", "PipeFillError",
-    "Policy", "Result", "Runtime", "SimEvent", "SimStream", "SimTicketJob", "SimWorld", "Stats",
+    "Policy", "Result", "Runtime", "SkipCause", "SimEvent", "SimStream", "SimTicketJob", "SimWorld", "Stats",
     "Stream", "StreamLike", "TicketCounts", "Training", "error_string", "jobs",
     "library_version", "stream_handle", "host_now", "host_stream_delay",
     "host_stream_synchronize",

@@ -7,7 +7,10 @@ PF_CONFIG_INITIALIZER. ``Runtime.config`` returns the configuration actually in 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Optional, Union
+import difflib
+import os
+import warnings
+from typing import TYPE_CHECKING, Any, Optional, Set, Union
 
 from . import _pipefill
 from ._enums import (Backend, LogLevel, Policy, Result, _BACKEND_NAMES, _LOG_NAMES,
@@ -25,6 +28,28 @@ _SIZE_FIELDS = ("arena_bytes", "sim_memory_bytes")
 _SIZE_SUFFIXES = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
+_warned_variables: Set[str] = set()
+
+
+def _warn_unknown_environment(stacklevel: int = 3) -> None:
+    """Warns once per process about each PIPEFILL_* environment variable the library does not
+    read (a typo would otherwise be ignored silently), naming the nearest valid one."""
+    known = _pipefill.known_environment_variables()
+    for name in sorted(os.environ):
+        if not name.startswith("PIPEFILL_") or name in known or name in _warned_variables:
+            continue
+        _warned_variables.add(name)
+        nearest = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+        hint = f": did you mean {nearest[0]}?" if nearest else " (docs/api.md lists the valid names)"
+        warnings.warn(f"environment variable {name} is not a PipeFill variable and is "
+                      f"ignored{hint}", RuntimeWarning, stacklevel=stacklevel)
+
+
+def _check_type(field: str, value: Any, expected: tuple, what: str) -> None:
+    if isinstance(value, bool) and bool not in expected or not isinstance(value, expected):
+        raise TypeError(f"Config.{field} must be {what}, not {type(value).__name__} ({value!r})")
+
+
 def _enum_value(field: str, value: Any, enum_type: Any, names: dict) -> int:
     if isinstance(value, str):
         key = value.strip().lower()
@@ -34,7 +59,7 @@ def _enum_value(field: str, value: Any, enum_type: Any, names: dict) -> int:
         return int(names[key])
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"Config.{field} must be a {enum_type.__name__}, str or int, "
-                        f"not {type(value).__name__}")
+                        f"not {type(value).__name__} ({value!r})")
     return int(value)  # out-of-range ints are the C library's to reject (it names them)
 
 
@@ -48,7 +73,8 @@ def _size_value(field: str, value: Any) -> int:
                                 f"Config.{field} '{value}' is not a size (bytes, K/M/G/T suffix)")
         return int(number) * _SIZE_SUFFIXES[suffix]
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"Config.{field} must be an int or a size string, not {type(value).__name__}")
+        raise TypeError(f"Config.{field} must be an int or a size string, not "
+                        f"{type(value).__name__} ({value!r})")
     if value < 0 or value >= _pipefill.UNSET_SIZE:
         raise PipeFillError(Result.INVALID_ARGUMENT,
                             f"Config.{field} {value} is not a byte count (0 .. 2**64-2)")
@@ -108,6 +134,12 @@ class Config:
     default False: fill beside the collective stretches it on the critical path
     (PIPEFILL_FILL_OPTIMIZER_BUBBLES)."""
 
+    def __post_init__(self) -> None:
+        # Checked here, so a wrong type is named where the Config is written (TypeError naming
+        # the field and the type given), not later inside Runtime().
+        self._to_raw()
+        _warn_unknown_environment(stacklevel=4)
+
     def _to_raw(self) -> "_pipefill.RawConfig":
         raw = _pipefill.RawConfig()
         if self.backend is not None:
@@ -120,8 +152,7 @@ class Config:
             value = getattr(self, name)
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"Config.{name} must be an int, not {type(value).__name__}")
+            _check_type(name, value, (int,), "an int")
             if not -(1 << 31) <= value < (1 << 31):
                 raise PipeFillError(Result.INVALID_ARGUMENT,
                                     f"Config.{name} {value} does not fit a C int")
@@ -130,20 +161,25 @@ class Config:
             value = getattr(self, name)
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError(f"Config.{name} must be a number, not {type(value).__name__}")
+            _check_type(name, value, (int, float), "a number")
             setattr(raw, name, float(value))
         for name in _SIZE_FIELDS:
             value = getattr(self, name)
             if value is not None:
                 setattr(raw, name, _size_value(name, value))
+        for name in ("enable_cupti", "fill_optimizer_bubbles"):
+            value = getattr(self, name)
+            if value is not None:
+                _check_type(name, value, (bool, int), "a bool")
+        if self.sim_world is not None and not hasattr(self.sim_world, "_native"):
+            raise TypeError(f"Config.sim_world must be a pipefill.SimWorld, not "
+                            f"{type(self.sim_world).__name__}")
         if self.enable_cupti is not None:
             raw.enable_cupti = 1 if self.enable_cupti else 0
         if self.fill_optimizer_bubbles is not None:
             raw.fill_optimizer_bubbles = 1 if self.fill_optimizer_bubbles else 0
         if self.sim_seed is not None:
-            if isinstance(self.sim_seed, bool) or not isinstance(self.sim_seed, int):
-                raise TypeError("Config.sim_seed must be an int")
+            _check_type("sim_seed", self.sim_seed, (int,), "an int")
             if not 0 <= self.sim_seed < (1 << 64):
                 raise PipeFillError(Result.INVALID_ARGUMENT,
                                     f"Config.sim_seed {self.sim_seed} must be in 0 .. 2**64-1 "
@@ -159,7 +195,7 @@ class Config:
             except ValueError:
                 return value
 
-        return cls(
+        values = dict(
             backend=opt_enum(raw.backend, Backend),
             device=raw.device,
             stage_id=raw.stage_id,
@@ -180,3 +216,8 @@ class Config:
             gated_prediction_quantile=raw.gated_prediction_quantile,
             fill_optimizer_bubbles=bool(raw.fill_optimizer_bubbles),
         )
+        # The library's own values: no checks and no environment warnings again.
+        config = cls.__new__(cls)
+        for name, value in values.items():
+            setattr(config, name, value)
+        return config

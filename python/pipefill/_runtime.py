@@ -2,17 +2,20 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import logging
 import math
 import os
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from . import _pipefill
 from ._config import Config
-from ._enums import Backend, BubbleKind, JobStatus, Result, _KIND_NAMES
+from ._enums import Backend, BubbleKind, JobStatus, Result, SkipCause, _KIND_NAMES
 from ._errors import PipeFillError
 from ._sim import SimStream, SimWorld
+from . import _profiler, _stats_table
 
 StreamLike = Union[None, int, SimStream, "Stream", Any]
 """A stream: None (CUDA's legacy default stream), an int handle (cudaStream_t / simulated
@@ -56,6 +59,77 @@ def _kind_value(kind: Union[BubbleKind, str, int]) -> int:
     return int(kind)
 
 
+def _skips(counts: List[int]) -> Dict[SkipCause, int]:
+    """Counts by cause (a list indexed by pfSkipCause_t) as a dict; causes a newer library
+    reports and this package does not know are dropped."""
+    known = {int(c) for c in SkipCause}
+    return {SkipCause(i): int(n) for i, n in enumerate(counts) if i in known}
+
+
+def _kind(value: int) -> Union[BubbleKind, int]:
+    try:
+        return BubbleKind(value)
+    except ValueError:
+        return value
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassStats:
+    """pfClassStats_t: one bubble class's counters (the k-th bubble of an iteration is class
+    ``#k``; a labelled bubble's class is its label)."""
+
+    key: str
+    kind: BubbleKind
+    """Kind of the class's last bubble."""
+    bubbles: int
+    bubbles_filled: int
+    bubbles_timed: int
+    bubble_time_us: float
+    p10_us: float
+    """10th percentile of the durations the predictor keeps for the class."""
+    filled_time_us: float
+    items_completed: int
+    skips: Dict[SkipCause, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def mean_us(self) -> float:
+        """Mean measured duration (0 before any)."""
+        return self.bubble_time_us / self.bubbles_timed if self.bubbles_timed else 0.0
+
+    @property
+    def filled_share(self) -> float:
+        """filled_time_us / bubble_time_us (0 when there was no bubble time)."""
+        return self.filled_time_us / self.bubble_time_us if self.bubble_time_us > 0 else 0.0
+
+    @classmethod
+    def _from_native(cls, d: Dict[str, Any]) -> "ClassStats":
+        d = dict(d)
+        d["kind"] = _kind(d["kind"])
+        d["skips"] = _skips(d["skips"])
+        return cls(**d)
+
+
+def _bubble_args(kind: Union[BubbleKind, str, int], label: Optional[str],
+                 expected_us: Optional[float], lent_bytes: Any,
+                 lent_memory: Any) -> Tuple[int, Optional[str], float, int, int]:
+    """A bubble's arguments checked, a wrong type named with the argument (never a bare
+    ValueError from int()/float())."""
+    if label is not None and not isinstance(label, str):
+        raise TypeError(f"bubble: label must be a str or None, not {type(label).__name__}")
+    if expected_us is None:
+        expected = 0.0
+    elif isinstance(expected_us, bool) or not isinstance(expected_us, (int, float)):
+        raise TypeError(f"bubble: expected_us must be a number of microseconds or None, not "
+                        f"{type(expected_us).__name__} ({expected_us!r})")
+    else:
+        expected = float(expected_us)
+    for name, value in (("lent_bytes", lent_bytes), ("lent_memory", lent_memory)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise TypeError(f"bubble: {name} must be an int, not {type(value).__name__} "
+                            f"({value!r})")
+    return _kind_value(kind), label, expected, int(lent_bytes or 0), int(lent_memory or 0)
+
+
 @dataclasses.dataclass(frozen=True)
 class Stats:
     """pfStats_t: a runtime's counters (bubbles are counted once their timings are harvested:
@@ -78,6 +152,14 @@ class Stats:
     """SM x us of fill work inside bubbles (several jobs' slices side by side count each)."""
     capacity_sm_us: float = 0.0
     """Fill SMs x bubble time: what filled_sm_us is out of."""
+    skips: Dict[SkipCause, int] = dataclasses.field(default_factory=dict)
+    """Skipped bubbles by cause (pfRuntimeGetSkipCounts); the counts sum to bubbles_skipped."""
+    classes: Tuple[ClassStats, ...] = ()
+    """Every bubble class's counters, in the order their first bubble was harvested."""
+    bubble_failures: int = 0
+    """Bubble instructions that failed inside an adapter (pipefill.torch, .deepspeed,
+    .megatron), which went on without them; each distinct message was warned once
+    (:attr:`Runtime.bubble_failures_by_message`)."""
 
     @property
     def filled_share(self) -> float:
@@ -89,6 +171,15 @@ class Stats:
         """filled_sm_us / capacity_sm_us: how much of the fill partition's bubble time ran
         fill work (0 when there was none)."""
         return self.filled_sm_us / self.capacity_sm_us if self.capacity_sm_us > 0 else 0.0
+
+    def table(self, sort_by: str = "bubble_time_us", row_limit: int = 100) -> str:
+        """A table with one row per bubble class: bubbles, filled, mean and p10 duration,
+        filled share, items, skipped bubbles by cause. ``sort_by``: bubble_time_us (default),
+        bubbles, items_completed, filled_share or key."""
+        return _stats_table.class_table(self.classes, sort_by, row_limit)
+
+    def __str__(self) -> str:
+        return _stats_table.summary(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,12 +369,12 @@ class Bubble:
         self._args = (kind, label, expected_us, lent_bytes, lent_memory)
 
     def __enter__(self) -> "Bubble":
-        self._runtime._native.bubble_begin(self._stream, *self._args)
+        self._runtime._begin(self._stream, *self._args)
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         try:
-            self._runtime._native.bubble_end(self._stream)
+            self._runtime._end(self._stream)
         except PipeFillError as end_error:
             if exc is None:
                 raise
@@ -309,18 +400,47 @@ class Runtime:
     """
 
     def __init__(self, config: Optional[Config] = None, /, **fields: Any) -> None:
+        if config is not None and not isinstance(config, Config):
+            raise TypeError(f"Runtime: config must be a pipefill.Config, not {type(config).__name__}")
+        names = [f.name for f in dataclasses.fields(Config)]
+        for name in fields:
+            if name not in names:
+                nearest = difflib.get_close_matches(name, names, n=1)
+                hint = f": did you mean {nearest[0]}?" if nearest else ""
+                raise TypeError(f"Runtime: '{name}' is not a Config field{hint}")
         if config is None:
             config = Config(**fields)
         elif fields:
             config = dataclasses.replace(config, **fields)
-        if not isinstance(config, Config):
-            raise TypeError(f"Runtime: config must be a pipefill.Config, not {type(config).__name__}")
         world = config.sim_world
         if world is not None and not isinstance(world, SimWorld):
             raise TypeError("Config.sim_world must be a pipefill.SimWorld")
         self._world = world  # kept alive while the runtime lives
         self._native = _pipefill.Runtime(config._to_raw(), world._native if world else None)
         self._job_refs: "List[weakref.ref[Job]]" = []
+        # The runtime's class key of the next unlabelled bubble ("#k": k-th of the iteration),
+        # and the torch.profiler range of the open bubble (_profiler).
+        self._bubble_index = 0
+        self._profiler_scope: Any = None
+        self._report_backend(config)
+
+    def _report_backend(self, config: Config) -> None:
+        # backend auto (the default) is a choice the user did not make: say which backend it
+        # became, and warn when it is the simulator, whose virtual time ignores real waits.
+        requested = config.backend
+        if requested is None:
+            requested = os.environ.get("PIPEFILL_BACKEND", "auto")
+        if str(requested).strip().lower() not in ("auto", "0", str(Backend.AUTO)):
+            return
+        chosen = self.backend
+        if chosen == Backend.SIM:
+            warnings.warn("pipefill: backend 'auto' found no usable GPU and chose the simulated "
+                          "device (Backend.SIM: virtual time, a real wait takes no simulated "
+                          "time, so real-time bubbles measure 0); pass backend='host' for the "
+                          "real-time CPU device or backend='sim' to choose the simulator "
+                          "explicitly", RuntimeWarning, stacklevel=3)
+        else:
+            logging.getLogger("pipefill").info("backend 'auto' chose %s", chosen)
 
     # ---- life ----
     def close(self) -> None:
@@ -377,21 +497,33 @@ class Runtime:
             expected_us: expected duration, lets a class fill before it has history.
             lent_bytes, lent_memory: device memory the engine lends for this bubble only.
         """
-        return Bubble(self, stream_handle(stream), _kind_value(kind), label,
-                      float(expected_us) if expected_us is not None else 0.0,
-                      int(lent_bytes), int(lent_memory or 0))
+        return Bubble(self, stream_handle(stream),
+                      *_bubble_args(kind, label, expected_us, lent_bytes, lent_memory))
 
     def bubble_begin(self, stream: StreamLike, *, kind: Union[BubbleKind, str, int] = BubbleKind.OTHER,
                      label: Optional[str] = None, expected_us: Optional[float] = None,
                      lent_bytes: int = 0, lent_memory: Optional[int] = None) -> None:
         """pfBubbleBegin: records the begin on ``stream`` (stream order); never blocks."""
-        self._native.bubble_begin(stream_handle(stream), _kind_value(kind), label,
-                                  float(expected_us) if expected_us is not None else 0.0,
-                                  int(lent_bytes), int(lent_memory or 0))
+        self._begin(stream_handle(stream), *_bubble_args(kind, label, expected_us, lent_bytes,
+                                                          lent_memory))
 
     def bubble_end(self, stream: StreamLike) -> None:
         """pfBubbleEnd: closes the gate in stream order; ``stream`` must be the begin's."""
-        self._native.bubble_end(stream_handle(stream))
+        self._end(stream_handle(stream))
+
+    def _begin(self, stream: int, kind: int, label: Optional[str], expected_us: float,
+               lent_bytes: int, lent_memory: int) -> None:
+        self._native.bubble_begin(stream, kind, label, expected_us, lent_bytes, lent_memory)
+        key = label if label else f"#{self._bubble_index}"
+        self._bubble_index += 1
+        self._profiler_scope = _profiler.open_range(key)
+
+    def _end(self, stream: int) -> None:
+        scope, self._profiler_scope = self._profiler_scope, None
+        try:
+            self._native.bubble_end(stream)
+        finally:
+            _profiler.close_range(scope)
 
     @property
     def in_bubble(self) -> bool:
@@ -401,6 +533,7 @@ class Runtime:
     def iteration_end(self) -> None:
         """pfIterationEnd: the k-th bubble of an iteration is bubble class k."""
         self._native.iteration_end()
+        self._bubble_index = 0
 
     # ---- jobs ----
     def create_job(self, spec: Any) -> Job:
@@ -433,14 +566,25 @@ class Runtime:
         green context when there is one), so the graph's kernels do too. Capture only."""
         return Stream(self, self._native.create_capture_stream())
 
+    def fill_stream_handles(self) -> List[int]:
+        """The runtime's fill streams as raw handles (pfRuntimeGetFillStreams): cudaStream_t on
+        CUDA, simulated/host stream addresses otherwise. To observe fill work only: never
+        enqueue main-job work on them nor destroy them. ``pipefill.torch.fill_streams`` wraps
+        them as ``torch.cuda.ExternalStream``."""
+        return list(self._native.fill_streams())
+
     def high_priority_stream(self) -> Stream:
         """A main-job stream at the device's highest priority (pfStreamCreateHighPriority)."""
         return Stream(self, self._native.create_high_priority_stream())
 
     # ---- results ----
     def stats(self) -> Stats:
-        """pfRuntimeGetStatsV2 (every field, SM x us included)."""
-        return Stats(**self._native.stats())
+        """pfRuntimeGetStatsV2 (every field, SM x us included), the skipped bubbles by cause
+        (pfRuntimeGetSkipCounts) and every bubble class (pfRuntimeGetClassStats). ``print()``
+        it for a summary and a table per class."""
+        classes = tuple(ClassStats._from_native(c) for c in self._native.class_stats())
+        return Stats(**self._native.stats(), skips=_skips(self._native.skip_counts()),
+                     classes=classes, bubble_failures=self.bubble_failures)
 
     def write_trace(self, path: Union[str, "os.PathLike[str]"]) -> None:
         """Writes a Chrome trace (Perfetto / chrome://tracing) of the bubbles and fill slices

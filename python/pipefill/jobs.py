@@ -3,12 +3,14 @@
 - :class:`SimTicketJob`: simulated ticket (or opaque) items of a given cost - the job of
   ``examples/c_trainer`` - counting every item it runs and checking each ran exactly once.
 - :class:`MlpInference`, :class:`EncoderInference`, :class:`Training`: the example fill jobs of
-  ``examples/fill_jobs`` (fill_jobs.h). On the simulated backend every item's real result is
-  computed on the CPU as the item completes in virtual time; on CUDA they run ticket kernels or
-  cuBLAS work.
+  ``examples/fill_jobs`` (fill_jobs.h), on every backend. On the simulated backend an item
+  takes its modelled cost in virtual time, on the host backend in real time (an SM thread
+  sleeps it out); an inference item's real result is computed on the CPU only when asked
+  (``keep_every``; default none), a training item (an SGD step) always. On CUDA they run
+  ticket kernels or cuBLAS work.
 
 Pass a description to :meth:`pipefill.Runtime.create_job`; it returns a :class:`pipefill.Job`.
-Fields left at None take the C defaults (fjParamsInit).
+Fields left at None take the C defaults (fjParamsInit), except ``keep_every`` (0 here).
 """
 from __future__ import annotations
 
@@ -155,6 +157,10 @@ def _fill_params(kind: int, spec: object, fields: Sequence[str]) -> "_pipefill.F
             raise PipeFillError(Result.INVALID_ARGUMENT,
                                 f"{type(spec).__name__}.{name} {value} must be >= 0")
         setattr(params, name, value)
+    if kind in (0, 1) and getattr(spec, "keep_every") is None:
+        # Inference results are computed on the CPU (simulated and host backends) only when
+        # asked for: a real result per filled item made a 7 ms simulated step take seconds.
+        params.keep_every = 0
     execution = getattr(spec, "execution")
     if execution is not None:
         if execution not in _EXECUTIONS:
@@ -177,7 +183,11 @@ class _FillJobBase:
     """Modelled cost of one item (<= 0 or None: from the FLOP count and the rates)."""
     parallelism: Optional[int] = None
     keep_every: Optional[int] = None
-    """Inference: keep the output of every Nth item for reading back (1: all, 0: none)."""
+    """Inference: compute on the CPU and keep the output of every Nth item for reading back
+    with ``job.output(item)`` (1: all). Default (None) 0: none, so filled items cost no CPU
+    time on the simulated and host backends; opt in to check results (measured on the
+    default shapes, docs/pytorch.md: a real result costs CPU time per item comparable to or
+    above the item's modelled GPU cost). On CUDA every item runs on the GPU regardless."""
     ticket_flops_per_us: Optional[float] = None
     opaque_flops_per_us: Optional[float] = None
     opaque_blocks: Optional[int] = None

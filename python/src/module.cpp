@@ -19,6 +19,7 @@
 // runtime, its config and the host device's stream calls), jobs.* (fill jobs and the example
 // jobs' parameters), sim_world.* (the simulated world). This file is the module's entry point.
 
+#include "core/env_check.hpp"
 #include "runtime.hpp"
 
 using namespace nb::literals;
@@ -52,6 +53,17 @@ NB_MODULE(_pipefill, m) {
   m.def(
       "fill_kind_name", [](int kind) { return std::string(fjKindName(kind)); }, "kind"_a,
       "fjKindName: name of an example fill job kind.");
+  m.def(
+      "known_environment_variables",
+      [] {
+        nb::list names;
+        for (std::string_view name : pipefill::core::known_environment_variables()) {
+          names.append(std::string(name));
+        }
+        return names;
+      },
+      "The PIPEFILL_* names the library, its tools and scripts read (the C library warns once "
+      "about any other).");
   m.attr("HEADER_VERSION") = PIPEFILL_VERSION_CODE;
   m.attr("CONFIG_VERSION") = PF_CONFIG_VERSION;
   m.attr("UNSET_INT") = PF_UNSET_INT;

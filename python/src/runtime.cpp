@@ -65,6 +65,10 @@ void bind_runtime(nb::module_& m) {
       .def("in_bubble", &Runtime::in_bubble, "True between a bubble_begin and its bubble_end.")
       .def("iteration_end", &Runtime::iteration_end, "pfIterationEnd.")
       .def("stats", &Runtime::stats, "pfRuntimeGetStatsV2 as a dict.")
+      .def("fill_streams", &Runtime::fill_streams, "pfRuntimeGetFillStreams: handles as ints.")
+      .def("skip_counts", &Runtime::skip_counts, "pfRuntimeGetSkipCounts: a list by pfSkipCause_t.")
+      .def("class_stats", &Runtime::class_stats,
+           "pfRuntimeGetClassStats of every class: a list of dicts.")
       .def("write_trace", &Runtime::write_trace, "path"_a, "pfTraceWrite (GIL released).")
       .def("create_sim_ticket_job", &Runtime::create_sim_ticket_job, "name"_a, "priority"_a,
            "items"_a, "item_cost_us"_a, "parallelism"_a, "resident_bytes"_a,

@@ -3,6 +3,9 @@
 // alive, closing a runtime destroys its jobs first, a closed handle raises).
 #pragma once
 
+#include <array>
+#include <vector>
+
 #include "common.hpp"
 #include "jobs.hpp"
 #include "sim_world.hpp"
@@ -151,6 +154,64 @@ class Runtime {
     d["filled_sm_us"] = s.filled_sm_us;
     d["capacity_sm_us"] = s.capacity_sm_us;
     return d;
+  }
+  // pfRuntimeGetFillStreams: the fill stream handles as ints.
+  nb::list fill_streams() {
+    std::vector<void*> streams;
+    {
+      Use use(core_->life, "Runtime");
+      size_t count = 0;
+      check(pfRuntimeGetFillStreams(core_->runtime, nullptr, 0, &count));
+      streams.resize(count);
+      check(pfRuntimeGetFillStreams(core_->runtime, streams.data(), streams.size(), &count));
+    }
+    nb::list out;
+    for (void* s : streams) out.append(reinterpret_cast<uintptr_t>(s));
+    return out;
+  }
+  // pfRuntimeGetSkipCounts: skipped bubbles by pfSkipCause_t (a list indexed by cause).
+  nb::list skip_counts() {
+    std::array<uint64_t, PF_SKIP_CAUSE_COUNT> counts{};
+    {
+      Use use(core_->life, "Runtime");
+      check(pfRuntimeGetSkipCounts(core_->runtime, counts.data(), counts.size()));
+    }
+    nb::list out;
+    for (uint64_t c : counts) out.append(c);
+    return out;
+  }
+  // pfRuntimeGetClassCount + pfRuntimeGetClassStats: one dict per bubble class, in the order
+  // the classes were first harvested.
+  nb::list class_stats() {
+    std::vector<pfClassStats_t> classes;
+    {
+      Use use(core_->life, "Runtime");
+      size_t count = 0;
+      check(pfRuntimeGetClassCount(core_->runtime, &count));
+      classes.resize(count);
+      for (size_t i = 0; i < count; ++i) {
+        classes[i].size = sizeof(pfClassStats_t);
+        check(pfRuntimeGetClassStats(core_->runtime, i, &classes[i]));
+      }
+    }
+    nb::list out;
+    for (const pfClassStats_t& c : classes) {
+      nb::dict d;
+      d["key"] = std::string(c.key);
+      d["kind"] = c.kind;
+      d["bubbles"] = c.bubbles;
+      d["bubbles_filled"] = c.bubbles_filled;
+      d["bubbles_timed"] = c.bubbles_timed;
+      d["bubble_time_us"] = c.bubble_time_us;
+      d["p10_us"] = c.p10_us;
+      d["filled_time_us"] = c.filled_time_us;
+      d["items_completed"] = c.items_completed;
+      nb::list skips;
+      for (int i = 0; i < PF_SKIP_CAUSE_COUNT; ++i) skips.append(c.skips[i]);
+      d["skips"] = skips;
+      out.append(d);
+    }
+    return out;
   }
   void write_trace(const std::string& path) {
     nb::gil_scoped_release release;

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "analysis/activity.hpp"
 #include "common/error.hpp"
 
 namespace pipefill::analysis {
@@ -65,7 +66,13 @@ EventClass classify_complete(const JsonField& cat_field, std::string_view name,
     if (has_category(cat, "gpu_user_annotation")) return EventClass::DeviceMarker;
     if (has_category(cat, "fill")) return EventClass::Fill;
     if (has_category(cat, "bubble")) return EventClass::DeviceMarker;
-    if (has_category(cat, "user_annotation")) return EventClass::HostMarker;
+    if (has_category(cat, "user_annotation")) {
+      // pipefill.Runtime's torch.profiler ranges ("bubble <class key>", python/pipefill/
+      // _profiler.py): bubble markers of the process (pid as the device), like PipeFill's own
+      // trace, so a CPU-only torch trace has its bubbles too.
+      if (name.starts_with(kBubbleMarkerPrefix)) return EventClass::DeviceMarker;
+      return EventClass::HostMarker;
+    }
   }
   if (starts_with_any(name, options.marker_prefixes)) return EventClass::HostMarker;
   if (!cat.empty() && (has_category(cat, "cuda_runtime") || has_category(cat, "cuda_driver"))) {

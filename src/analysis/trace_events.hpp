@@ -7,6 +7,8 @@
 //   cat "kernel"                -> Kernel, Comm (comm-name pattern) or Fill (fill stream / name)
 //   cat "gpu_memcpy" / "memcpy" -> Memcpy        cat "gpu_memset" / "memset" -> Memset
 //   cat "gpu_user_annotation"   -> Marker on the device
+//   cat "user_annotation" named "bubble <key>" (pipefill.Runtime's torch.profiler ranges)
+//                               -> bubble Marker on device = pid (explicit-bubble mode)
 //   cat "user_annotation", or any name starting with a marker prefix -> Marker on the host,
 //                                  tagged with its pid (process)
 //   cat "fill"                  -> Fill (PipeFill traces)   cat "bubble" -> Marker

@@ -345,6 +345,73 @@ PF_API pfResult_t pfRuntimeGetStatsV2(pfRuntime_t runtime, pfStats_t* stats, siz
   });
 }
 
+PF_API pfResult_t pfRuntimeGetSkipCounts(pfRuntime_t runtime, uint64_t* counts, size_t count) {
+  return guarded(__func__, [&] {
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfRuntimeGetSkipCounts", &rt));
+    if (counts == nullptr || count == 0) {
+      return fail(pfErrorInvalidArgument, "pfRuntimeGetSkipCounts: counts is NULL or count is 0");
+    }
+    const auto all = rt->skip_counts();
+    const size_t known = std::min(count, all.size());
+    std::copy_n(all.begin(), known, counts);
+    std::fill(counts + known, counts + count, uint64_t{0});  // causes of a newer header read 0
+    return pfSuccess;
+  });
+}
+
+PF_API pfResult_t pfRuntimeGetClassCount(pfRuntime_t runtime, size_t* count) {
+  return guarded(__func__, [&] {
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfRuntimeGetClassCount", &rt));
+    if (count == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeGetClassCount: count is NULL");
+    *count = rt->class_count();
+    return pfSuccess;
+  });
+}
+
+PF_API pfResult_t pfRuntimeGetClassStats(pfRuntime_t runtime, size_t index, pfClassStats_t* stats) {
+  return guarded(__func__, [&] {
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfRuntimeGetClassStats", &rt));
+    if (stats == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeGetClassStats: stats is NULL");
+    const size_t size = stats->size;
+    if (size < sizeof(pfClassStats_t)) {
+      return fail(pfErrorInvalidArgument,
+                  "pfRuntimeGetClassStats: stats->size = {} is below the first layout ({} bytes); "
+                  "set it to sizeof(pfClassStats_t)",
+                  size, sizeof(pfClassStats_t));
+    }
+    pfClassStats_t one{};
+    if (!rt->class_stats(index, &one)) {
+      return fail(pfErrorInvalidArgument,
+                  "pfRuntimeGetClassStats: index {} is not below the class count {}", index,
+                  rt->class_count());
+    }
+    std::memcpy(stats, &one, sizeof one);
+    // Fields of a newer header this library does not know read 0.
+    if (size > sizeof one) std::memset(reinterpret_cast<char*>(stats) + sizeof one, 0, size - sizeof one);
+    return pfSuccess;
+  });
+}
+
+PF_API pfResult_t pfRuntimeGetFillStreams(pfRuntime_t runtime, void** streams, size_t capacity,
+                                          size_t* count) {
+  return guarded(__func__, [&] {
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfRuntimeGetFillStreams", &rt));
+    if (count == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeGetFillStreams: count is NULL");
+    if (streams == nullptr && capacity > 0) {
+      return fail(pfErrorInvalidArgument,
+                  "pfRuntimeGetFillStreams: streams is NULL with capacity {}", capacity);
+    }
+    const auto& fill = rt->fill_streams();
+    std::copy_n(fill.begin(), std::min(capacity, fill.size()), streams);
+    *count = fill.size();
+    return pfSuccess;
+  });
+}
+
 PF_API pfResult_t pfTraceWrite(pfRuntime_t runtime, const char* path) {
   return guarded(__func__, [&] {
     RuntimeRef rt;

@@ -149,6 +149,7 @@ bool Executor::left_unfilled_by_kind(BubbleRecord& bubble) const {
   bubble.skip_reason =
       "an optimizer (all-reduce) bubble: fill_optimizer_bubbles is 0 (fill beside the collective "
       "would stretch it; PIPEFILL_FILL_OPTIMIZER_BUBBLES=1 fills it)";
+  bubble.skip_cause = pfSkipOptimizer;
   return true;
 }
 
@@ -162,7 +163,10 @@ BubbleRecord& Executor::open_bubble_record(RuntimeState& s, const BubbleMessage&
   bubble.class_key = bubble_class_key(m.index_in_iteration, m.label);
   bubble.kind = m.kind;
   bubble.tracked = m.tracked;
-  if (!m.tracked) bubble.skip_reason = "bubble event pool exhausted";
+  if (!m.tracked) {
+    bubble.skip_reason = "bubble event pool exhausted";
+    bubble.skip_cause = pfSkipUntimed;
+  }
   return bubble;
 }
 
@@ -186,6 +190,7 @@ void Executor::begin_bubble(const BubbleMessage& m, SliceTails* tails) {
       if (prepared.class_key != bubble.class_key) continue;
       bubble.predicted_us = prepared.gated_predicted_us;
       bubble.skip_reason = prepared.plan.skip_reason;
+      bubble.skip_cause = prepared.plan.skip_cause;
       FillRequest request;
       request.gated_predicted_us = prepared.gated_predicted_us;
       request.ungated_predicted_us = prepared.ungated_predicted_us;
@@ -198,10 +203,12 @@ void Executor::begin_bubble(const BubbleMessage& m, SliceTails* tails) {
     bubble.predicted_us = request.gated_predicted_us;
     if (bubble.predicted_us <= 0) {
       bubble.skip_reason = why;
+      bubble.skip_cause = pfSkipNoHistory;
       return;
     }
     const BubblePlan packed = launcher_.plan(s, request, /*observed=*/nullptr);
     bubble.skip_reason = packed.skip_reason;
+    bubble.skip_cause = packed.skip_cause;
     launcher_.fill_packed(s, bubble, request, packed, /*observed=*/false, tails);
   } catch (const std::exception& e) {
     record_async_error(s, pfErrorInternal, fmt::format("inline launch: {}", e.what()));
@@ -250,6 +257,7 @@ void Executor::handle_begin(RuntimeState& s, const BubbleMessage& m) {
   bubble.predicted_us = request.gated_predicted_us;
   if (bubble.predicted_us <= 0) {
     bubble.skip_reason = why;
+    bubble.skip_cause = pfSkipNoHistory;
     return;
   }
   launcher_.fill(s, bubble, request);
@@ -386,6 +394,7 @@ void Executor::harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begi
     s.stats.bubble_time_us += accounting.duration_us;
   }
   size_t launched = 0;
+  uint64_t class_items = 0;
   for (size_t i = 0; i < bubble.slices.size(); ++i) {
     SliceRecord& slice = bubble.slices[i];
     const SliceAccounting& a = accounting.slices[i];
@@ -396,7 +405,10 @@ void Executor::harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begi
     // Slices of detached (destroyed) jobs count towards filled time and overrun too: their work
     // ran on the device all the same.
     if (timed) job.busy_time_us += a.busy_us;
-    if (!job.detached) s.stats.items_completed += a.items_done;
+    if (!job.detached) {
+      s.stats.items_completed += a.items_done;
+      class_items += a.items_done;
+    }
     if (!slice.launch_failed) {
       ++launched;
       // A ticket slice that started while its bubble was open and still claimed nothing: its
@@ -428,10 +440,22 @@ void Executor::harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begi
     s.free_slice_slots.push_back(slice.event_slot);
     settle_job(s, job);
   }
+  // The class's counters (pfRuntimeGetClassStats), made at its first harvested bubble.
+  auto [slot, added] = s.class_index.try_emplace(bubble.class_key, s.classes.size());
+  if (added) s.classes.push_back(ClassCounters{.key = bubble.class_key});
+  ClassCounters& counters = s.classes[slot->second];
+  ++counters.bubbles;
+  counters.kind = bubble.kind;
+  counters.items_completed += class_items;
   if (!timed) {
     ++s.stats.bubbles_skipped;
+    ++s.skip_counts[pfSkipUntimed];
+    ++counters.skips[pfSkipUntimed];
     return;
   }
+  ++counters.bubbles_timed;
+  counters.bubble_time_us += accounting.duration_us;
+  counters.filled_time_us += accounting.filled_us;
   s.stats.filled_time_us += accounting.filled_us;
   s.stats.filled_sm_us += accounting.filled_sm_us;
   s.stats.capacity_sm_us += accounting.duration_us * resources_.partition.fill_sms;
@@ -445,9 +469,14 @@ void Executor::harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begi
   }
   if (launched == 0) {
     ++s.stats.bubbles_skipped;
+    // Slices recorded but none launched: their launches failed, whatever the plan noted first.
+    const pfSkipCause_t cause = bubble.slices.empty() ? bubble.skip_cause : pfSkipLaunchFailed;
+    ++s.skip_counts[static_cast<size_t>(cause)];
+    ++counters.skips[static_cast<size_t>(cause)];
     log::trace("bubble {} ({}) not filled: {}", bubble.id, bubble.class_key, bubble.skip_reason);
   } else {
     ++s.stats.bubbles_filled;
+    ++counters.bubbles_filled;
   }
   s.trace.add(TraceBubble{bubble.id, bubble.iteration, bubble.class_key, bubble.kind, begin_us,
                           end_us, bubble.predicted_us, launched});

@@ -25,10 +25,12 @@ SlicePlan plan_slice(const PlanRequest& r, std::span<const JobConfigModel> confi
   SlicePlan plan;
   if (r.remaining_items == 0) {
     plan.reason = "no items left";
+    plan.cause = pfSkipNoJob;
     return plan;
   }
   if (r.fill_sms <= 0) {
     plan.reason = "no fill SMs";
+    plan.cause = pfSkipNoResources;
     return plan;
   }
   const double budget =
@@ -36,6 +38,7 @@ SlicePlan plan_slice(const PlanRequest& r, std::span<const JobConfigModel> confi
   if (!(budget > 0)) {
     plan.reason = fmt::format("bubble too short: {:.3f} us predicted leaves {:.3f} us",
                               r.predicted_us, budget);
+    plan.cause = pfSkipTooShort;
     return plan;
   }
   bool memory_limited = false;
@@ -91,11 +94,14 @@ SlicePlan plan_slice(const PlanRequest& r, std::span<const JobConfigModel> confi
   if (!plan.fill) {
     if (too_long) {
       plan.reason = fmt::format("every item is longer than the {:.3f} us budget", budget);
+      plan.cause = pfSkipTooShort;
     } else if (sms_needed > 0 && !memory_limited) {
       plan.reason = fmt::format("one worker holds {} SMs (its graph's kernels) but only {} are free",
                                 sms_needed, r.fill_sms);
+      plan.cause = pfSkipNoResources;
     } else if (memory_limited) {
       plan.reason = fmt::format("workspace does not fit the {} free bytes", r.free_bytes);
+      plan.cause = pfSkipNoMemory;
     } else {
       plan.reason = "no eligible configuration";
     }

@@ -7,6 +7,8 @@
 #include <span>
 #include <string>
 
+#include "pipefill/pipefill.h"
+
 namespace pipefill {
 
 struct JobConfigModel {
@@ -50,6 +52,7 @@ struct SlicePlan {
   size_t workspace_bytes = 0;
   double work = 0.0;           // useful work units planned
   std::string reason;          // why no fill (empty when fill)
+  pfSkipCause_t cause = pfSkipOther;  // the reason's category, counted per skipped bubble
 };
 
 // Picks the configuration with the highest work per µs that fits the memory, then the number

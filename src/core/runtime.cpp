@@ -1,7 +1,11 @@
 #include "core/runtime.hpp"
 
+#include <algorithm>
+#include <cstring>
+
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "core/env_check.hpp"
 
 namespace pipefill::core {
 
@@ -31,11 +35,18 @@ pfResult_t Runtime::create(const RuntimeOptions& options, std::unique_ptr<Device
 
 pfResult_t Runtime::init(const RuntimeOptions& requested, std::unique_ptr<Device> device) {
   options_ = requested;
+  warn_unknown_environment_once();
   if (options_.backend == pfBackendAuto) {
     const int gpus = cuda_device_count();
     options_.backend = gpus > 0 ? pfBackendCuda : pfBackendSim;
-    log::info("backend auto: {} ({} CUDA device(s) found)",
-              options_.backend == pfBackendCuda ? "cuda" : "sim", gpus);
+    if (options_.backend == pfBackendCuda) {
+      log::info("backend auto: cuda ({} CUDA device(s) found)", gpus);
+    } else {
+      // A fallback the user may not expect: the simulator's virtual time ignores real waits.
+      log::warn("backend auto: no usable CUDA device (or built without CUDA), so the simulated "
+                "device (virtual time: real waits take no simulated time); set backend "
+                "sim|host (PIPEFILL_BACKEND) to choose explicitly");
+    }
   }
   if (device != nullptr) {
     device_ = std::move(device);
@@ -160,6 +171,37 @@ pfResult_t Runtime::get_stats(pfStats_t* stats) {
   stats->iterations = tracker_->iterations();
   stats->host_begin_end_ns = tracker_->host_ns_per_pair();
   return pfSuccess;
+}
+
+std::array<uint64_t, PF_SKIP_CAUSE_COUNT> Runtime::skip_counts() {
+  MutexLock lock(state_.mu);
+  return state_.skip_counts;
+}
+
+size_t Runtime::class_count() {
+  MutexLock lock(state_.mu);
+  return state_.classes.size();
+}
+
+bool Runtime::class_stats(size_t index, pfClassStats_t* out) {
+  MutexLock lock(state_.mu);
+  if (index >= state_.classes.size()) return false;
+  const ClassCounters& c = state_.classes[index];
+  *out = pfClassStats_t{};
+  out->size = sizeof(pfClassStats_t);
+  const size_t key_bytes = std::min(c.key.size(), sizeof(out->key) - 1);
+  std::memcpy(out->key, c.key.data(), key_bytes);
+  out->kind = c.kind;
+  out->bubbles = c.bubbles;
+  out->bubbles_filled = c.bubbles_filled;
+  out->bubbles_timed = c.bubbles_timed;
+  out->bubble_time_us = c.bubble_time_us;
+  out->p10_us = state_.predictor.predict(c.key, 0.1).quantile_us;
+  out->filled_time_us = c.filled_time_us;
+  out->items_completed = c.items_completed;
+  static_assert(PF_SKIP_CAUSE_COUNT <= PF_CLASS_SKIP_CAPACITY);
+  std::copy(c.skips.begin(), c.skips.end(), out->skips);
+  return true;
 }
 
 pfResult_t Runtime::write_trace(const char* path) {

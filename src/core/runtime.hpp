@@ -14,6 +14,7 @@
 // Lock order and thread affinity: docs/architecture.md.
 #pragma once
 
+#include <array>
 #include <memory>
 
 #include "core/bubble_tracker.hpp"
@@ -69,6 +70,13 @@ class Runtime {
   // ---- any thread -------------------------------------------------------------------------
   pfResult_t synchronize();
   pfResult_t get_stats(pfStats_t* stats);
+  // Skipped bubbles by pfSkipCause_t (PF_SKIP_CAUSE_COUNT entries).
+  std::array<uint64_t, PF_SKIP_CAUSE_COUNT> skip_counts();
+  size_t class_count();
+  // The fill streams made at init (fixed for the runtime's life).
+  const std::vector<Stream>& fill_streams() const { return resources_.fill_streams; }
+  // False when index is out of range; `out` is this layout's struct (size set).
+  bool class_stats(size_t index, pfClassStats_t* out);
   pfResult_t write_trace(const char* path);
   pfResult_t async_error() const { return state_.async_error.load(); }
   pfResult_t create_high_priority_stream(void** stream);

@@ -6,11 +6,13 @@
 // every access (docs/architecture.md, "Lock order and thread affinity").
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "analysis/activity.hpp"
@@ -58,6 +60,7 @@ struct PackedSlice {
 struct BubblePlan {
   std::vector<PackedSlice> slices;
   std::string skip_reason;  // why a job got nothing (the first reason), for traces and logs
+  pfSkipCause_t skip_cause = pfSkipNoJob;  // skip_reason's category (none given: no runnable job)
 };
 
 // Inline launch mode: the plan of a bubble class prepared by the executor after a harvest, so
@@ -79,6 +82,19 @@ struct QuarantinedSlice {
   uint64_t bubble_id = 0;
 };
 
+// One bubble class's counters (pfClassStats_t), accumulated at harvest.
+struct ClassCounters {
+  std::string key;
+  int kind = pfBubbleOther;  // of the class's last bubble
+  uint64_t bubbles = 0;
+  uint64_t bubbles_filled = 0;
+  uint64_t bubbles_timed = 0;
+  double bubble_time_us = 0.0;
+  double filled_time_us = 0.0;
+  uint64_t items_completed = 0;
+  std::array<uint64_t, PF_SKIP_CAUSE_COUNT> skips{};
+};
+
 // A bubble whose Begin message the executor handled, until it is harvested.
 struct BubbleRecord {
   uint64_t id = 0;
@@ -92,6 +108,7 @@ struct BubbleRecord {
   double predicted_us = 0.0;     // prediction gated work was planned to (0: none)
   std::vector<SliceRecord> slices;
   std::string skip_reason;
+  pfSkipCause_t skip_cause = pfSkipNoJob;  // skip_reason's category (none given: no runnable job)
 };
 
 struct RuntimeState {
@@ -121,6 +138,9 @@ struct RuntimeState {
 
   // Statistics and trace (harvest).
   pfStats_t stats GUARDED_BY(mu){};
+  std::array<uint64_t, PF_SKIP_CAUSE_COUNT> skip_counts GUARDED_BY(mu){};  // by pfSkipCause_t
+  std::vector<ClassCounters> classes GUARDED_BY(mu);  // in order of their first harvest
+  std::unordered_map<std::string, size_t> class_index GUARDED_BY(mu);  // key -> classes[i]
   TraceRecords trace GUARDED_BY(mu);
   uint64_t calibration_iteration GUARDED_BY(mu) = 0;
   bool calibration_available GUARDED_BY(mu) = true;

@@ -52,10 +52,12 @@ SliceLauncher::Observed SliceLauncher::observe(const RuntimeState& s, const Bubb
 void SliceLauncher::fill(RuntimeState& s, BubbleRecord& bubble, const FillRequest& request) {
   if (observe(s, bubble, /*elapsed=*/false).ended) {
     bubble.skip_reason = "the bubble had ended before the executor handled it";
+    bubble.skip_cause = pfSkipLate;
     return;
   }
   const BubblePlan packed = plan(s, request, &bubble);
   bubble.skip_reason = packed.skip_reason;
+  bubble.skip_cause = packed.skip_cause;
   fill_packed(s, bubble, request, packed, /*observed=*/true, /*tails=*/nullptr);
 }
 
@@ -67,8 +69,10 @@ BubblePlan SliceLauncher::plan(RuntimeState& s, const FillRequest& in,
   };
   const double gated_budget = usable(in.gated_predicted_us);
   const double ungated_budget = in.ungated_predicted_us > 0 ? usable(in.ungated_predicted_us) : 0.0;
-  const auto note = [&](std::string reason) {
-    if (out.skip_reason.empty()) out.skip_reason = std::move(reason);
+  const auto note = [&](pfSkipCause_t cause, std::string reason) {
+    if (!out.skip_reason.empty()) return;
+    out.skip_reason = std::move(reason);
+    out.skip_cause = cause;
   };
 
   const int fill_sms = resources_.partition.fill_sms;
@@ -103,12 +107,13 @@ BubblePlan SliceLauncher::plan(RuntimeState& s, const FillRequest& in,
       continue;  // already holds (or was refused) a slice of this bubble
     }
     if (static_cast<size_t>(std::popcount(streams_taken)) >= streams) {
-      note(fmt::format("job '{}': all {} fill streams hold a slice of this bubble", job->name,
+      note(pfSkipNoResources,
+           fmt::format("job '{}': all {} fill streams hold a slice of this bubble", job->name,
                        streams));
       break;
     }
     if (free_sms <= 0) {
-      note(fmt::format("job '{}': every fill SM is packed", job->name));
+      note(pfSkipNoResources, fmt::format("job '{}': every fill SM is packed", job->name));
       break;
     }
     PlanRequest request;
@@ -116,7 +121,8 @@ BubblePlan SliceLauncher::plan(RuntimeState& s, const FillRequest& in,
     if (job->kind == pfJobOpaque) {
       // Nothing stops opaque work: only a measured prediction, and only the time left of it.
       if (!(ungated_budget > 0)) {
-        note(fmt::format("job '{}': opaque work waits for a measured history of the class",
+        note(pfSkipNoHistory,
+             fmt::format("job '{}': opaque work waits for a measured history of the class",
                          job->name));
         continue;
       }
@@ -125,7 +131,8 @@ BubblePlan SliceLauncher::plan(RuntimeState& s, const FillRequest& in,
         looked = true;
       }
       if (now.ended) {
-        note(fmt::format("job '{}': the bubble ended before its opaque slice could be launched",
+        note(pfSkipLate,
+             fmt::format("job '{}': the bubble ended before its opaque slice could be launched",
                          job->name));
         continue;
       }
@@ -143,7 +150,7 @@ BubblePlan SliceLauncher::plan(RuntimeState& s, const FillRequest& in,
     request.pack_sms = true;
     SlicePlan slice = plan_slice(request, job->configs);
     if (!slice.fill) {
-      note(fmt::format("job '{}': {}", job->name, slice.reason));
+      note(slice.cause, fmt::format("job '{}': {}", job->name, slice.reason));
       continue;
     }
     // The job's last stream when free (no cross-stream wait for its previous slice), else the
@@ -224,6 +231,7 @@ bool SliceLauncher::enqueue(RuntimeState& s, BubbleRecord& bubble, const BubbleP
           bubble.skip_reason = fmt::format(
               "job '{}': the bubble {} before its opaque slice could be launched", job.name,
               now.ended ? "ended" : "had too little time left");
+          bubble.skip_cause = pfSkipLate;
         }
         unused();
         continue;
@@ -237,6 +245,7 @@ bool SliceLauncher::enqueue(RuntimeState& s, BubbleRecord& bubble, const BubbleP
     }
     if (s.free_slice_slots.empty()) {
       bubble.skip_reason = "slice event pool exhausted";
+      bubble.skip_cause = pfSkipNoResources;
       break;
     }
     uintptr_t workspace_block = 0;
@@ -244,6 +253,7 @@ bool SliceLauncher::enqueue(RuntimeState& s, BubbleRecord& bubble, const BubbleP
       if (bubble.skip_reason.empty()) {
         bubble.skip_reason = fmt::format("job '{}': {} workspace bytes do not fit the arena now",
                                          job.name, plan.workspace_bytes);
+        bubble.skip_cause = pfSkipNoMemory;
       }
       unused();
       continue;
@@ -253,6 +263,10 @@ bool SliceLauncher::enqueue(RuntimeState& s, BubbleRecord& bubble, const BubbleP
       done->sms_taken += plan.sms;
       done->streams_taken |= uint64_t{1} << p.stream;
     } else {
+      if (bubble.skip_reason.empty()) {
+        bubble.skip_reason = fmt::format("job '{}': its slice could not be launched", job.name);
+        bubble.skip_cause = pfSkipLaunchFailed;
+      }
       unused();
     }
   }

@@ -116,3 +116,18 @@ def test_the_default_stream_is_made_once_per_runtime():
         first = _bubbles.default_stream(rt)
         assert _bubbles.default_stream(rt) is first
         assert _bubbles.default_stream(other) is not first
+
+
+def test_stats_carry_the_adapter_failure_count():
+    # Issue 17: the count is in Stats too, and print(stats) mentions it.
+    import warnings
+    import pipefill as pf
+    rt = pf.Runtime(backend="sim")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rt._report_bubble_failure(pf.PipeFillError(pf.Result.INVALID_ARGUMENT, "x is bad"), "test")
+        rt._report_bubble_failure(pf.PipeFillError(pf.Result.INVALID_ARGUMENT, "x is bad"), "test")
+    stats = rt.stats()
+    assert stats.bubble_failures == 2
+    assert "failed inside an adapter: 2" in str(stats)
+    rt.close()

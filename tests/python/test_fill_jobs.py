@@ -33,11 +33,12 @@ def close(rt, world):
 
 def test_mlp_inference_runs_every_item_once_and_results_do_not_depend_on_slicing():
     spec = pf.MlpInference(items=300, seed=11, input=16, hidden=32, output=8, rows=4,
-                           item_cost_us=50.0, parallelism=4)
+                           item_cost_us=50.0, parallelism=4, keep_every=1)  # results opt-in
     a, rt_a, world_a = fill_until_done(spec, bubble_us=150.0)
     b, rt_b, world_b = fill_until_done(spec, bubble_us=900.0)  # other bubbles, other slices
     other, rt_o, world_o = fill_until_done(
-        pf.MlpInference(items=300, seed=12, input=16, hidden=32, output=8, rows=4), 900.0)
+        pf.MlpInference(items=300, seed=12, input=16, hidden=32, output=8, rows=4,
+                        keep_every=1), 900.0)
     for job in (a, b):
         assert job.info().status == pf.JobStatus.COMPLETED
         p = job.progress()
