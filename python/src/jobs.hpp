@@ -4,6 +4,7 @@
 #pragma once
 
 #include "common.hpp"
+#include "streaming.hpp"
 
 namespace pfpy {
 
@@ -115,11 +116,13 @@ struct JobCore {
   fjJob_t fill = nullptr;  // example fill job: destroyed after pfJobDestroy
   std::unique_ptr<SimTicketJob> ticket;
   std::unique_ptr<GraphJobRecord> graph;
+  std::shared_ptr<PyItemRecord> py_items;  // item job (streaming.cpp)
   fjParams_t fill_params{};
 
   // Cancels (so waits on other threads return), then destroys under the exclusive lock.
   // Called with the GIL released.
   pfResult_t destroy_now() {
+    if (py_items) py_items->stopped.store(true);  // no item calls into Python from here on
     {
       std::shared_lock<std::shared_mutex> shared(life.mutex);
       if (!life.alive) return pfSuccess;
@@ -173,6 +176,13 @@ class Job {
     nb::gil_scoped_release release;
     check(core_->destroy_now());
   }
+
+  // ---- streaming (streaming.cpp) ----
+  void set_available(uint64_t available);
+  void end_input();
+  std::optional<std::string> item_error();
+  uint64_t items_run();
+  void release_item_fn();
 
   // ---- simulated ticket job ----
   nb::dict ticket_counts() {
