@@ -210,6 +210,16 @@ class _StreamingJob:
         if self._error is not None:
             raise FillJobError(self._error)
 
+    def _wait(self, timeout: Optional[float]) -> Progress:
+        started = time.monotonic()
+        self._wait_finished(timeout)
+        if self.job is not None:
+            # The last slice's completion reaches the job when its bubble is harvested.
+            self.job.runtime.synchronize()
+            left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+            self.job.wait(left)
+        return self.progress()  # type: ignore[attr-defined]
+
     def close(self) -> None:
         """Destroys the job (cancels it first); the feeder and drainer stop. Idempotent."""
         with self._cv:
@@ -266,6 +276,7 @@ class InferenceJob(_StreamingJob):
             # Nothing left (a resumed job that had finished, or an empty range): no native job.
             self._finished = True
             self.sample_shape = None
+            self._total, self._drained = 0, 0
             return
         first = self._as_batch(first, 0)
         self.sample_shape = tuple(first.shape[1:])
@@ -279,7 +290,6 @@ class InferenceJob(_StreamingJob):
         self._staged = 0   # items staged (the available bound), this attempt
         self._ran = 0      # items run
         self._drained = 0  # items handed to the sink
-        self._total: Optional[int] = remaining
         with torch.no_grad():
             cost = item_cost_us if item_cost_us is not None else _measure_us(lambda: module(first))
         self.item_cost_us = float(cost)
@@ -292,6 +302,8 @@ class InferenceJob(_StreamingJob):
         count = remaining if remaining is not None else length
         if count is not None and remaining is not None and length is not None:
             count = min(remaining, length)
+        self._limit = count if count else None  # items this attempt stages at most
+        self._total: Optional[int] = self._limit  # the feeder sets it when the input ends
         self.job = _create_item_job(runtime, name, count if count else UNBOUNDED_ITEMS,
                                     self.item_cost_us, self._run_item, 0, priority)
         self._feeder = threading.Thread(target=self._feed, args=(first, iterator),
@@ -318,11 +330,17 @@ class InferenceJob(_StreamingJob):
         class _Batches:
             def __iter__(self_inner) -> Iterator[Any]:
                 iterator = iter(data)
-                while True:
-                    chunk = list(itertools.islice(iterator, batch_size))
+                for item in itertools.count():
+                    chunk = [torch.as_tensor(c) for c in itertools.islice(iterator, batch_size)]
                     if not chunk:
                         return
-                    yield torch.stack([torch.as_tensor(c) for c in chunk])
+                    for j, sample in enumerate(chunk):
+                        if sample.shape != chunk[0].shape:
+                            raise ValueError(
+                                f"item {item}: sample {item * batch_size + j} of the dataset has "
+                                f"shape {tuple(sample.shape)}; sample {item * batch_size} has "
+                                f"shape {tuple(chunk[0].shape)}")
+                    yield torch.stack(chunk)
 
             def __len__(self_inner) -> int:
                 return -(-len(data) // batch_size)  # type: ignore[arg-type]
@@ -343,7 +361,7 @@ class InferenceJob(_StreamingJob):
             k = 0
             batch: Any = first
             while True:
-                if self.end is not None and self.next_item + k >= self.end:
+                if self._limit is not None and k >= self._limit:
                     break
                 if k > 0:
                     batch = next(iterator, None)
@@ -398,10 +416,14 @@ class InferenceJob(_StreamingJob):
         k = 0
         try:
             while True:
-                with self._cv:
-                    while self._ran <= k and not self._stopping() and not (
-                            self._total is not None and k >= self._total):
+                while True:  # an item that raised reports it natively: look every 50 ms
+                    self._check_item_error()
+                    with self._cv:
+                        if self._ran > k or self._stopping() or (
+                                self._total is not None and k >= self._total):
+                            break
                         self._cv.wait(0.05)
+                with self._cv:
                     if self._stopping():
                         return
                     if self._total is not None and k >= self._total:
@@ -469,12 +491,7 @@ class InferenceJob(_StreamingJob):
         job); raises FillJobError with the reason when the job ended itself and
         PipeFillError(TIMEOUT) when ``timeout`` seconds passed. The job only advances while
         the trainer runs bubbles."""
-        started = time.monotonic()
-        self._wait_finished(timeout)
-        if self.job is not None:
-            left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
-            self.job.wait(left)
-        return self.progress()
+        return self._wait(timeout)
 
 
 def inference_job(runtime: Runtime, module: "torch.nn.Module", data: Iterable[Any], *,
@@ -615,12 +632,7 @@ class TrainingJob(_StreamingJob):
     def wait(self, timeout: Optional[float] = None) -> Progress:
         """Waits until the last step ran (and its checkpoint was written); FillJobError when
         the job ended itself, PipeFillError(TIMEOUT) when ``timeout`` seconds passed."""
-        started = time.monotonic()
-        self._wait_finished(timeout)
-        if self.job is not None:
-            left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
-            self.job.wait(left)
-        return self.progress()
+        return self._wait(timeout)
 
 
 def training_job(runtime: Runtime, module: "torch.nn.Module", optimizer: Any,

@@ -30,9 +30,7 @@ void PyItemRecord::on_item(void* user, uint64_t item) {
       self->items_run.fetch_add(1);
       return;
     } catch (nb::python_error& error) {
-      why = error.what();
-      error.restore();  // hand the exception back to Python's state ...
-      PyErr_Clear();    // ... and drop it: it is reported through item_error()
+      why = error.what();  // the message and traceback; reported through item_error()
     } catch (const std::exception& error) {
       why = error.what();
     }

@@ -156,7 +156,16 @@ def test_bad_input_ends_the_job_not_the_trainer(tmp_path):
     bad = pft.inference_job(rt, module, Samples(40, bad_at=21), batch_size=BATCH,
                             sink=lambda i, y: None, name="bad-shape")
     run_bubbles(rt, lambda: bad.error is not None or bad.progress().finished, max_bubbles=500)
-    with pytest.raises(pft.FillJobError, match=r"item 5: .*shape \(4, 9\)"):
+    with pytest.raises(pft.FillJobError, match=r"item 5: sample 21 of the dataset has shape \(9,\)"):
+        bad.wait(timeout=10)
+    bad.close()
+    # Batches given as such (batch_size=None): batch 3 has other samples.
+    batches = [torch.zeros(BATCH, DIM)] * 3 + [torch.zeros(BATCH, DIM + 1), torch.zeros(BATCH, DIM)]
+    bad = pft.inference_job(rt, module, batches, batch_size=None, sink=lambda i, y: None,
+                            name="bad-batch")
+    run_bubbles(rt, lambda: bad.error is not None or bad.progress().finished, max_bubbles=500)
+    with pytest.raises(pft.FillJobError, match=r"item 3: the dataset yielded a batch of shape "
+                                               r"\(4, 9\)"):
         bad.wait(timeout=10)
     bad.close()
 
