@@ -181,15 +181,17 @@ def resume(out_dir: str, kill_after: int) -> None:
     folder = os.path.join(out_dir, "outputs")
     with pf.Runtime(backend="host", reserved_sms=0, safety_margin_us=0.0,
                     safety_margin_fraction=0.0, min_samples=1000000) as runtime:
+        # Items of fixed real-time costs (the host device sleeps out the rest of an item), so
+        # that both jobs are mid-run when the kill comes, whatever this machine's speed.
         infer = pft.inference_job(runtime, fill_model(0).eval(), data, batch_size=BATCH,
-                                  slots=SLOTS, sink=folder, name="infer",
+                                  slots=SLOTS, sink=folder, name="infer", item_cost_us=600.0,
                                   resume=os.path.join(out_dir, "infer-progress.json"))
         model = fill_model(3)
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         ckpt = os.path.join(out_dir, "train.pt")
         train = pft.training_job(runtime, model, opt, nn.functional.mse_loss, training_data(),
                                  steps=TRAIN_STEPS, checkpoint=ckpt, every=3, resume=ckpt,
-                                 name="train", item_cost_us=200.0)
+                                 name="train", item_cost_us=1200.0)
         print(f"resumed: inference at {infer.resumed_from}, training at {train.resumed_from}",
               flush=True)
         stream = runtime.high_priority_stream()
@@ -198,7 +200,8 @@ def resume(out_dir: str, kill_after: int) -> None:
                 break
             if infer.error or train.error:
                 break
-            if kill_after and infer.progress().items_done >= kill_after:
+            if (kill_after and infer.progress().items_done >= kill_after
+                    and train.progress().items_done >= 4):
                 os.kill(os.getpid(), signal.SIGKILL)  # kill -9, mid-run
             with runtime.bubble(stream, expected_us=3000.0):
                 pf.host_stream_delay(stream, 3000.0)

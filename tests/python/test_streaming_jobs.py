@@ -78,6 +78,7 @@ def test_kill9_then_resume_completes_without_gap_or_duplicate(tmp_path):
     assert codes == [0], (tmp_path / "second0.txt").read_text()[-3000:]
     done = json.loads((tmp_path / "resume-done.json").read_text())
     assert done["inference_resumed_from"] >= 25
+    assert 3 <= done["training_resumed_from"] < sw.TRAIN_STEPS, "training was killed mid-run"
     files = sorted(p.name for p in (tmp_path / "outputs").iterdir())
     assert files == [f"{i:012d}.npy" for i in range(60)], "no gap, no duplicate, no temp file"
     expected = sw.eager_outputs(sw.fill_model(0).eval(), sw.Samples(60 * sw.BATCH))
