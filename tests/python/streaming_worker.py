@@ -201,7 +201,7 @@ def resume(out_dir: str, kill_after: int) -> None:
             if infer.error or train.error:
                 break
             if (kill_after and infer.progress().items_done >= kill_after
-                    and train.progress().items_done >= 4):
+                    and train.progress().items_done >= 4):  # both jobs mid-run
                 os.kill(os.getpid(), signal.SIGKILL)  # kill -9, mid-run
             with runtime.bubble(stream, expected_us=3000.0):
                 pf.host_stream_delay(stream, 3000.0)
