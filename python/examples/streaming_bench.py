@@ -9,8 +9,9 @@ Prints, from one run on this machine:
      fill work runs) and compute between them (compute-us, no fill work); the ratio to 1, the
      bubble share of the trainer's time, and the ratio divided by that share (the fraction of
      the bubble time that became items at the alone rate);
-  3. peak RSS growth (ru_maxrss) while streaming 1x, 4x and 16x the items, one fresh process
-     each: memory vs dataset size.
+  3. peak RSS growth (ru_maxrss, from before the job) while streaming 1x, 4x and 16x the items,
+     one fresh process each, and the same with the dataset held in a list first (the control):
+     memory vs dataset size.
 No figure is a pass/fail; the ratios come from one run, side by side.
 """
 from __future__ import annotations
@@ -86,9 +87,11 @@ torch.set_num_threads(1)
 items = int(sys.argv[1])
 rt = pf.Runtime(backend="host", reserved_sms=0, safety_margin_us=0.0, safety_margin_fraction=0.0,
                 min_samples=1000000)
-job = pft.inference_job(rt, b.model(), b.samples(items * b.BATCH), batch_size=b.BATCH, slots=4,
-                        sink=lambda i, y: None)
+model = b.model()
+model(torch.zeros(b.BATCH, b.DIM))                  # torch's first-call allocations
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+data = list(b.samples(items * b.BATCH)) if sys.argv[3] == "held" else b.samples(items * b.BATCH)
+job = pft.inference_job(rt, model, data, batch_size=b.BATCH, slots=4, sink=lambda i, y: None)
 stream = rt.high_priority_stream()
 while not job.progress().finished and job.error is None:
     with rt.bubble(stream, expected_us=20000.0):
@@ -99,9 +102,10 @@ print(base, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
-def memory(items: int) -> int:
+def memory(items: int, data: str = "streamed") -> int:
     import os
-    out = subprocess.run([sys.executable, "-c", MEMORY, str(items), os.path.dirname(__file__)],
+    out = subprocess.run([sys.executable, "-c", MEMORY, str(items), os.path.dirname(__file__),
+                          data],
                          capture_output=True, text=True, timeout=600, check=True)
     base, peak = map(int, out.stdout.split()[-2:])
     return peak - base
@@ -125,11 +129,12 @@ def main() -> None:
           f"{cost:.0f} us)")
     print(f"ratio inside/alone: {rate / rate_alone:.3f}; bubble share {share:.3f}; "
           f"ratio / share: {rate / rate_alone / share:.3f}")
-    print("memory vs dataset size (peak RSS growth while streaming, one process each):")
+    print("memory vs dataset size (peak RSS growth from before the job, one process each):")
     for factor in (1, 4, 16):
         n = args.memory_items * factor
         mib_in = n * BATCH * DIM * 4 / 2**20
-        print(f"  {n:6d} items ({mib_in:7.1f} MiB of input): {memory(n) / 1024:6.1f} MiB")
+        print(f"  {n:6d} items ({mib_in:7.1f} MiB of input): streamed "
+              f"{memory(n) / 1024:6.1f} MiB, held in a list first {memory(n, 'held') / 1024:6.1f} MiB")
 
 
 if __name__ == "__main__":
