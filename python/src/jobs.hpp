@@ -153,16 +153,22 @@ class Job {
     return !core_->life.alive;
   }
 
+  // info and cancel release the GIL: they take the runtime's state lock, which a thread may hold
+  // while it waits for an item job's item, and that item needs the GIL (streaming.hpp).
   nb::dict info() {
     pfJobInfo_t info{};
     {
-      Use use(core_->life, job_label().c_str());
+      const std::string label = job_label();
+      nb::gil_scoped_release release;
+      Use use(core_->life, label.c_str());
       check(pfJobGetStatus(core_->job, &info));
     }
     return info_dict(info);
   }
   void cancel() {
-    Use use(core_->life, job_label().c_str());
+    const std::string label = job_label();
+    nb::gil_scoped_release release;
+    Use use(core_->life, label.c_str());
     check(pfJobCancel(core_->job));
   }
   // timeout_us < 0: forever. Raises on timeout, failure or cancellation (the C result).

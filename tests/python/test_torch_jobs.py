@@ -187,6 +187,25 @@ def test_bad_input_ends_the_job_not_the_trainer(tmp_path):
     with pytest.raises(RuntimeError, match="kaput"):  # timed on the first batch at creation
         pft.inference_job(rt, broken_module, Samples(8), batch_size=BATCH, sink=lambda i, y: None)
 
+    class FailsLater(nn.Module):  # 3 calls time it at creation; items 0 and 1 run; item 2 raises
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            if self.calls == 6:
+                raise RuntimeError("module broke")
+            return module(x)
+
+    late = pft.inference_job(rt, FailsLater(), Samples(40), batch_size=BATCH,
+                             sink=lambda i, y: None, name="bad-module")
+    run_bubbles(rt, lambda: late.error is not None or late.progress().finished, max_bubbles=500)
+    with pytest.raises(pft.FillJobError, match=r"(?s)job 'bad-module': item 2: .*RuntimeError: module broke"):
+        late.wait(timeout=10)
+    assert late.progress().items_done <= 2, "items after the one that raised never reach the sink"
+    late.close()
+
     progress = tmp_path / "progress.json"
     progress.write_text(json.dumps({"kind": "pipefill.inference_job", "name": "other",
                                     "start": 0, "end": None, "next": 3}))
@@ -267,4 +286,26 @@ def test_host_training_equals_eager_and_resumes_bit_identically(tmp_path):
     with pytest.raises(ValueError, match="its steps is 24, this job's is 30"):
         pft.training_job(rt, model(3), torch.optim.Adam(model(3).parameters()),
                          nn.functional.mse_loss, data, steps=30, resume=ckpt)
+    rt.close()
+
+
+def test_item_job_bound_errors_name_the_value():
+    rt = host_runtime()
+    ran = []
+    job = rt._native.create_item_job("bounded", 0, 10, 100.0, ran.append, 0)
+    with pytest.raises(pf.PipeFillError, match="has no item available \\(available = 0\\)"):
+        job.end_input()
+    job.set_available(3)
+    run_bubbles(rt, lambda: len(ran) >= 3, max_bubbles=500)
+    run_bubbles(rt, lambda: False, max_bubbles=3)  # dry: nothing more runs
+    rt.synchronize()
+    assert ran == [0, 1, 2]
+    with pytest.raises(pf.PipeFillError, match="available = 1 is below the 3 items already claimed"):
+        job.set_available(1)
+    job.end_input()
+    job.wait(5e6)
+    assert job.info()["item_count"] == 3
+    with pytest.raises(pf.PipeFillError, match="fn is not callable"):
+        rt._native.create_item_job("not-callable", 0, 10, 100.0, 5, 0)
+    job.close()
     rt.close()
