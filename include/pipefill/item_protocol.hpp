@@ -73,6 +73,21 @@ PF_PROTOCOL_FN uint64_t claim_item(const pfSliceDesc_t& slice, Atomics&& atomics
   return item;
 }
 
+/* Streaming bound (pfJobSetAvailable): items >= `available` must not be claimed yet. The bound
+ * is kept on the host and enforced through the slice budget, not by the claim itself: a claim
+ * stopped by the budget leaves the cursor where it was, whereas a claim stopped at an item bound
+ * has already moved the cursor past that item (above), which would lose it. So the host plans a
+ * slice with at most claimable_items(...) items, where `granted` is an upper bound of the cursor
+ * once every slice in flight ended (items completed + budgets of the slices in flight): the
+ * cursor then never passes the bound, every item below it is claimed exactly once and in order,
+ * whether the bound was raised between slices, a gate closed mid-slice or the job ran dry (0
+ * claimable: no slice; a dry job is not failed). The kernels run claim_item unchanged. */
+PF_PROTOCOL_FN uint64_t claimable_items(uint64_t item_count, uint64_t available,
+                                        uint64_t granted) {
+  const uint64_t end = available < item_count ? available : item_count;
+  return granted >= end ? 0 : end - granted;
+}
+
 #if !defined(__CUDA_ARCH__)
 /* The CPU policy: sequentially consistent std::atomic_ref operations on 8-byte aligned words.
  * The gate is written by another thread (a stream's word write) and read by every block. */

@@ -383,6 +383,24 @@ PF_API pfResult_t pfJobWait(pfJob_t job, double timeout_us);
 /* Detaches and frees the job (cancels it first if still running; waits for its slices). */
 PF_API pfResult_t pfJobDestroy(pfJob_t job);
 
+/* ---- Streaming jobs: input staged while the job runs ---------------------------------------- */
+/* A job may grow while it runs: only items < available may be claimed (the gate and budget rules
+ * are unchanged). The bound is kept by the host and applied when a slice is planned: a slice's
+ * item budget never lets the cursor pass it (pipefill/item_protocol.hpp, "Streaming bound"), so
+ * a raise takes effect from the next slice planned (the next bubble, or the next packing round of
+ * this one); ticket kernels and gated graphs need no change. A job whose claims reached the bound
+ * is dry, not failed: it gets no slice until the bound is raised, and pfJobWait waits on.
+ *
+ * pfJobSetAvailable sets the bound (it may go down, but never below the items already claimed or
+ * granted to slices in flight: pfErrorInvalidArgument naming both values; above item_count reads
+ * as item_count). Graph jobs start with pfGraphJobDesc_t.available; other kinds with no bound,
+ * so set it before their first bubble. pfJobEndInput declares that no item beyond the bound will
+ * come: item_count becomes the bound and the job completes once those items are done (at once
+ * when they are). Both: pfErrorInvalidState for a job that ended. The completed-items report a
+ * producer recycles its buffers by is pfJobInfo_t.items_completed (pfJobGetStatus). */
+PF_API pfResult_t pfJobSetAvailable(pfJob_t job, uint64_t available);
+PF_API pfResult_t pfJobEndInput(pfJob_t job);
+
 /* ---- Graph fill jobs: any captured CUDA graph as a fill item ------------------------------ */
 /* One item is one run of a captured CUDA graph (e.g. the inference of one micro-batch) whose
  * kernels read the item's index from `index_word`. At pfJobCreateGraph the runtime builds and
@@ -424,10 +442,13 @@ typedef struct pfGraphJobDesc_t {
                               after *index_word was written; must not call into PipeFill */
   void* user;              /* passed to on_item and teardown */
   void (*teardown)(void* user); /* optional: once, after the job ended and its last slice ran */
+  /* Added in 0.1 (streaming); a caller whose desc->size ends before it gets UINT64_MAX. */
+  uint64_t available;      /* items claimable from the start (pfJobSetAvailable): 0 for a job
+                              whose input is staged while it runs; UINT64_MAX: all item_count */
 } pfGraphJobDesc_t;
 
 #define PF_GRAPH_JOB_DESC_INITIALIZER \
-  {sizeof(pfGraphJobDesc_t), NULL, 0, 0, 0.0, 0, NULL, NULL, NULL, NULL, NULL}
+  {sizeof(pfGraphJobDesc_t), NULL, 0, 0, 0.0, 0, NULL, NULL, NULL, NULL, NULL, UINT64_MAX}
 
 /* Registers a graph fill job (kind pfJobGraph). Bad descriptions are pfErrorInvalidArgument
  * naming the field; pfErrorNotSupported names the CUDA driver/runtime version when conditional

@@ -668,3 +668,8 @@ def expected_receive_waits(schedule: Any, rank: int, local_stages: List[int],
         elif kind in ("B", "I") and s < num_stages - 1 and (s + 1) not in local:
             count += 1
     return count
+
+
+# ---- streaming fill jobs: datasets through a model, training with checkpoints (torch_jobs.py) --
+from .torch_jobs import (FillJobError, InferenceJob, Progress, TrainingJob,  # noqa: E402,F401
+                         inference_job, training_job)

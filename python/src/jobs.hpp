@@ -4,6 +4,7 @@
 #pragma once
 
 #include "common.hpp"
+#include "streaming.hpp"
 
 namespace pfpy {
 
@@ -115,11 +116,13 @@ struct JobCore {
   fjJob_t fill = nullptr;  // example fill job: destroyed after pfJobDestroy
   std::unique_ptr<SimTicketJob> ticket;
   std::unique_ptr<GraphJobRecord> graph;
+  std::shared_ptr<PyItemRecord> py_items;  // item job (streaming.cpp)
   fjParams_t fill_params{};
 
   // Cancels (so waits on other threads return), then destroys under the exclusive lock.
   // Called with the GIL released.
   pfResult_t destroy_now() {
+    if (py_items) py_items->stopped.store(true);  // no item calls into Python from here on
     {
       std::shared_lock<std::shared_mutex> shared(life.mutex);
       if (!life.alive) return pfSuccess;
@@ -150,16 +153,22 @@ class Job {
     return !core_->life.alive;
   }
 
+  // info and cancel release the GIL: they take the runtime's state lock, which a thread may hold
+  // while it waits for an item job's item, and that item needs the GIL (streaming.hpp).
   nb::dict info() {
     pfJobInfo_t info{};
     {
-      Use use(core_->life, job_label().c_str());
+      const std::string label = job_label();
+      nb::gil_scoped_release release;
+      Use use(core_->life, label.c_str());
       check(pfJobGetStatus(core_->job, &info));
     }
     return info_dict(info);
   }
   void cancel() {
-    Use use(core_->life, job_label().c_str());
+    const std::string label = job_label();
+    nb::gil_scoped_release release;
+    Use use(core_->life, label.c_str());
     check(pfJobCancel(core_->job));
   }
   // timeout_us < 0: forever. Raises on timeout, failure or cancellation (the C result).
@@ -173,6 +182,13 @@ class Job {
     nb::gil_scoped_release release;
     check(core_->destroy_now());
   }
+
+  // ---- streaming (streaming.cpp) ----
+  void set_available(uint64_t available);
+  void end_input();
+  std::optional<std::string> item_error();
+  uint64_t items_run();
+  void release_item_fn();
 
   // ---- simulated ticket job ----
   nb::dict ticket_counts() {

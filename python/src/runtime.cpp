@@ -78,6 +78,9 @@ void bind_runtime(nb::module_& m) {
            "item_cost_us"_a, "graph"_a, "index_word"_a, "clock_stream"_a,
            "pfJobCreateGraph (graph, index_word, clock_stream as ints).")
       .def("create_capture_stream", &Runtime::create_capture_stream, "pfGraphCaptureStreamCreate.")
+      .def("create_item_job", &Runtime::create_item_job, "name"_a, "priority"_a, "items"_a,
+           "item_cost_us"_a, "fn"_a, "available"_a,
+           "pfJobCreateGraph with Python items fn(item) (sim/host backends).")
       .def("create_fill_job", &Runtime::create_fill_job, "params"_a,
            "fjJobCreate + pfJobCreate of an example fill job.")
       .def("jobs", &Runtime::jobs, "The jobs still attached.");

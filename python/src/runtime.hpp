@@ -231,6 +231,9 @@ class Runtime {
   Job create_graph_job(const std::string& name, int priority, uint64_t items, double item_cost_us,
                        uintptr_t graph, uintptr_t index_word, uintptr_t clock_stream);
   uintptr_t create_capture_stream();
+  // An item job (streaming.cpp): a graph job whose items call fn(item) (sim/host backends).
+  Job create_item_job(const std::string& name, int priority, uint64_t items, double item_cost_us,
+                      nb::object fn, uint64_t available);
   Job create_fill_job(const fjParams_t& given);
 
   std::vector<Job> jobs() {

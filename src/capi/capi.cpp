@@ -292,6 +292,22 @@ PF_API pfResult_t pfJobCancel(pfJob_t job) {
   });
 }
 
+PF_API pfResult_t pfJobSetAvailable(pfJob_t job, uint64_t available) {
+  return guarded(__func__, [&] {
+    JobRef j;
+    PF_TRY(pipefill::core::acquire_job(job, "pfJobSetAvailable", &j));
+    return j.runtime()->set_job_available(j.get(), available);
+  });
+}
+
+PF_API pfResult_t pfJobEndInput(pfJob_t job) {
+  return guarded(__func__, [&] {
+    JobRef j;
+    PF_TRY(pipefill::core::acquire_job(job, "pfJobEndInput", &j));
+    return j.runtime()->end_job_input(j.get());
+  });
+}
+
 PF_API pfResult_t pfJobWait(pfJob_t job, double timeout_us) {
   return guarded(__func__, [&] {
     JobRef j;

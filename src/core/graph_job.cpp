@@ -47,6 +47,7 @@ pfResult_t graph_job_from_desc(const pfGraphJobDesc_t* desc, JobState* job, Grap
   job->item_count = desc->item_count;
   job->user = desc->user;
   job->teardown = desc->teardown;
+  job->available = desc->size >= kGraphJobDescSizeV2 ? desc->available : UINT64_MAX;
   JobConfigModel config;
   config.item_cost_us = desc->item_cost_us;
   config.parallelism = 1;

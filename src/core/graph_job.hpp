@@ -11,6 +11,8 @@
 //                         (CUDA: one launch of the instantiated gated graph) and nothing else.
 #pragma once
 
+#include <cstddef>
+
 #include "core/job_state.hpp"
 #include "device/device.hpp"
 #include "pipefill/pipefill.h"
@@ -21,8 +23,10 @@ namespace pipefill::core {
 // budget, written by the graph's first claim and read by the claims inside its loop).
 inline constexpr size_t kGraphJobResidentBytes = kGraphScratchWords * sizeof(uint64_t);
 
-// The layout this library knows (a caller's desc->size must cover it).
-inline constexpr size_t kGraphJobDescSizeV1 = sizeof(pfGraphJobDesc_t);
+// The layouts this library knows: a caller's desc->size must cover V1; the fields after it
+// (available) are read only when the size covers them.
+inline constexpr size_t kGraphJobDescSizeV1 = offsetof(pfGraphJobDesc_t, available);
+inline constexpr size_t kGraphJobDescSizeV2 = sizeof(pfGraphJobDesc_t);
 
 // Validates `desc` and fills job's description part (kind, name, priority, item count, the one
 // configuration, user, teardown) and *spec (all but the words and the stream, which come with the

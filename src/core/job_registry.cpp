@@ -9,6 +9,7 @@
 #include "common/log.hpp"
 #include "core/graph_job.hpp"
 #include "core/handles.hpp"
+#include "pipefill/item_protocol.hpp"
 
 namespace pipefill::core {
 namespace {
@@ -120,7 +121,8 @@ void run_teardown(JobState& job) {
 uint64_t remaining_items(const JobState& job) {
   const uint64_t done_or_planned =
       !is_gated(job.kind) ? job.next_opaque_item : job.items_completed + job.items_in_flight;
-  return done_or_planned >= job.item_count ? 0 : job.item_count - done_or_planned;
+  // The streaming bound, by the protocol's rule (the budget keeps the cursor below it).
+  return protocol::claimable_items(job.item_count, job.available, done_or_planned);
 }
 
 void end_job(RuntimeState& s, JobState& job, pfJobStatus_t status, pfResult_t error,
@@ -377,6 +379,46 @@ pfResult_t JobRegistry::info(RuntimeState& s, JobState& job, pfJobInfo_t* out) {
 pfResult_t JobRegistry::cancel(RuntimeState& s, JobState& job) {
   MutexLock lock(s.mu);
   end_job(s, job, pfJobCancelled, pfSuccess, "");
+  return pfSuccess;
+}
+
+pfResult_t JobRegistry::set_available(RuntimeState& s, JobState& job, uint64_t available) {
+  MutexLock lock(s.mu);
+  if (is_terminal(job.status) || job.detached) {
+    return fail(pfErrorInvalidState, "pfJobSetAvailable: job '{}' has ended (status {})",
+                job.name, static_cast<int>(job.status));
+  }
+  // Items claimed or granted to slices in flight cannot be taken back.
+  const uint64_t granted = job.items_completed + job.items_in_flight;
+  if (available < granted) {
+    return fail(pfErrorInvalidArgument,
+                "pfJobSetAvailable: job '{}': available = {} is below the {} items already "
+                "claimed or granted to slices in flight",
+                job.name, available, granted);
+  }
+  job.available = available;
+  s.plans_dirty = true;
+  return pfSuccess;
+}
+
+pfResult_t JobRegistry::end_input(RuntimeState& s, JobState& job) {
+  MutexLock lock(s.mu);
+  if (is_terminal(job.status) || job.detached) {
+    return fail(pfErrorInvalidState, "pfJobEndInput: job '{}' has ended (status {})", job.name,
+                static_cast<int>(job.status));
+  }
+  if (job.available >= job.item_count) return pfSuccess;  // no bound below the item count
+  if (job.available == 0) {
+    return fail(pfErrorInvalidArgument,
+                "pfJobEndInput: job '{}' has no item available (available = 0): a job has at "
+                "least one item; cancel it instead",
+                job.name);
+  }
+  job.item_count = job.available;
+  s.plans_dirty = true;
+  if (job.items_completed >= job.item_count) {
+    end_job(s, job, pfJobCompleted, pfSuccess, "");
+  }
   return pfSuccess;
 }
 

@@ -36,6 +36,10 @@ class JobRegistry {
   // failure's message comes with pfJobWait's pfErrorJobFailed.
   pfResult_t info(RuntimeState& s, JobState& job, pfJobInfo_t* out) EXCLUDES(s.mu);
   pfResult_t cancel(RuntimeState& s, JobState& job) EXCLUDES(s.mu);
+  // pfJobSetAvailable / pfJobEndInput (streaming jobs; the rules are in pipefill.h). A refused
+  // call changes nothing.
+  pfResult_t set_available(RuntimeState& s, JobState& job, uint64_t available) EXCLUDES(s.mu);
+  pfResult_t end_input(RuntimeState& s, JobState& job) EXCLUDES(s.mu);
   // Negative, infinite or above kForeverUs: no limit.
   pfResult_t wait(RuntimeState& s, JobState& job, double timeout_us) EXCLUDES(s.mu);
   // pfJobDestroy, first half: unpublishes the handle and cancels the job; true when slices of it

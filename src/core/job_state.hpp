@@ -61,6 +61,9 @@ struct JobState {
   pfResult_t error = pfSuccess;
   std::string error_message;
   uint64_t items_completed = 0;
+  // Streaming jobs (pfJobSetAvailable): items >= available are not claimed yet (UINT64_MAX: no
+  // bound). pfJobEndInput lowers item_count to it, so item_count changes under the lock too.
+  uint64_t available = UINT64_MAX;
   uint64_t items_in_flight = 0;        // planned in slices not yet harvested
   uint64_t next_opaque_item = 0;
   uint64_t slices_launched = 0;

@@ -251,6 +251,16 @@ pfResult_t Runtime::job_info(JobState* job, pfJobInfo_t* info) {
 
 pfResult_t Runtime::cancel_job(JobState* job) { return jobs_->cancel(state_, *job); }
 
+pfResult_t Runtime::set_job_available(JobState* job, uint64_t available) {
+  return jobs_->set_available(state_, *job, available);
+}
+
+pfResult_t Runtime::end_job_input(JobState* job) {
+  const pfResult_t result = jobs_->end_input(state_, *job);
+  run_teardowns_outside_bubbles();  // a job it completed may have its teardown due
+  return result;
+}
+
 pfResult_t Runtime::wait_job(JobState* job, double timeout_us) {
   const pfResult_t result = jobs_->wait(state_, *job, timeout_us);
   run_teardowns_outside_bubbles();

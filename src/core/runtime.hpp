@@ -88,6 +88,8 @@ class Runtime {
   pfResult_t create_capture_stream(void** stream);
   pfResult_t job_info(JobState* job, pfJobInfo_t* info);
   pfResult_t cancel_job(JobState* job);
+  pfResult_t set_job_available(JobState* job, uint64_t available);
+  pfResult_t end_job_input(JobState* job);
   pfResult_t wait_job(JobState* job, double timeout_us);
   pfResult_t destroy_job(JobState* job);
 

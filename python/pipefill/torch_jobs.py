@@ -1,0 +1,654 @@
+"""pipefill.torch_jobs: fill jobs that carry real work, streamed through a model in the bubbles.
+
+- :func:`inference_job`: a dataset (any iterable, a ``torch.utils.data.DataLoader``) through a
+  module, one batch per item. A feeder thread stages batches into a ring of ``slots`` input
+  buffers ahead of the claims and raises the job's available bound (``pfJobSetAvailable``) as
+  it goes; each item runs the module on one slot; a drainer thread hands each output, in item
+  order, to a sink (a callable, a folder of ``.npy`` files, or a numpy memmap) and frees the slot.
+  Memory is bounded by the ring whatever the dataset's size. ``resume=`` keeps a progress file
+  (the durable point) so that a restarted trainer goes on where the last attempt stopped.
+- :func:`training_job`: one optimizer step per item, with atomic checkpoints (model, optimizer,
+  data position, RNG) every ``every`` steps and ``resume=`` from the last one.
+
+Both run their items as Python calls on the simulated and the real-time host backend
+(``Runtime.create_item_job``: a graph fill job whose item calls the module eagerly on the host
+device's fill worker thread, the trainer thread being blocked in its receive; on the simulated
+backend at the item's virtual completion). The CUDA path (a captured graph per slot) is not
+built yet: these helpers refuse the CUDA backend with Result.NOT_SUPPORTED.
+
+A job's failure (a batch of another shape, a sink that raises, a module that raises) ends the
+job - cancelled, with the reason kept and raised by ``wait()`` - never the trainer.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import pathlib
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
+
+import torch
+
+from . import Backend, PipeFillError, Result, Runtime
+
+UNBOUNDED_ITEMS = 1 << 62
+"""Item count of a job whose input length is unknown: pfJobEndInput sets the real one."""
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class FillJobError(RuntimeError):
+    """A fill job ended itself: the message names the item and the bad value."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Progress of a streaming job, readable at any time."""
+    items_done: int            # items whose output reached the sink (or steps taken), this attempt + resumed
+    items_total: Optional[int]  # None while the input's length is unknown
+    rate_per_s: float          # items per second of this attempt (0 before the first)
+    eta_s: Optional[float]     # None when unknown
+    finished: bool
+
+
+def _write_atomically(path: pathlib.Path, write: Callable[[Any], None], binary: bool) -> None:
+    """write(file) into path.tmp, fsync, then rename over path: a reader never sees a partial
+    file, and a kill -9 leaves either the old or the new one."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb" if binary else "w") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _check_writable(path: pathlib.Path, what: str) -> None:
+    folder = path.parent if path.parent != pathlib.Path("") else pathlib.Path(".")
+    probe = path.with_name(path.name + ".probe")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(probe, "wb") as f:
+            f.write(b"0")
+        os.remove(probe)
+    except OSError as error:
+        raise PipeFillError(Result.IO, f"{what} {os.fspath(path)!r} cannot be written: {error}") from None
+
+
+def _require_cpu_backend(runtime: Runtime, helper: str) -> None:
+    if runtime.backend == Backend.CUDA:
+        raise PipeFillError(Result.NOT_SUPPORTED,
+                            f"pipefill.torch.{helper}: the CUDA path (a captured graph per slot) is "
+                            "not built yet; on CUDA use pipefill.torch.module_inference_job")
+
+
+def _skip(iterator: Iterator[Any], count: int) -> Iterator[Any]:
+    for _ in range(count):
+        try:
+            next(iterator)
+        except StopIteration:
+            break
+    return iterator
+
+
+# ---- sinks --------------------------------------------------------------------------------
+
+class _FolderSink:
+    """One ``<index>.npy`` per item (12 digits, so that a sorted listing is item order), each
+    written atomically: rewriting an item after a resume replaces it, so the folder holds each
+    item exactly once."""
+
+    def __init__(self, folder: PathLike) -> None:
+        self.folder = pathlib.Path(folder)
+        _check_writable(self.folder / "sink", "sink folder")
+
+    def __call__(self, index: int, output: "torch.Tensor") -> None:
+        import numpy as np
+        array = output.detach().cpu().numpy()
+        _write_atomically(self.folder / f"{index:012d}.npy", lambda f: np.save(f, array), True)
+
+
+class _MemmapSink:
+    """Rows of a numpy memmap: item i's output goes to rows [i*batch_size, i*batch_size + n)."""
+
+    def __init__(self, memmap: Any, batch_size: int) -> None:
+        self.memmap = memmap
+        self.batch_size = batch_size
+
+    def __call__(self, index: int, output: "torch.Tensor") -> None:
+        array = output.detach().cpu().numpy()
+        first = index * self.batch_size
+        if first + array.shape[0] > self.memmap.shape[0] or array.shape[1:] != self.memmap.shape[1:]:
+            raise ValueError(f"item {index}: output of shape {tuple(array.shape)} does not fit the "
+                             f"memmap of shape {tuple(self.memmap.shape)} at row {first}")
+        self.memmap[first:first + array.shape[0]] = array
+        self.memmap.flush()  # durable before the progress file says so
+
+
+def _make_sink(sink: Any, batch_size: int) -> Callable[[int, "torch.Tensor"], None]:
+    try:
+        import numpy as np
+        if isinstance(sink, np.memmap):
+            return _MemmapSink(sink, batch_size)
+    except ImportError:  # pragma: no cover - numpy comes with torch
+        pass
+    if isinstance(sink, (str, os.PathLike)):
+        return _FolderSink(sink)
+    if callable(sink):
+        return sink
+    raise TypeError(f"sink {sink!r} is neither a callable, a folder path nor a numpy memmap")
+
+
+# ---- the item job both helpers run on -----------------------------------------------------
+
+def _create_item_job(runtime: Runtime, name: str, items: int, item_cost_us: float,
+                     fn: Callable[[int], None], available: int, priority: int) -> Any:
+    from ._runtime import Job
+    native = runtime._native.create_item_job(name, priority, items, max(1.0, item_cost_us), fn,
+                                             available)
+    return Job(runtime, None, native)
+
+
+def _measure_us(call: Callable[[], Any], runs: int = 3) -> float:
+    samples = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        call()
+        samples.append((time.perf_counter() - t0) * 1e6)
+    return sorted(samples)[len(samples) // 2]
+
+
+class _StreamingJob:
+    """What both helpers share: the native item job, the failure path and the wait."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._error: Optional[str] = None
+        self._finished = False
+        self._started = time.monotonic()
+        self._closing = False
+        self.job: Any = None
+
+    def _fail(self, message: str) -> None:
+        with self._cv:
+            if self._error is None:
+                self._error = message
+            self._cv.notify_all()
+        try:
+            if self.job is not None:
+                self.job.cancel()
+        except PipeFillError:
+            pass  # it ended already
+
+    def _check_item_error(self) -> None:
+        if self.job is None or self._error is not None:
+            return
+        error = self.job._native.item_error()
+        if error is not None:
+            self._fail(f"job '{self.job.name}': {error}")
+
+    @property
+    def error(self) -> Optional[str]:
+        """Why the job ended itself (None: it did not)."""
+        self._check_item_error()
+        return self._error
+
+    def _wait_finished(self, timeout: Optional[float]) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self._check_item_error()
+            with self._cv:
+                if self._finished or self._error is not None:
+                    break
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise PipeFillError(Result.TIMEOUT, f"job '{self.job.name}' did not finish "
+                                        f"within {timeout} s")
+                self._cv.wait(0.05 if left is None else min(0.05, left))
+        if self._error is not None:
+            raise FillJobError(self._error)
+
+    def _wait(self, timeout: Optional[float]) -> Progress:
+        started = time.monotonic()
+        self._wait_finished(timeout)
+        if self.job is not None:
+            # The last slice's completion reaches the job when its bubble is harvested.
+            self.job.runtime.synchronize()
+            left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+            self.job.wait(left)
+        return self.progress()  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        """Destroys the job (cancels it first); the feeder and drainer stop. Idempotent."""
+        with self._cv:
+            self._closing = True
+            self._cv.notify_all()
+        if self.job is not None:
+            self.job.close()
+            self.job._native.release_item_fn()
+        for thread in (getattr(self, "_feeder", None), getattr(self, "_drainer", None)):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout=10.0)
+
+    def __enter__(self) -> "_StreamingJob":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---- inference ----------------------------------------------------------------------------
+
+class InferenceJob(_StreamingJob):
+    """Made by :func:`inference_job`: the native job (``.job``), progress, wait, close."""
+
+    def __init__(self, runtime: Runtime, module: "torch.nn.Module", data: Iterable[Any], *,
+                 batch_size: Optional[int], sink: Any, slots: int, resume: Optional[PathLike],
+                 start: int, items: Optional[int], name: str, priority: int,
+                 item_cost_us: Optional[float]) -> None:
+        super().__init__()
+        _require_cpu_backend(runtime, "inference_job")
+        if slots < 2:
+            raise ValueError(f"inference_job: slots = {slots} (at least 2: one item runs while "
+                             "the next is staged)")
+        if start < 0:
+            raise ValueError(f"inference_job: start = {start} (must be >= 0)")
+        if items is not None and items <= 0:
+            raise ValueError(f"inference_job: items = {items} (must be > 0 or None)")
+        self.module = module
+        self.name = name
+        self.slots = slots
+        self._batches = self._batched(data, batch_size)
+        self.start = start
+        self.end = None if items is None else start + items
+        self._resume = pathlib.Path(resume) if resume is not None else None
+        self.next_item = self._read_resume() if self._resume is not None else start
+        self.resumed_from = self.next_item
+        if self._resume is not None:
+            _check_writable(self._resume, "resume file")
+
+        iterator = _skip(iter(self._batches), self.next_item)
+        first = next(iterator, None)
+        remaining = None if self.end is None else self.end - self.next_item
+        if first is None or (remaining is not None and remaining <= 0):
+            # Nothing left (a resumed job that had finished, or an empty range): no native job.
+            self._finished = True
+            self.sample_shape = None
+            self._total, self._drained = 0, 0
+            return
+        first = self._as_batch(first, 0)
+        self.sample_shape = tuple(first.shape[1:])
+        self.dtype = first.dtype
+        self.batch_size = batch_size if batch_size is not None else first.shape[0]
+        self.sink = _make_sink(sink, self.batch_size)
+        self._in = [torch.empty((self.batch_size,) + self.sample_shape, dtype=self.dtype)
+                    for _ in range(slots)]
+        self._rows = [0] * slots
+        self._out: List[Optional[torch.Tensor]] = [None] * slots
+        self._staged = 0   # items staged (the available bound), this attempt
+        self._ran = 0      # items run
+        self._drained = 0  # items handed to the sink
+        with torch.no_grad():
+            cost = item_cost_us if item_cost_us is not None else _measure_us(lambda: module(first))
+        self.item_cost_us = float(cost)
+        length = None
+        if hasattr(self._batches, "__len__"):
+            try:
+                length = len(self._batches) - self.next_item  # type: ignore[arg-type]
+            except TypeError:
+                length = None
+        count = remaining if remaining is not None else length
+        if count is not None and remaining is not None and length is not None:
+            count = min(remaining, length)
+        self._limit = count if count else None  # items this attempt stages at most
+        self._total: Optional[int] = self._limit  # the feeder sets it when the input ends
+        self.job = _create_item_job(runtime, name, count if count else UNBOUNDED_ITEMS,
+                                    self.item_cost_us, self._run_item, 0, priority)
+        self._feeder = threading.Thread(target=self._feed, args=(first, iterator),
+                                        name=f"pipefill-feed-{name}", daemon=True)
+        self._drainer = threading.Thread(target=self._drain, name=f"pipefill-drain-{name}",
+                                         daemon=True)
+        self._feeder.start()
+        self._drainer.start()
+
+    # -- input --
+    @staticmethod
+    def _batched(data: Iterable[Any], batch_size: Optional[int]) -> Iterable[Any]:
+        loader = getattr(torch.utils.data, "DataLoader", None)
+        if loader is not None and isinstance(data, loader):
+            if batch_size is not None and data.batch_size not in (None, batch_size):
+                raise ValueError(f"inference_job: batch_size = {batch_size} but the DataLoader's "
+                                 f"batch_size is {data.batch_size}")
+            return data
+        if batch_size is None:
+            return data  # batches already
+        if batch_size <= 0:
+            raise ValueError(f"inference_job: batch_size = {batch_size} (must be > 0)")
+
+        class _Batches:
+            def __iter__(self_inner) -> Iterator[Any]:
+                iterator = iter(data)
+                for item in itertools.count():
+                    chunk = [torch.as_tensor(c) for c in itertools.islice(iterator, batch_size)]
+                    if not chunk:
+                        return
+                    for j, sample in enumerate(chunk):
+                        if sample.shape != chunk[0].shape:
+                            raise ValueError(
+                                f"item {item}: sample {item * batch_size + j} of the dataset has "
+                                f"shape {tuple(sample.shape)}; sample {item * batch_size} has "
+                                f"shape {tuple(chunk[0].shape)}")
+                    yield torch.stack(chunk)
+
+            def __len__(self_inner) -> int:
+                return -(-len(data) // batch_size)  # type: ignore[arg-type]
+
+        return _Batches()
+
+    def _as_batch(self, batch: Any, item: int) -> "torch.Tensor":
+        if isinstance(batch, (tuple, list)) and batch:  # (inputs, labels) from a DataLoader
+            batch = batch[0]
+        tensor = torch.as_tensor(batch)
+        if tensor.dim() == 0:
+            raise ValueError(f"item {self.next_item + item}: a batch must have a batch dimension, "
+                             f"got a scalar")
+        return tensor
+
+    def _feed(self, first: "torch.Tensor", iterator: Iterator[Any]) -> None:
+        try:
+            k = 0
+            batch: Any = first
+            while True:
+                if self._limit is not None and k >= self._limit:
+                    break
+                if k > 0:
+                    batch = next(iterator, None)
+                    if batch is None:
+                        break
+                    batch = self._as_batch(batch, k)
+                index = self.next_item + k
+                if tuple(batch.shape[1:]) != self.sample_shape or batch.dtype != self.dtype:
+                    raise ValueError(f"item {index}: the dataset yielded a batch of shape "
+                                     f"{tuple(batch.shape)} and dtype {batch.dtype}; the first "
+                                     f"batch had samples of shape {self.sample_shape} and dtype "
+                                     f"{self.dtype}")
+                if batch.shape[0] > self.batch_size or batch.shape[0] == 0:
+                    raise ValueError(f"item {index}: a batch of {batch.shape[0]} rows (batch_size "
+                                     f"is {self.batch_size})")
+                slot = k % self.slots
+                with self._cv:  # the slot is free once the item `slots` earlier was drained
+                    while k - self._drained >= self.slots and not self._stopping():
+                        self._cv.wait(0.1)
+                    if self._stopping():
+                        return
+                self._in[slot][:batch.shape[0]].copy_(batch)
+                self._rows[slot] = batch.shape[0]
+                with self._cv:
+                    self._staged = k + 1
+                self.job._native.set_available(k + 1)
+                k += 1
+            with self._cv:
+                self._total = k
+                self._cv.notify_all()
+            if k > 0:
+                self.job._native.end_input()
+        except Exception as error:  # the job ends itself, never the trainer
+            if not self._stopping():
+                self._fail(f"job '{self.name}': feeder: {type(error).__name__}: {error}")
+
+    def _stopping(self) -> bool:
+        return self._error is not None or self._closing
+
+    # -- items (the device's worker thread, with the GIL) --
+    def _run_item(self, k: int) -> None:
+        slot = k % self.slots
+        with torch.no_grad():
+            output = self.module(self._in[slot][:self._rows[slot]])
+        with self._cv:
+            self._out[slot] = output
+            self._ran = k + 1
+            self._cv.notify_all()
+
+    # -- output --
+    def _drain(self) -> None:
+        k = 0
+        try:
+            while True:
+                while True:  # an item that raised reports it natively: look every 50 ms
+                    self._check_item_error()
+                    with self._cv:
+                        if self._ran > k or self._stopping() or (
+                                self._total is not None and k >= self._total):
+                            break
+                        self._cv.wait(0.05)
+                with self._cv:
+                    if self._stopping():
+                        return
+                    if self._total is not None and k >= self._total:
+                        break
+                    slot = k % self.slots
+                    output, self._out[slot] = self._out[slot], None
+                index = self.next_item + k
+                try:
+                    self.sink(index, output)
+                except Exception as error:
+                    raise FillJobError(f"job '{self.name}': the sink raised on item {index}: "
+                                       f"{type(error).__name__}: {error}") from None
+                if self._resume is not None:
+                    self._write_resume(index + 1)
+                with self._cv:
+                    self._drained = k + 1
+                    self._cv.notify_all()
+                k += 1
+            with self._cv:
+                self._finished = True
+                self._cv.notify_all()
+        except Exception as error:
+            self._fail(str(error) if isinstance(error, FillJobError)
+                       else f"job '{self.name}': drainer: {type(error).__name__}: {error}")
+
+    # -- resume --
+    def _identity(self) -> dict:
+        return {"kind": "pipefill.inference_job", "name": self.name, "start": self.start,
+                "end": self.end}
+
+    def _read_resume(self) -> int:
+        assert self._resume is not None
+        if not self._resume.exists():
+            return self.start
+        try:
+            state = json.loads(self._resume.read_text())
+        except (OSError, ValueError) as error:
+            raise ValueError(f"resume file {os.fspath(self._resume)!r} is not a progress file of "
+                             f"inference_job: {error}") from None
+        for key, value in self._identity().items():
+            if state.get(key) != value:
+                raise ValueError(f"resume file {os.fspath(self._resume)!r} belongs to another job: "
+                                 f"its {key} is {state.get(key)!r}, this job's is {value!r}")
+        return int(state["next"])
+
+    def _write_resume(self, next_item: int) -> None:
+        assert self._resume is not None
+        state = dict(self._identity(), next=next_item)
+        _write_atomically(self._resume, lambda f: json.dump(state, f), False)
+
+    # -- public --
+    def progress(self) -> Progress:
+        with self._cv:
+            done = self._drained if self.job is not None else 0
+            total = self._total
+            finished = self._finished
+        elapsed = max(1e-9, time.monotonic() - self._started)
+        rate = done / elapsed
+        eta = None if total is None or rate <= 0 else (total - done) / rate
+        all_total = None if total is None else self.resumed_from - self.start + total
+        return Progress(self.resumed_from - self.start + done, all_total, rate, eta, finished)
+
+    def wait(self, timeout: Optional[float] = None) -> Progress:
+        """Waits until every item reached the sink (then for the runtime's completion of the
+        job); raises FillJobError with the reason when the job ended itself and
+        PipeFillError(TIMEOUT) when ``timeout`` seconds passed. The job only advances while
+        the trainer runs bubbles."""
+        return self._wait(timeout)
+
+
+def inference_job(runtime: Runtime, module: "torch.nn.Module", data: Iterable[Any], *,
+                  batch_size: Optional[int], sink: Any, slots: int = 4,
+                  resume: Optional[PathLike] = None, start: int = 0, items: Optional[int] = None,
+                  name: str = "inference", priority: int = 0,
+                  item_cost_us: Optional[float] = None) -> InferenceJob:
+    """Streams ``data`` through ``module`` in the bubbles, one batch per item.
+
+    ``data``: any iterable of samples (grouped into batches of ``batch_size`` with
+    ``torch.stack``), of batches (``batch_size=None``), or a DataLoader (its batches; a
+    ``(inputs, labels)`` batch uses ``inputs``). Items are numbered from the start of ``data``:
+    the job covers items ``[start, start + items)`` (``items=None``: to the end), which is how
+    a shard of a dataset maps onto one job. ``sink``: ``sink(index, output)``, a folder path
+    (``<index>.npy`` per item) or a numpy memmap (rows ``index * batch_size ...``); outputs come
+    in item order, once each per attempt. ``slots``: the ring of staged batches (memory does not
+    grow with the dataset). ``resume``: a progress file, rewritten atomically after each item
+    reached the sink; when it exists the job starts at its next item (it must come from a job of
+    the same name and range). Items between the last durable point and a crash are handed to a
+    callable sink again on resume; the folder and memmap sinks rewrite them in place, so they
+    hold each item exactly once. ``item_cost_us``: default, the module timed on the first batch.
+    """
+    return InferenceJob(runtime, module, data, batch_size=batch_size, sink=sink, slots=slots,
+                        resume=resume, start=start, items=items, name=name, priority=priority,
+                        item_cost_us=item_cost_us)
+
+
+# ---- training -----------------------------------------------------------------------------
+
+class TrainingJob(_StreamingJob):
+    """Made by :func:`training_job`: ``losses`` (this attempt's, after resumed ones), progress,
+    wait, close."""
+
+    def __init__(self, runtime: Runtime, module: "torch.nn.Module", optimizer: Any,
+                 loss_fn: Callable[..., "torch.Tensor"], data: Iterable[Any], *, steps: int,
+                 checkpoint: Optional[PathLike], every: int, resume: Optional[PathLike],
+                 name: str, priority: int, item_cost_us: Optional[float]) -> None:
+        super().__init__()
+        _require_cpu_backend(runtime, "training_job")
+        if steps <= 0:
+            raise ValueError(f"training_job: steps = {steps} (must be > 0)")
+        if every <= 0:
+            raise ValueError(f"training_job: every = {every} (must be > 0)")
+        self.module, self.optimizer, self.loss_fn = module, optimizer, loss_fn
+        self.data, self.steps, self.every, self.name = data, steps, every, name
+        self.checkpoint = pathlib.Path(checkpoint) if checkpoint is not None else None
+        if self.checkpoint is not None:
+            _check_writable(self.checkpoint, "checkpoint path")
+        self.losses: List[float] = []
+        self.step = 0
+        if resume is not None:
+            self._load(pathlib.Path(resume))
+        self.resumed_from = self.step
+        self._batches = self._cycle(self.step)
+        self._writer_lock = threading.Lock()
+        if self.step >= steps:
+            self._finished = True
+            return
+        self._first = next(self._batches)
+        self.job = _create_item_job(runtime, name, steps - self.step,
+                                    item_cost_us if item_cost_us is not None else 1000.0,
+                                    self._run_item, UNBOUNDED_ITEMS, priority)
+
+    def _cycle(self, skip: int) -> Iterator[Any]:
+        def batches() -> Iterator[Any]:
+            while True:
+                empty = True
+                for batch in self.data:
+                    empty = False
+                    yield batch
+                if empty:
+                    raise ValueError(f"training_job '{self.name}': the data yielded no batch")
+        return _skip(batches(), skip)
+
+    def _run_item(self, k: int) -> None:
+        if self._first is not None:
+            batch, self._first = self._first, None
+        else:
+            batch = next(self._batches)
+        inputs, target = batch
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss_fn(self.module(inputs), target)
+        loss.backward()
+        self.optimizer.step()
+        with self._cv:
+            self.losses.append(float(loss.detach()))
+            self.step += 1
+            step = self.step
+        if self.checkpoint is not None and (step % self.every == 0 or step == self.steps):
+            self._save(step)
+        if step == self.steps:
+            with self._cv:
+                self._finished = True
+                self._cv.notify_all()
+
+    def _identity(self) -> dict:
+        return {"kind": "pipefill.training_job", "name": self.name, "steps": self.steps}
+
+    def _save(self, step: int) -> None:
+        """Between two items (no step in progress): model, optimizer, data position, RNG."""
+        assert self.checkpoint is not None
+        state = dict(self._identity(), step=step, model=self.module.state_dict(),
+                     optimizer=self.optimizer.state_dict(), rng=torch.get_rng_state(),
+                     losses=list(self.losses))
+        try:
+            _write_atomically(self.checkpoint, lambda f: torch.save(state, f), True)
+        except OSError as error:
+            raise FillJobError(f"training_job '{self.name}': checkpoint "
+                               f"{os.fspath(self.checkpoint)!r} at step {step} could not be "
+                               f"written: {error}") from None
+
+    def _load(self, path: pathlib.Path) -> None:
+        if not path.exists():
+            return  # a first attempt
+        try:
+            state = torch.load(path, weights_only=False)
+        except Exception as error:
+            raise ValueError(f"resume checkpoint {os.fspath(path)!r} cannot be read: {error}") from None
+        for key, value in self._identity().items():
+            if not isinstance(state, dict) or state.get(key) != value:
+                got = state.get(key) if isinstance(state, dict) else type(state).__name__
+                raise ValueError(f"resume checkpoint {os.fspath(path)!r} belongs to another job: "
+                                 f"its {key} is {got!r}, this job's is {value!r}")
+        self.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"])
+        self.losses = list(state["losses"])
+        self.step = int(state["step"])
+
+    def progress(self) -> Progress:
+        with self._cv:
+            done, finished = self.step, self._finished
+        elapsed = max(1e-9, time.monotonic() - self._started)
+        rate = (done - self.resumed_from) / elapsed
+        eta = None if rate <= 0 else (self.steps - done) / rate
+        return Progress(done, self.steps, rate, eta, finished)
+
+    def wait(self, timeout: Optional[float] = None) -> Progress:
+        """Waits until the last step ran (and its checkpoint was written); FillJobError when
+        the job ended itself, PipeFillError(TIMEOUT) when ``timeout`` seconds passed."""
+        return self._wait(timeout)
+
+
+def training_job(runtime: Runtime, module: "torch.nn.Module", optimizer: Any,
+                 loss_fn: Callable[..., "torch.Tensor"], data: Iterable[Any], *, steps: int,
+                 checkpoint: Optional[PathLike] = None, every: int = 100,
+                 resume: Optional[PathLike] = None, name: str = "training", priority: int = 0,
+                 item_cost_us: Optional[float] = None) -> TrainingJob:
+    """``steps`` optimizer steps of ``module`` in the bubbles, one step per item:
+    ``loss_fn(module(inputs), target).backward(); optimizer.step()`` for the next
+    ``(inputs, target)`` batch of ``data`` (iterated again when it ends). Every ``every`` steps
+    and after the last, ``checkpoint`` gets model, optimizer, data position (the step) and the
+    CPU RNG state, written atomically (a temporary file, fsync, rename). ``resume``: such a
+    checkpoint (usually the same path); when it exists the job goes on from its step, and the
+    parameters after the remaining steps equal those of a run never interrupted (bit-identical
+    on CPU, given the same data order). A checkpoint of another job (name or steps differ) is
+    refused naming the field."""
+    return TrainingJob(runtime, module, optimizer, loss_fn, data, steps=steps,
+                       checkpoint=checkpoint, every=every, resume=resume, name=name,
+                       priority=priority, item_cost_us=item_cost_us)
