@@ -78,6 +78,10 @@ struct JobState {
   // callback that enqueues nothing. The job fails when this reaches kMaxSlicesWithoutProgress.
   uint32_t slices_without_progress = 0;
   bool torn_down = false;              // teardown taken (queued or run): it runs exactly once
+  // pfJobCancel from the job's own launch callback, which runs with the state lock held: the
+  // request is only noted here (no lock), and the launcher ends the job Cancelled once the
+  // callback returned (slice_launcher.cpp). Atomic: written without the lock.
+  std::atomic<bool> cancel_requested{false};
   bool detached = false;               // pfJobDestroy ran: harvest only updates stats
 };
 

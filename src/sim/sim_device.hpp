@@ -28,6 +28,7 @@ class SimDevice final : public Device, public DrivenClock {
     world_->add_pre_run_hook(owner, std::move(hook));
   }
   void remove_pre_run_hook(const void* owner) override { world_->remove_pre_run_hook(owner); }
+  bool driven_by_calling_thread() const override { return world_->is_driven_by_calling_thread(); }
   DrivenClock* driven_clock() override { return this; }
 
   World& world() const { return *world_; }
