@@ -149,8 +149,9 @@ TEST_P(Callbacks, TeardownRunsOnTheCallerOutsideBubbles) {
   ManualStage stage;
   ASSERT_NO_FATAL_FAILURE(stage.init());
   TestDevice* device = nullptr;
+  core::Runtime* core_runtime = nullptr;
   pfRuntime_t rt = make_test_runtime(stage.world.get(), sim_config(stage.world.get(), 0, 1, 4),
-                                     &device, false, GetParam());
+                                     &device, false, GetParam(), &core_runtime);
   ASSERT_NE(rt, nullptr);
   struct Where {
     CountingJob counting;
@@ -189,14 +190,25 @@ TEST_P(Callbacks, TeardownRunsOnTheCallerOutsideBubbles) {
     where.in_bubble = true;
     PF_ASSERT_OK(pfBubbleBegin(rt, stage.main, &hint));
     PF_ASSERT_OK(pfSimStreamWaitEvent(stage.main, stage.ready, 0.0, stage.comm_sms));
-    // Give the executor thread (and the poller) time to harvest while the bubble is open.
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    // The begin handled (by the executor thread, or here in the hook mode) while the bubble is
+    // open: a teardown run from the handler would see in_bubble.
+    core_runtime->wait_for_executor();
     PF_ASSERT_OK(pfBubbleEnd(rt, stage.main));
     where.in_bubble = false;
     PF_ASSERT_OK(pfSimLaunchKernel(stage.main, 50.0, stage.sms));
     where.in_run = true;
     PF_ASSERT_OK(pfSimRunUntilIdle(stage.world.get()));
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    // The job's completion harvested by the background thread (executor or poller) while
+    // in_run is still set: a teardown run from the harvest would see it. The deadline only
+    // turns a harvest that never comes into a failure.
+    if (where.counting.items_run() == where.counting.items) {  // every item ran in the world
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (info_of(job).status != pfJobCompleted &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::yield();
+      }
+      EXPECT_EQ(info_of(job).status, pfJobCompleted) << "iteration " << i << ": not harvested";
+    }
     where.in_run = false;
     PF_ASSERT_OK(pfIterationEnd(rt));
   }
