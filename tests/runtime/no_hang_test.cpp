@@ -16,6 +16,8 @@
 #include <string>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "test_device.hpp"
 
 namespace pipefill::testing {
@@ -174,6 +176,45 @@ TEST(NoHang, AnotherThreadMayWaitWhileABubbleIsOpen) {
   PF_ASSERT_OK(pfSimRunUntilIdle(stage.world.get()));
   PF_ASSERT_OK(pfJobDestroy(handle));
   PF_ASSERT_OK(pfRuntimeDestroy(rt));
+}
+
+// A bubble whose stream dies behind the runtime's back while its fill work is in flight: the
+// end reports it naming the stream and abandons the bubble; the fill slice ends at its budget,
+// the job and the runtime are destroyed cleanly, and the destroy leaves no error behind (the
+// dead stream is not destroyed a second time).
+TEST(NoHang, BubbleWhoseStreamDiesWithFillInFlightIsAbandoned) {
+  ManualStage stage;
+  ASSERT_NO_FATAL_FAILURE(stage.init());
+  pfRuntime_t rt = stage.runtime();
+  CountingJob job;
+  job.items = 1u << 20;
+  pfJobDesc_t d = job.desc();
+  pfJob_t handle = nullptr;
+  PF_ASSERT_OK(pfJobCreate(rt, &d, &handle));
+  pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
+  hint.expected_duration_us = 100.0;
+  stage.step(rt, 100.0, &hint);
+  void* doomed = nullptr;
+  PF_ASSERT_OK(pfStreamCreateHighPriority(rt, &doomed));
+  PF_ASSERT_OK(pfBubbleBegin(rt, doomed, &hint));
+  PF_ASSERT_OK(pfSimStreamDelay(doomed, 100.0));
+  PF_ASSERT_OK(pfSimRunUntil(stage.world.get(), 0.0));  // the bubble's slice is launched now
+  PF_ASSERT_OK(pfSimStreamDestroy(doomed));
+  EXPECT_EQ(pfBubbleEnd(rt, doomed), pfErrorInvalidArgument);
+  const std::string message = pfGetLastErrorMessage();
+  EXPECT_NE(message.find(fmt::format("stream {}", doomed)), std::string::npos) << message;
+  EXPECT_NE(message.find("abandoned"), std::string::npos) << message;
+  PF_ASSERT_OK(pfSimRunUntilIdle(stage.world.get()));
+  PF_ASSERT_OK(pfRuntimeSynchronize(rt));
+  const pfJobInfo_t info = info_of(handle);
+  EXPECT_EQ(info.slices_launched, 2u) << "a slice in each bubble";
+  for (uint64_t i = 0; i < info.items_completed; ++i) ASSERT_EQ(job.runs[i], 1u) << i;
+  EXPECT_EQ(job.items_run(), info.items_completed);
+  stage.step(rt, 100.0, &hint);  // not wedged: the next bubble on a live stream works
+  PF_ASSERT_OK(pfJobDestroy(handle));
+  EXPECT_EQ(job.teardowns, 1);
+  PF_ASSERT_OK(pfRuntimeDestroy(rt));
+  EXPECT_STREQ(pfGetLastErrorMessage(), "") << "the destroy left an error behind";
 }
 
 struct SelfCancel {
