@@ -37,7 +37,7 @@ TEST_P(DeviceContract, NullOutputsAreRefusedWithAMessage) {
   size_t free_bytes = 0;
   EXPECT_EQ(device_->memory_info(&free_bytes, nullptr), pfErrorInvalidArgument);
   EXPECT_TRUE(says("memory_info output pointer is NULL")) << last_error_message();
-  Device::Event event = nullptr;
+  void* event = nullptr;
   ASSERT_EQ(device_->create_event(&event), pfSuccess) << last_error_message();
   bool done = false;
   EXPECT_EQ(device_->query_event(event, &done, nullptr), pfErrorInvalidArgument);
@@ -46,8 +46,8 @@ TEST_P(DeviceContract, NullOutputsAreRefusedWithAMessage) {
 }
 
 TEST_P(DeviceContract, AnUnrecordedEventHasNoTimeAndARecordedOneHasItsTime) {
-  Device::Event event = nullptr;
-  Device::Stream stream = nullptr;
+  void* event = nullptr;
+  void* stream = nullptr;
   ASSERT_EQ(device_->create_event(&event), pfSuccess);
   ASSERT_EQ(device_->create_stream(0, &stream), pfSuccess);
   bool done = true;
@@ -67,14 +67,15 @@ TEST_P(DeviceContract, StreamsAreMainOrFillAndDestroyedOnce) {
   int lowest = 0, highest = 0;
   ASSERT_EQ(device_->priority_range(&lowest, &highest), pfSuccess);
   EXPECT_LE(highest, lowest);  // CUDA's order: a smaller number is a higher priority
-  Device::Stream main = nullptr, fill = nullptr;
-  ASSERT_EQ(device_->create_stream(highest, &main), pfSuccess);
+  void* main_stream = nullptr;
+  void* fill = nullptr;
+  ASSERT_EQ(device_->create_stream(highest, &main_stream), pfSuccess);
   ASSERT_EQ(device_->create_fill_stream(&fill), pfSuccess);
-  EXPECT_TRUE(device_->is_valid_main_stream(main));
+  EXPECT_TRUE(device_->is_valid_main_stream(main_stream));
   EXPECT_FALSE(device_->is_valid_main_stream(fill));
-  EXPECT_EQ(device_->destroy_stream(main), pfSuccess);
-  EXPECT_FALSE(device_->is_valid_main_stream(main));
-  EXPECT_EQ(device_->destroy_stream(main), pfErrorInvalidArgument) << "destroyed once";
+  EXPECT_EQ(device_->destroy_stream(main_stream), pfSuccess);
+  EXPECT_FALSE(device_->is_valid_main_stream(main_stream));
+  EXPECT_EQ(device_->destroy_stream(main_stream), pfErrorInvalidArgument) << "destroyed once";
   // `fill` is left to the device: destroying the device cleans it up without an error.
   clear_last_error();
   device_.reset();
