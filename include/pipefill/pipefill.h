@@ -374,13 +374,19 @@ typedef struct pfJobInfo_t {
  * runs, nothing else changes); running jobs are unaffected. */
 PF_API pfResult_t pfJobCreate(pfRuntime_t runtime, const pfJobDesc_t* desc, pfJob_t* job);
 PF_API pfResult_t pfJobGetStatus(pfJob_t job, pfJobInfo_t* info);
-/* Stops scheduling the job; slices in flight finish (ticket slices at the next gate check). */
+/* Stops scheduling the job; slices in flight finish (ticket slices at the next gate check).
+ * Never blocks. The job's own launch callback may call it (the job ends cancelled after the
+ * slice being launched); from its own teardown it is a no-op. */
 PF_API pfResult_t pfJobCancel(pfJob_t job);
 /* Waits until the job completed/failed/cancelled or timeout_us passes (< 0, INFINITY or above
  * 1e15 µs: forever). pfErrorTimeout when it ran out; pfErrorJobFailed with the failure's message
- * for a failed job. Never call inside a bubble. */
+ * for a failed job. Refused at once (pfErrorInvalidState) with any timeout but 0 on the thread
+ * that has a bubble open, and without a limit on the thread that drives a simulated world (no
+ * virtual time passes while it waits): see docs/api.md. */
 PF_API pfResult_t pfJobWait(pfJob_t job, double timeout_us);
-/* Detaches and frees the job (cancels it first if still running; waits for its slices). */
+/* Detaches and frees the job (cancels it first if still running; waits for its slices).
+ * Refused (pfErrorInvalidState) on the thread that has a bubble open and from the job's own
+ * callbacks (cancel it there, destroy it after). */
 PF_API pfResult_t pfJobDestroy(pfJob_t job);
 
 /* ---- Streaming jobs: input staged while the job runs ---------------------------------------- */

@@ -63,6 +63,10 @@ pfResult_t validate_options(const AnalysisOptions& o) {
     return fail(pfErrorInvalidArgument, "min_gap_us must be a finite value >= 0, got {}",
                 o.min_gap_us);
   }
+  if (o.max_iterations < 1 || o.max_iterations > uint64_t{INT32_MAX}) {
+    return fail(pfErrorInvalidArgument, "max_iterations must be in [1, {}], got {}", INT32_MAX,
+                o.max_iterations);
+  }
   if (!std::isfinite(o.iteration_period_us) || o.iteration_period_us < 0.0) {
     return fail(pfErrorInvalidArgument,
                 "iteration_period_us must be >= 0 (0: no fixed period), got {}",
@@ -595,10 +599,13 @@ pfResult_t TraceAnalyzer::Impl::analyze(int device, const AnalysisOptions& optio
                   origin, device, a.span_end_us);
     }
     const double count = std::ceil((a.span_end_us - origin) / options.iteration_period_us);
-    if (count > 1e7) {
+    if (count > static_cast<double>(options.max_iterations)) {
       return fail(pfErrorInvalidArgument,
-                  "iteration period {} us gives {} iterations over the trace; too short a period",
-                  options.iteration_period_us, count);
+                  "iteration period {} us gives {:.0f} iterations over device {}'s {} us of "
+                  "trace, more than the bound of {} (--max-iterations); give a longer period or "
+                  "raise the bound",
+                  options.iteration_period_us, count, device, a.span_end_us - origin,
+                  options.max_iterations);
     }
     for (int k = 0; k < static_cast<int>(count); ++k) {
       Iteration it;

@@ -31,6 +31,9 @@ struct AnalysisOptions {
   // the device unless they end before their step's kernels, else the host-side ones of the
   // process that launched the device's kernels); otherwise the whole trace is one iteration.
   double iteration_period_us = 0.0;
+  // Bound on the iterations a period makes of a trace (span / period, work the input sets, not
+  // the trace's size): more is refused naming --max-iterations (pipefill-analyze).
+  uint64_t max_iterations = 1'000'000;
   double iteration_origin_us = std::numeric_limits<double>::quiet_NaN();
   std::string iteration_marker = "ProfilerStep";
   bool iteration_marker_required = false;  // true: no such marker is an error, not a fallback

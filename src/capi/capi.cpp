@@ -9,6 +9,7 @@
 #include <memory>
 #include <new>
 
+#include "common/callback_scope.hpp"
 #include "common/error.hpp"
 #include "core/config.hpp"
 #include "core/handles.hpp"
@@ -286,6 +287,7 @@ PF_API pfResult_t pfJobGetStatus(pfJob_t job, pfJobInfo_t* info) {
 
 PF_API pfResult_t pfJobCancel(pfJob_t job) {
   return guarded(__func__, [&] {
+    if (pipefill::CallbackScope::active()) return pipefill::core::cancel_from_callback(job);
     JobRef j;
     PF_TRY(pipefill::core::acquire_job(job, "pfJobCancel", &j));
     return j.runtime()->cancel_job(j.get());
@@ -319,6 +321,7 @@ PF_API pfResult_t pfJobWait(pfJob_t job, double timeout_us) {
 
 PF_API pfResult_t pfJobDestroy(pfJob_t job) {
   return guarded(__func__, [&] {
+    if (pipefill::CallbackScope::active()) return pipefill::core::refuse_destroy_from_callback(job);
     JobRef j;
     PF_TRY(pipefill::core::acquire_job(job, "pfJobDestroy", &j));
     return j.runtime()->destroy_job(j.get());

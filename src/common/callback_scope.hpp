@@ -9,17 +9,30 @@ namespace pipefill {
 
 class CallbackScope {
  public:
-  explicit CallbackScope(const char* what) : previous_(current_) { current_ = what; }
-  ~CallbackScope() { current_ = previous_; }
+  // `subject`: what the callback belongs to (a job's callbacks pass the job), so that the few
+  // calls a callback may make on its own subject (pfJobCancel) can recognise it.
+  explicit CallbackScope(const char* what, void* subject = nullptr)
+      : previous_(current_), previous_subject_(subject_) {
+    current_ = what;
+    subject_ = subject;
+  }
+  ~CallbackScope() {
+    current_ = previous_;
+    subject_ = previous_subject_;
+  }
   CallbackScope(const CallbackScope&) = delete;
   CallbackScope& operator=(const CallbackScope&) = delete;
 
   // Name of the callback this thread is inside ("launch", "on_item", ...), or nullptr.
   static const char* active() { return current_; }
+  // The subject of the innermost callback (nullptr when none, or none was given).
+  static void* subject() { return subject_; }
 
  private:
   const char* previous_;
+  void* previous_subject_;
   static inline thread_local const char* current_ = nullptr;
+  static inline thread_local void* subject_ = nullptr;
 };
 
 }  // namespace pipefill

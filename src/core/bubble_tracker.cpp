@@ -92,6 +92,7 @@ pfResult_t BubbleTracker::begin(void* stream, const pfBubbleHint_t* hint) {
   push(m);
   current_tracked_ = m.tracked;
   bubble_stream_.store(stream, std::memory_order_release);
+  bubble_thread_.store(std::this_thread::get_id(), std::memory_order_release);
   in_bubble_.store(true, std::memory_order_release);
   next_bubble_id_.store(id + 1, std::memory_order_release);
   ++index_in_iteration_;

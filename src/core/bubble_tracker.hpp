@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <thread>
 
 #include "core/config.hpp"
 #include "core/fill_resources.hpp"
@@ -54,6 +55,12 @@ class BubbleTracker {
   // The stream of the open bubble (nullptr when none).
   void* open_bubble_stream() const { return bubble_stream_.load(std::memory_order_acquire); }
   uint64_t open_bubble_id() const { return next_bubble_id_ - 1; }
+  // Whether the calling thread opened the bubble that is open now: a blocking call there would
+  // stall the main stream's schedule (and on the simulator never return), so it is refused.
+  bool bubble_open_on_calling_thread() const {
+    return in_bubble() &&
+           bubble_thread_.load(std::memory_order_acquire) == std::this_thread::get_id();
+  }
   uint64_t iterations() const { return iterations_.load(std::memory_order_relaxed); }
   // Mean host cost of a begin+end pair over the timed pairs (0 when none).
   double host_ns_per_pair() const;
@@ -80,6 +87,7 @@ class BubbleTracker {
   uint64_t timing_counter_ = 0;
   static constexpr uint64_t kTimingSample = 64;  // one begin+end pair in 64 is timed
   std::atomic<void*> bubble_stream_{nullptr};
+  std::atomic<std::thread::id> bubble_thread_{};  // the thread that opened the open bubble
   bool lent_memory_warned_ = false;
   std::atomic<uint64_t> next_bubble_id_{1};  // read by other threads for messages
   uint64_t index_in_iteration_ = 0;

@@ -65,6 +65,37 @@ pfResult_t refuse_inside_callback(const char* function) {
   return pfSuccess;
 }
 
+namespace {
+
+// The job whose callback this thread is running, when `handle` is that job's handle (the job is
+// alive: its callback is running); nullptr otherwise. Never dereferences `handle`.
+JobState* own_job_of_callback(pfJob_t handle) {
+  auto* job = static_cast<JobState*>(CallbackScope::subject());
+  return job != nullptr && handle != nullptr && job->handle == handle ? job : nullptr;
+}
+
+}  // namespace
+
+pfResult_t cancel_from_callback(pfJob_t handle) {
+  JobState* job = own_job_of_callback(handle);
+  if (job == nullptr) return refuse_inside_callback("pfJobCancel");
+  // In teardown the job has ended already: the request changes nothing, as for any ended job.
+  job->cancel_requested.store(true, std::memory_order_release);
+  return pfSuccess;
+}
+
+pfResult_t refuse_destroy_from_callback(pfJob_t handle) {
+  const char* callback = CallbackScope::active();
+  if (own_job_of_callback(handle) != nullptr) {
+    return fail(pfErrorInvalidState,
+                "pfJobDestroy: job '{}' cannot be destroyed from its own {} callback (the "
+                "runtime is running that callback and still owns the job); call pfJobCancel "
+                "there, and pfJobDestroy after the callback returned",
+                static_cast<JobState*>(CallbackScope::subject())->name, callback);
+  }
+  return refuse_inside_callback("pfJobDestroy");
+}
+
 pfResult_t acquire_runtime(pfRuntime_t handle, const char* function, RuntimeRef* out) {
   PF_TRY(refuse_inside_callback(function));
   if (handle == nullptr) return fail(pfErrorInvalidArgument, "{}: runtime is NULL", function);

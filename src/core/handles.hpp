@@ -63,6 +63,15 @@ class JobRef {
 // simulated on_item): such calls would deadlock or corrupt state. `function` names the caller.
 pfResult_t refuse_inside_callback(const char* function);
 
+// pfJobCancel from inside a callback: a launch or teardown callback cancelling its own job is
+// ordinary (a fill job that hit its own error) - noted without any lock (the launch callback
+// runs with the state lock held) and acted on once the callback returned; any other call from a
+// callback is refused as above. Only call when CallbackScope::active().
+pfResult_t cancel_from_callback(pfJob_t handle);
+// pfJobDestroy from inside a callback: refused, with a message that says what to do instead
+// when the job is the callback's own. Only call when CallbackScope::active().
+pfResult_t refuse_destroy_from_callback(pfJob_t handle);
+
 // Looks the handle up (and refuses calls from callbacks); the message names `function`.
 pfResult_t acquire_runtime(pfRuntime_t handle, const char* function, RuntimeRef* out);
 pfResult_t acquire_job(pfJob_t handle, const char* function, JobRef* out);

@@ -105,7 +105,7 @@ pfResult_t configs_from_desc(const pfJobDesc_t& desc, const std::string& name,
 void run_teardown(JobState& job) {
   if (job.teardown != nullptr) {
     try {
-      CallbackScope scope("teardown");
+      CallbackScope scope("teardown", &job);  // its pfJobCancel is a no-op, not refused
       job.teardown(job.user);
     } catch (...) {
       log::warn("job '{}': teardown threw; ignored", job.name);
@@ -422,13 +422,20 @@ pfResult_t JobRegistry::end_input(RuntimeState& s, JobState& job) {
   return pfSuccess;
 }
 
-pfResult_t JobRegistry::wait(RuntimeState& s, JobState& job, double timeout_us) {
+pfResult_t JobRegistry::wait(RuntimeState& s, JobState& job, double timeout_us,
+                             const std::string& never_returns) {
   MutexLock lock(s.mu);
   auto finished = [&] {
     s.mu.assert_held();
     return is_terminal(job.status);
   };
-  if (timeout_us < 0 || !(timeout_us <= kForeverUs)) {  // also INFINITY
+  if (!never_returns.empty() && !finished()) {
+    return fail(pfErrorInvalidState,
+                "pfJobWait: job '{}' is not finished ({} of {} items done) and this wait would "
+                "never return: {}",
+                job.name, job.items_completed, job.item_count, never_returns);
+  }
+  if (is_forever(timeout_us)) {
     s.job_changed.wait(s.mu, finished);
   } else if (!s.job_changed.wait_for(
                  s.mu, std::chrono::microseconds(static_cast<int64_t>(std::ceil(timeout_us))),

@@ -40,8 +40,14 @@ class JobRegistry {
   // call changes nothing.
   pfResult_t set_available(RuntimeState& s, JobState& job, uint64_t available) EXCLUDES(s.mu);
   pfResult_t end_input(RuntimeState& s, JobState& job) EXCLUDES(s.mu);
-  // Negative, infinite or above kForeverUs: no limit.
-  pfResult_t wait(RuntimeState& s, JobState& job, double timeout_us) EXCLUDES(s.mu);
+  // Negative, infinite or above kForeverUs: no limit. `never_returns` non-empty: the caller
+  // found that this wait could never see the job end (why, for the message); an unfinished job
+  // then fails at once with pfErrorInvalidState instead of blocking.
+  pfResult_t wait(RuntimeState& s, JobState& job, double timeout_us,
+                  const std::string& never_returns) EXCLUDES(s.mu);
+  static bool is_forever(double timeout_us) {
+    return timeout_us < 0 || !(timeout_us <= kForeverUs);  // also INFINITY
+  }
   // pfJobDestroy, first half: unpublishes the handle and cancels the job; true when slices of it
   // are still in flight (the caller then drains the executor and the fill stream, and harvests).
   bool begin_destroy(RuntimeState& s, JobState& job) EXCLUDES(s.mu);

@@ -87,6 +87,10 @@ struct JobState {
   uint32_t late_slices_without_progress = 0;
   uint32_t late_slices_enqueued_after_end = 0;  // of those, enqueued after the bubble had ended
   bool torn_down = false;              // teardown taken (queued or run): it runs exactly once
+  // pfJobCancel from the job's own launch callback, which runs with the state lock held: the
+  // request is only noted here (no lock), and the launcher ends the job Cancelled once the
+  // callback returned (slice_launcher.cpp). Atomic: written without the lock.
+  std::atomic<bool> cancel_requested{false};
   bool detached = false;               // pfJobDestroy ran: harvest only updates stats
 };
 

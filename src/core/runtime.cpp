@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -159,6 +162,7 @@ void Runtime::stop_and_release() {
 void Runtime::wait_for_executor() { pump_->drain(); }
 
 pfResult_t Runtime::synchronize() {
+  PF_TRY(refuse_inside_bubble("pfRuntimeSynchronize"));
   wait_for_executor();
   PF_TRY(executor_->synchronize(state_));
   run_teardowns_outside_bubbles();
@@ -261,13 +265,40 @@ pfResult_t Runtime::end_job_input(JobState* job) {
   return result;
 }
 
+std::string Runtime::why_a_wait_never_returns(double timeout_us) const {
+  if (timeout_us != 0 && tracker_->bubble_open_on_calling_thread()) {
+    return fmt::format("the calling thread has bubble {} open on stream {}, and no call may block "
+                       "inside a bubble (call pfBubbleEnd first, or poll with timeout 0)",
+                       tracker_->open_bubble_id(), tracker_->open_bubble_stream());
+  }
+  if (!JobRegistry::is_forever(timeout_us)) return {};
+  if (const DrivenClock* driven = device_->driven_clock();
+      driven != nullptr && driven->driven_by_calling_thread()) {
+    return fmt::format("the calling thread is the one that runs simulated world {}, and virtual "
+                       "time (hence the job) advances only inside its pfSimRunUntil* calls; run "
+                       "the world, then wait with a finite timeout (0 polls)",
+                       static_cast<const void*>(driven->world_handle()));
+  }
+  return {};
+}
+
+pfResult_t Runtime::refuse_inside_bubble(const char* function) const {
+  if (!tracker_->bubble_open_on_calling_thread()) return pfSuccess;
+  return fail(pfErrorInvalidState,
+              "{}: the calling thread has bubble {} open on stream {}; this call blocks, and no "
+              "call may block inside a bubble (call pfBubbleEnd first)",
+              function, tracker_->open_bubble_id(), tracker_->open_bubble_stream());
+}
+
 pfResult_t Runtime::wait_job(JobState* job, double timeout_us) {
-  const pfResult_t result = jobs_->wait(state_, *job, timeout_us);
+  const pfResult_t result =
+      jobs_->wait(state_, *job, timeout_us, why_a_wait_never_returns(timeout_us));
   run_teardowns_outside_bubbles();
   return result;
 }
 
 pfResult_t Runtime::destroy_job(JobState* job) {
+  PF_TRY(refuse_inside_bubble("pfJobDestroy"));
   std::shared_ptr<JobState> keep;
   {
     MutexLock lock(state_.mu);

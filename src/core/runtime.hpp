@@ -104,6 +104,12 @@ class Runtime {
   // Runs due teardowns on this thread unless the user thread is inside a bubble (then the next
   // pfIterationEnd, pfJobWait, pfRuntimeSynchronize or pfJobDestroy runs them).
   void run_teardowns_outside_bubbles();
+  // Why a pfJobWait of `timeout_us` on the calling thread could never see its job end (inside
+  // the caller's own bubble; a forever wait on the thread that drives a simulated world), or
+  // empty when it may block.
+  std::string why_a_wait_never_returns(double timeout_us) const;
+  // pfErrorInvalidState naming `function` when the calling thread has a bubble open.
+  pfResult_t refuse_inside_bubble(const char* function) const;
 
   uint64_t magic_ = kRuntimeMagic;
   std::atomic<int> calls_in_flight_{0};

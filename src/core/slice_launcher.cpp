@@ -285,7 +285,7 @@ int SliceLauncher::launch_slice_work(const JobState& job, const pfSliceDesc_t& s
       // The graph kind has no launch callback: the runtime enqueues the gated graph itself.
       result = static_cast<int>(launch_graph_slice(device_, job, slice, stream));
     } else {
-      CallbackScope scope("launch");
+      CallbackScope scope("launch", const_cast<JobState*>(&job));  // its pfJobCancel
       result = static_cast<int>(job.launch(job.user, &slice, stream));
     }
     if (result != pfSuccess) *why = last_error_message();
@@ -382,6 +382,11 @@ SliceLauncher::Launched SliceLauncher::launch(RuntimeState& s, BubbleRecord& bub
   job.items_in_flight += record.planned_items;
   job.last_stream = stream;
   job.last_slice_slot = slot;
+  // The callback cancelled its own job (pfJobCancel from launch): this slice runs out like any
+  // slice in flight at a cancel; the job gets no further slices.
+  if (job.cancel_requested.exchange(false, std::memory_order_acq_rel)) {
+    end_job(s, job, pfJobCancelled, pfSuccess, "");
+  }
   if (!failed) {
     ++job.slices_launched;
     if (job.kind == pfJobOpaque) job.next_opaque_item += plan.items;

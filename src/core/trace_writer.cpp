@@ -3,6 +3,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <utility>
+#include <vector>
+#include <algorithm>
 
 #include <fmt/format.h>
 
@@ -75,6 +78,46 @@ void render_calibration(const ActivityRecord& r, int pid, std::string* out) {
   }
 }
 
+// One GPU-side "ProfilerStep#N" span per iteration that has recorded bubbles, so that
+// pipefill-analyze (whose default iteration marker that is) and other PyTorch-trace tools read
+// the run's iterations back. The runtime knows no device time for pfIterationEnd, so iteration N
+// starts where iteration N-1's last bubble ended (the first at the trace's first record) and the
+// last runs to the trace's last record: every bubble falls in its own iteration. An iteration
+// without a recorded bubble merges into the one after it.
+void render_iterations(const TraceRecords& records, int pid, std::string* out) {
+  if (records.bubbles.empty()) return;
+  double first = records.bubbles.front().begin_us, last = records.bubbles.front().end_us;
+  auto cover = [&](double start, double end) {
+    first = std::min(first, start);
+    last = std::max(last, end);
+  };
+  for (const TraceBubble& b : records.bubbles) cover(b.begin_us, b.end_us);
+  for (const TraceSlice& s : records.slices) cover(s.start_us, s.end_us);
+  for (const ActivityRecord& r : records.calibration) cover(r.start_us, r.end_us);
+  // The device the calibration records name (the bubbles' pid otherwise), so the steps apply to
+  // the same device as the kernels.
+  const int device = records.calibration.empty() ? pid : records.calibration.front().device;
+  // Bubbles are recorded in id order, so iterations are non-decreasing.
+  std::vector<std::pair<uint64_t, double>> starts;  // (iteration, start)
+  double previous_end = first;
+  for (size_t i = 0; i < records.bubbles.size(); ++i) {
+    const TraceBubble& b = records.bubbles[i];
+    if (starts.empty() || b.iteration > starts.back().first) {
+      starts.emplace_back(b.iteration, starts.empty() ? first : previous_end);
+    }
+    previous_end = std::max(previous_end, b.end_us);
+  }
+  for (size_t k = 0; k < starts.size(); ++k) {
+    const double start = starts[k].second;
+    const double end = k + 1 < starts.size() ? starts[k + 1].second : last;
+    *out += fmt::format(
+        ",\n{{\"name\":\"ProfilerStep#{}\",\"cat\":\"gpu_user_annotation\",\"ph\":\"X\","
+        "\"pid\":{},\"tid\":3,\"ts\":{:.3f},\"dur\":{:.3f},\"args\":{{\"device\":{},"
+        "\"pipefill_iteration\":{}}}}}",
+        starts[k].first, pid, start, std::max(0.0, end - start), device, starts[k].first);
+  }
+}
+
 }  // namespace
 
 void TraceRecords::add(TraceBubble bubble) {
@@ -115,7 +158,11 @@ std::string render_chrome_trace(const TraceRecords& records, int pid) {
       pid);
   out += fmt::format(
       "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":2,\"args\":{{\"name\":"
-      "\"fill slices\"}}}}",
+      "\"fill slices\"}}}},\n",
+      pid);
+  out += fmt::format(
+      "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":3,\"args\":{{\"name\":"
+      "\"iterations\"}}}}",
       pid);
   for (const TraceBubble& b : records.bubbles) {
     out += fmt::format(
@@ -139,6 +186,7 @@ std::string render_chrome_trace(const TraceRecords& records, int pid) {
         s.config_index, s.late ? ",\"late\":true" : "");
   }
   for (const ActivityRecord& r : records.calibration) render_calibration(r, pid, &out);
+  render_iterations(records, pid, &out);
   out += fmt::format("\n],\"displayTimeUnit\":\"ms\",\"otherData\":{{\"truncated\":{}}}}}\n",
                      records.truncated ? "true" : "false");
   return out;

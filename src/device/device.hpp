@@ -50,6 +50,9 @@ class DrivenClock {
   // `hook` runs on the driving thread before each run of the device's clock, until removed.
   virtual void add_pre_run_hook(const void* owner, std::function<void()> hook) = 0;
   virtual void remove_pre_run_hook(const void* owner) = 0;
+  // Whether the calling thread drives the clock (it last ran the world, or created it and nobody
+  // ran it since): while it blocks, no time passes, so a wait for fill progress never returns.
+  virtual bool driven_by_calling_thread() const = 0;
 };
 
 // ---- Graph fill jobs ---------------------------------------------------------------------------

@@ -51,6 +51,10 @@ pfResult_t engine_options_from_env(EngineOptions* out);
 
 class Engine {
  public:
+  // The port interface of the shared device adapter (device/engine_device.hpp).
+  static constexpr int kLowestPriority = ::pipefill::host::kLowestPriority;
+  static constexpr int kHighestPriority = ::pipefill::host::kHighestPriority;
+
   static pfResult_t create(const EngineOptions& options, std::shared_ptr<Engine>* out);
   ~Engine();
   Engine(const Engine&) = delete;

@@ -1,3 +1,5 @@
+// SimDevice: the simulated world's clock, calibration records and graph items; the Device
+// operations come from the shared engine adapter (device/engine_device.hpp).
 #include "sim/sim_device.hpp"
 
 #include <atomic>
@@ -12,180 +14,29 @@
 #include "sim/sim_handles.hpp"
 
 namespace pipefill::sim {
-namespace {
-
-// Device methods must not throw (the runtime calls them from C entry points and its executor
-// thread); the only throwing operations here are allocations in the bookkeeping sets.
-template <typename Body>
-pfResult_t guarded(const char* what, Body&& body) {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    return fail(pfErrorOutOfMemory, "host memory exhausted in simulated {}", what);
-  } catch (const std::exception& error) {
-    return fail(pfErrorInternal, "simulated {} failed: {}", what, error.what());
-  }
-}
-
-}  // namespace
 
 SimDevice::SimDevice(World* world, std::unique_ptr<World> owned, int device_index)
-    : world_(world), owned_world_(std::move(owned)), device_(device_index) {
-  world_->attach();
+    : owned_world_(std::move(owned)), port_(world, device_index) {
+  world->attach();
 }
 
 SimDevice::~SimDevice() {
   // Streams and events the runtime left behind: enqueued work still runs in the world (a shared
   // world outlives us), but the handles go.
-  {
-    MutexLock lock(created_mutex_);
-    for (void* stream : streams_) world_->destroy_stream(stream);
-    for (void* event : events_) world_->destroy_event(event);
-    streams_.clear();
-    events_.clear();
-  }
-  world_->detach();
+  destroy_leftovers();
+  world().detach();
   // owned_world_ (a private world) is destroyed after this, with everything in it.
 }
 
-pfSimWorld_t SimDevice::world_handle() const { return handle_of(world_); }
+pfSimWorld_t SimDevice::world_handle() const { return handle_of(&world()); }
 
 std::string SimDevice::name() const {
-  return fmt::format("simulated device {} ({} SMs)", device_, world_->sm_count(device_));
+  return fmt::format("simulated device {} ({} SMs)", device_index(), sm_count());
 }
-
-pfResult_t SimDevice::priority_range(int* lowest, int* highest) {
-  if (lowest == nullptr || highest == nullptr) {
-    return fail(pfErrorInvalidArgument, "priority_range output pointer is NULL");
-  }
-  *lowest = kLowestPriority;
-  *highest = kHighestPriority;
-  return pfSuccess;
-}
-
-pfResult_t SimDevice::create_fill_stream(Stream* out) {
-  return guarded("create_fill_stream", [&] {
-    PF_TRY(world_->create_stream(device_, kLowestPriority, /*fill=*/true, out));
-    MutexLock lock(created_mutex_);
-    streams_.insert(*out);
-    return pfSuccess;
-  });
-}
-
-pfResult_t SimDevice::create_stream(int priority, Stream* out) {
-  return guarded("create_stream", [&] {
-    PF_TRY(world_->create_stream(device_, priority, /*fill=*/false, out));
-    MutexLock lock(created_mutex_);
-    streams_.insert(*out);
-    return pfSuccess;
-  });
-}
-
-pfResult_t SimDevice::destroy_stream(Stream stream) {
-  return guarded("destroy_stream", [&] {
-    PF_TRY(world_->destroy_stream(stream));
-    MutexLock lock(created_mutex_);
-    streams_.erase(stream);
-    return pfSuccess;
-  });
-}
-
-bool SimDevice::is_valid_main_stream(Stream stream) const {
-  return world_->is_main_stream_of(stream, device_);
-}
-
-pfResult_t SimDevice::synchronize_stream(Stream stream) {
-  return guarded("synchronize_stream", [&] { return world_->synchronize_stream(stream); });
-}
-
-pfResult_t SimDevice::create_event(Event* out) {
-  return guarded("create_event", [&] {
-    PF_TRY(world_->create_event(out));
-    MutexLock lock(created_mutex_);
-    events_.insert(*out);
-    return pfSuccess;
-  });
-}
-
-pfResult_t SimDevice::destroy_event(Event event) {
-  return guarded("destroy_event", [&] {
-    PF_TRY(world_->destroy_event(event));
-    MutexLock lock(created_mutex_);
-    events_.erase(event);
-    return pfSuccess;
-  });
-}
-
-pfResult_t SimDevice::record_event(Event event, Stream stream) {
-  return guarded("record_event", [&] { return world_->record_event(event, stream); });
-}
-
-pfResult_t SimDevice::stream_wait_event(Stream stream, Event event) {
-  return guarded("stream_wait_event", [&] { return world_->wait_event(stream, event, 0.0, 0); });
-}
-
-pfResult_t SimDevice::query_event(Event event, bool* done, double* time_us) {
-  if (done == nullptr || time_us == nullptr) {
-    return fail(pfErrorInvalidArgument, "query_event output pointer is NULL");
-  }
-  bool recorded = false;
-  PF_TRY(world_->event_state(event, &recorded, done, time_us));
-  if (!recorded) {
-    return fail(pfErrorInvalidState, "event {} was never recorded, so it has no time", event);
-  }
-  return pfSuccess;
-}
-
-pfResult_t SimDevice::synchronize_event(Event event) {
-  return guarded("synchronize_event", [&] { return world_->synchronize_event(event); });
-}
-
-pfResult_t SimDevice::allocate_words(size_t count, uint64_t** words) {
-  return guarded("allocate_words", [&] { return world_->allocate_words(count, words); });
-}
-
-pfResult_t SimDevice::free_words(uint64_t* words) { return world_->free_words(words); }
-
-// In the simulation device and host memory are the same plain host memory.
-pfResult_t SimDevice::allocate_host_words(size_t count, uint64_t** words) {
-  return allocate_words(count, words);
-}
-
-pfResult_t SimDevice::free_host_words(uint64_t* words) { return world_->free_words(words); }
-
-pfResult_t SimDevice::write_word(Stream stream, uint64_t* word, uint64_t value) {
-  return guarded("write_word", [&] { return world_->write_word(stream, word, value); });
-}
-
-pfResult_t SimDevice::copy_word_to_host(Stream stream, const uint64_t* word, uint64_t* host) {
-  return guarded("copy_word_to_host", [&] { return world_->copy_word(stream, word, host); });
-}
-
-pfResult_t SimDevice::memory_info(size_t* free_bytes, size_t* total_bytes) {
-  if (free_bytes == nullptr || total_bytes == nullptr) {
-    return fail(pfErrorInvalidArgument, "memory_info output pointer is NULL");
-  }
-  return world_->memory_info(device_, free_bytes, total_bytes);
-}
-
-pfResult_t SimDevice::allocate_arena(size_t bytes, void** base) {
-  return guarded("allocate_arena", [&] { return world_->allocate_arena(device_, bytes, base); });
-}
-
-pfResult_t SimDevice::free_arena(void* base) { return world_->free_arena(device_, base); }
-
-int SimDevice::sm_count() const { return world_->sm_count(device_); }
-
-pfResult_t SimDevice::configure_partition(int reserved_sms, FillPartition* partition) {
-  return guarded("configure_partition",
-                 [&] { return world_->configure_partition(device_, reserved_sms, partition); });
-}
-
-double SimDevice::now_us() { return world_->now(); }
 
 pfResult_t SimDevice::collect_activity(std::vector<ActivityRecord>* out) {
   if (out == nullptr) return fail(pfErrorInvalidArgument, "collect_activity: out is NULL");
-  activity_collected_ = world_->activities_since(device_, activity_collected_, out);
+  activity_collected_ = world().activities_since(device_index(), activity_collected_, out);
   return pfSuccess;
 }
 
@@ -232,7 +83,7 @@ pfResult_t SimDevice::launch_graph_items(GraphItems& items, const pfSliceDesc_t&
     return fail(pfErrorInternal, "launch_graph_items: the items were not prepared by {}", name());
   }
   return guarded("launch_graph_items", [&] {
-    return world_->launch_ticket(stream, &slice, 1, graph->item_cost_us(),
+    return world().launch_ticket(stream, &slice, 1, graph->item_cost_us(),
                                  &SimGraphItems::run_item, graph);
   });
 }

@@ -23,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -220,6 +221,9 @@ struct World::Impl {
   Mutex hooks_mutex ACQUIRED_BEFORE(mutex);  // held while hooks run (remove waits for them)
   std::vector<std::pair<const void*, std::function<void()>>> hooks GUARDED_BY(hooks_mutex);
   std::atomic<int> attached{0};
+  // The thread that last ran the world (run_until*), or created it before any run: a wait on it
+  // for something only a run can bring would never return (World::is_driven_by_calling_thread).
+  std::atomic<std::thread::id> driver{std::this_thread::get_id()};
   uintptr_t handle = 0;  // the world's C handle (immutable after create)
   std::vector<DeviceState> devices GUARDED_BY(mutex);  // size immutable after create
 

@@ -314,6 +314,7 @@ pfResult_t World::event_state(void* handle, bool* recorded, bool* done, double* 
 pfResult_t World::run_until(double time_us) {
   if (std::isnan(time_us)) return fail(pfErrorInvalidArgument, "run_until time_us {} is NaN", time_us);
   PF_SIM_REFUSE_IN_OWN_CALLBACK("run_until");
+  impl_->driver.store(std::this_thread::get_id(), std::memory_order_relaxed);
   impl_->run_hooks();
   MutexLock lock(impl_->mutex);
   impl_->drop_stale_front();
@@ -332,11 +333,16 @@ pfResult_t World::run_until(double time_us) {
 
 pfResult_t World::run_until_idle() {
   PF_SIM_REFUSE_IN_OWN_CALLBACK("run_until_idle");
+  impl_->driver.store(std::this_thread::get_id(), std::memory_order_relaxed);
   impl_->run_hooks();
   MutexLock lock(impl_->mutex);
   while (!impl_->heap.empty()) impl_->process_one();
   impl_->bury_drained_streams();
   return impl_->check_blocked();
+}
+
+bool World::is_driven_by_calling_thread() const {
+  return impl_->driver.load(std::memory_order_relaxed) == std::this_thread::get_id();
 }
 
 pfResult_t World::synchronize_stream(void* handle) {

@@ -115,6 +115,9 @@ class World {
   // still blocked (a deadlock: e.g. SMs held by a wait whose record can never run).
   pfResult_t run_until(double time_us);
   pfResult_t run_until_idle();
+  // Whether the calling thread is the one that last ran the world (run_until*), or created it
+  // when it never ran: virtual time cannot advance while that thread blocks.
+  bool is_driven_by_calling_thread() const;
   // Run the event loop (no hooks) until the stream has drained / the event's latest record has
   // completed. pfErrorInvalidState if that can never happen.
   pfResult_t synchronize_stream(void* stream);

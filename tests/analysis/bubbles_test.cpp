@@ -201,6 +201,26 @@ TEST(Bubbles, OtherDeviceIsAnalysedOnItsOwn) {
   EXPECT_EQ(devices_with_compute(mixed_gaps()), (std::vector<int>{0, 1}));
 }
 
+// The iterations a period makes are bounded (the work is span / period, whatever the trace's
+// size): beyond the bound the analysis is refused naming the bound's flag; raised, it runs.
+TEST(Bubbles, PeriodIterationsAreBoundedByANamedLimit) {
+  AnalysisOptions o;
+  o.iteration_period_us = 1;  // five_iterations() spans 5000 us: 5000 iterations
+  o.max_iterations = 4999;
+  DeviceAnalysis a;
+  EXPECT_EQ(analyze_device(five_iterations(), 0, o, &a), pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("more than the bound of 4999 (--max-iterations)"),
+            std::string::npos)
+      << last_error_message();
+  EXPECT_TRUE(a.iterations.empty()) << "a refused analysis makes no iterations";
+  o.max_iterations = 5000;
+  ASSERT_EQ(analyze_device(five_iterations(), 0, o, &a), pfSuccess) << last_error_message();
+  EXPECT_EQ(a.iterations.size(), 5000u);
+  o.max_iterations = 0;
+  EXPECT_EQ(validate_options(o), pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("max_iterations"), std::string::npos);
+}
+
 TEST(Bubbles, PeriodIterationsGiveClassesWithQuantiles) {
   AnalysisOptions o;
   o.iteration_period_us = 1000;

@@ -2,7 +2,8 @@
 //  - the analyser's gaps in the sim's activity log are exactly the pipeline's bubble windows;
 //  - with PipeFill filling the bubbles, main-job kernels keep their durations (slowdown 1.0),
 //    fill covers the bubbles and the start delay stays within one item;
-//  - the runtime's own trace (pfTraceWrite), imported, gives the bubbles its stats count.
+//  - the runtime's own trace (pfTraceWrite), imported, gives the bubbles its stats count, and
+//    the iterations the run had.
 //  - with ungated fill beside the main job, kernels are slowed only on a device with interference.
 #include <gtest/gtest.h>
 
@@ -78,7 +79,8 @@ struct SimRun {
   std::string trace_path;
 };
 
-void run_pipeline(bool fill, const std::string& trace_path, SimRun* out) {
+void run_pipeline(bool fill, const std::string& trace_path, SimRun* out,
+                  int iterations = kIterations) {
   // Interference off: the test below expects the fill not to slow the main kernels at all.
   pfSimDeviceDesc_t desc = PF_SIM_DEVICE_DESC_NO_INTERFERENCE_INITIALIZER;
   desc.sm_count = kSms;
@@ -118,7 +120,7 @@ void run_pipeline(bool fill, const std::string& trace_path, SimRun* out) {
   options.runtimes = runtimes;
   std::unique_ptr<sim::Pipeline> pipeline;
   PF_ASSERT_OK(sim::Pipeline::create(raw, options, &pipeline));
-  PF_ASSERT_OK(pipeline->run(kIterations, nullptr));
+  PF_ASSERT_OK(pipeline->run(iterations, nullptr));
   for (const sim::BubbleWindow& w : pipeline->bubbles()) {
     if (w.stage == kStage) out->windows.push_back(w);
   }
@@ -214,6 +216,31 @@ TEST(AnalyzerOnSimPipeline, FillingKeepsKernelDurationsAndCoversTheBubbles) {
   ASSERT_FALSE(e.classes.empty());
   EXPECT_EQ(e.classes[0].label, "#0");
   EXPECT_EQ(e.classes[0].duration.count, static_cast<size_t>(kIterations));
+  std::remove(trace.c_str());
+}
+
+// The iterations of a run are read back from the runtime's own trace: N iterations run, N
+// iterations analysed (the trace's iteration marks), each with its share of the bubbles.
+TEST(AnalyzerOnSimPipeline, RuntimeTraceGivesTheRunsIterations) {
+  constexpr int kRunIterations = 10;
+  SimRun filled;
+  const std::string trace = ::testing::TempDir() + "pipefill_analysis_iterations.json";
+  ASSERT_NO_FATAL_FAILURE(run_pipeline(true, trace, &filled, kRunIterations));
+  ASSERT_EQ(filled.stats.iterations, static_cast<uint64_t>(kRunIterations));
+  ImportedTrace t;
+  ASSERT_EQ(import_chrome_trace_file(trace, ImportOptions{}, &t), pfSuccess) << last_error_message();
+  DeviceAnalysis a;
+  ASSERT_EQ(analyze_device(t.records, kStage, AnalysisOptions{}, &a), pfSuccess)
+      << last_error_message();
+  EXPECT_EQ(a.iteration_source, IterationSource::Markers);
+  ASSERT_EQ(a.iterations.size(), static_cast<size_t>(kRunIterations));
+  ASSERT_EQ(a.bubbles.size(), filled.stats.bubbles);
+  // Every iteration of a 1F1B stage has the same bubbles, so each gets 1/N of them.
+  for (size_t k = 0; k < a.iterations.size(); ++k) {
+    EXPECT_EQ(a.iterations[k].bubble_count * kRunIterations, static_cast<int>(a.bubbles.size()))
+        << "iteration " << k;
+    EXPECT_EQ(a.iterations[k].label, "ProfilerStep#" + std::to_string(k));
+  }
   std::remove(trace.c_str());
 }
 

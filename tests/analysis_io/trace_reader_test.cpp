@@ -392,10 +392,35 @@ TEST(TraceReader, AnEventLargerThanTheLimitIsRefusedNotBuffered) {
   CompactTrace t;
   EXPECT_EQ(io::read_trace_bytes(text, "big.json", ImportOptions{}, &t, read), pfErrorInvalidArgument);
   EXPECT_THAT(last_error_message(), HasSubstr("big.json: a single value at byte"));
+  EXPECT_THAT(last_error_message(), HasSubstr("--max-value-mib"));  // how to raise it
   read.max_value_bytes = 8192;
   EXPECT_EQ(io::read_trace_bytes(text, "big.json", ImportOptions{}, &t, read), pfSuccess)
       << last_error_message();
   EXPECT_EQ(t.events_total, 2u);
+}
+
+// The number of events is bounded too (memory and time grow with it): one more than the bound
+// is refused naming the flag that raises it; at the bound the trace reads.
+TEST(TraceReader, MoreEventsThanTheBoundAreRefusedNamingTheFlag) {
+  std::string text = R"({"traceEvents": [)";
+  for (int i = 0; i < 5; ++i) {
+    text += std::string(i == 0 ? "" : ",") +
+            R"({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "ts": )" +
+            std::to_string(10 * i) + R"(, "dur": 1})";
+  }
+  text += "]}";
+  io::ReadOptions read;
+  read.max_events = 4;
+  CompactTrace t;
+  EXPECT_EQ(io::read_trace_bytes(text, "many.json", ImportOptions{}, &t, read),
+            pfErrorInvalidArgument);
+  EXPECT_THAT(last_error_message(), HasSubstr("many.json: more than 4 entries in traceEvents"));
+  EXPECT_THAT(last_error_message(), HasSubstr("--max-events"));
+  read.max_events = 5;
+  CompactTrace all;
+  ASSERT_EQ(io::read_trace_bytes(text, "many.json", ImportOptions{}, &all, read), pfSuccess)
+      << last_error_message();
+  EXPECT_EQ(all.records.size(), 5u);
 }
 
 }  // namespace

@@ -112,6 +112,7 @@ TEST_P(Executor, JobsComeAndGoFromAnotherThread) {
   constexpr int kChurn = 12;
   std::vector<std::unique_ptr<CountingJob>> churn(kChurn);
   std::atomic<bool> stop{false};
+  std::atomic<int> steps_done{0};
   std::thread other([&] {
     for (int i = 0; i < kChurn; ++i) {
       churn[i] = std::make_unique<CountingJob>();
@@ -121,7 +122,9 @@ TEST_P(Executor, JobsComeAndGoFromAnotherThread) {
       pfJobDesc_t cd = churn[i]->desc();
       pfJob_t h = nullptr;
       EXPECT_EQ(pfJobCreate(rt, &cd, &h), pfSuccess) << pfGetLastErrorMessage();
-      std::this_thread::sleep_for(std::chrono::microseconds(300));
+      // Let the job live through two of the main thread's steps (bubbles) before it goes.
+      const int created_at = steps_done.load();
+      while (steps_done.load() < created_at + 2) std::this_thread::yield();
       if (i % 2 == 0) EXPECT_EQ(pfJobCancel(h), pfSuccess);
       EXPECT_EQ(pfJobDestroy(h), pfSuccess) << pfGetLastErrorMessage();
     }
@@ -133,6 +136,7 @@ TEST_P(Executor, JobsComeAndGoFromAnotherThread) {
   while (!stop.load() || steps < 10) {
     stage.step(rt, 100.0, &hint);
     ++steps;
+    steps_done.store(steps);
   }
   other.join();
   PF_ASSERT_OK(pfRuntimeSynchronize(rt));

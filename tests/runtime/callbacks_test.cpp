@@ -1,5 +1,6 @@
 // The job callbacks: re-entering the library from setup/launch/teardown is refused with
-// pfErrorInvalidState naming the callback (never a deadlock); teardown runs on a documented
+// pfErrorInvalidState naming the callback (never a deadlock) - except a launch or teardown
+// callback cancelling its own job (tests/runtime/no_hang_test.cpp); teardown runs on a documented
 // thread outside bubbles and locks; a launch result that is not a pfResult_t, or a launch that
 // enqueues nothing, ends only that job.
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@ struct Reentry {
   pfRuntime_t rt = nullptr;
   pfSimWorld_t world = nullptr;
   pfJob_t self = nullptr;
+  pfJob_t other = nullptr;  // another job: cancelling it from a callback is refused
   std::vector<std::pair<std::string, pfResult_t>> results;
   std::vector<std::string> messages;
   CountingJob counting;
@@ -31,7 +33,7 @@ struct Reentry {
     pfJobInfo_t info{};
     pfStats_t stats{};
     record("pfJobGetStatus", pfJobGetStatus(self, &info));
-    record("pfJobCancel", pfJobCancel(self));
+    record("pfJobCancel (another job)", pfJobCancel(other));
     record("pfJobWait", pfJobWait(self, 0.0));
     record("pfJobDestroy", pfJobDestroy(self));
     CountingJob other;
@@ -80,6 +82,14 @@ TEST_P(Callbacks, LaunchCallingBackIsRefused) {
                                    &self->counting);
   };
   PF_ASSERT_OK(pfJobCreate(rt, &d, &r.self));
+  // Another job (on a runtime of its own, so that it takes no bubble time here).
+  pfConfig_t other_config = sim_config(nullptr, 0, 1, 4);
+  pfRuntime_t other_rt = nullptr;
+  PF_ASSERT_OK(pfRuntimeCreate(&other_config, &other_rt));
+  CountingJob other;
+  other.name = "other";
+  pfJobDesc_t od = other.desc();
+  PF_ASSERT_OK(pfJobCreate(other_rt, &od, &r.other));
   pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
   hint.expected_duration_us = 100.0;
   EXPECT_DOUBLE_EQ(stage.step(rt, 100.0, &hint), 150.0);
@@ -89,7 +99,10 @@ TEST_P(Callbacks, LaunchCallingBackIsRefused) {
   const pfJobInfo_t info = info_of(r.self);
   EXPECT_EQ(info.status, pfJobRunning);
   EXPECT_EQ(info.items_completed, 280u);
+  EXPECT_EQ(info_of(r.other).status, pfJobPending) << "the refused cancel changed nothing";
   PF_ASSERT_OK(pfJobDestroy(r.self));
+  PF_ASSERT_OK(pfJobDestroy(r.other));
+  PF_ASSERT_OK(pfRuntimeDestroy(other_rt));
   PF_ASSERT_OK(pfRuntimeDestroy(rt));
 }
 
@@ -136,8 +149,9 @@ TEST_P(Callbacks, TeardownRunsOnTheCallerOutsideBubbles) {
   ManualStage stage;
   ASSERT_NO_FATAL_FAILURE(stage.init());
   TestDevice* device = nullptr;
+  core::Runtime* core_runtime = nullptr;
   pfRuntime_t rt = make_test_runtime(stage.world.get(), sim_config(stage.world.get(), 0, 1, 4),
-                                     &device, false, GetParam());
+                                     &device, false, GetParam(), &core_runtime);
   ASSERT_NE(rt, nullptr);
   struct Where {
     CountingJob counting;
@@ -176,14 +190,25 @@ TEST_P(Callbacks, TeardownRunsOnTheCallerOutsideBubbles) {
     where.in_bubble = true;
     PF_ASSERT_OK(pfBubbleBegin(rt, stage.main, &hint));
     PF_ASSERT_OK(pfSimStreamWaitEvent(stage.main, stage.ready, 0.0, stage.comm_sms));
-    // Give the executor thread (and the poller) time to harvest while the bubble is open.
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    // The begin handled (by the executor thread, or here in the hook mode) while the bubble is
+    // open: a teardown run from the handler would see in_bubble.
+    core_runtime->wait_for_executor();
     PF_ASSERT_OK(pfBubbleEnd(rt, stage.main));
     where.in_bubble = false;
     PF_ASSERT_OK(pfSimLaunchKernel(stage.main, 50.0, stage.sms));
     where.in_run = true;
     PF_ASSERT_OK(pfSimRunUntilIdle(stage.world.get()));
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    // The job's completion harvested by the background thread (executor or poller) while
+    // in_run is still set: a teardown run from the harvest would see it. The deadline only
+    // turns a harvest that never comes into a failure.
+    if (where.counting.items_run() == where.counting.items) {  // every item ran in the world
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (info_of(job).status != pfJobCompleted &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::yield();
+      }
+      EXPECT_EQ(info_of(job).status, pfJobCompleted) << "iteration " << i << ": not harvested";
+    }
     where.in_run = false;
     PF_ASSERT_OK(pfIterationEnd(rt));
   }

@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/handles.hpp"
+#include "core/runtime.hpp"
 #include "fixtures.hpp"
 
 namespace pipefill::testing {
@@ -109,7 +111,17 @@ TEST(Lifetime, JobWaitRacingJobDestroyIsSafe) {
       waited = pfJobWait(handle, -1.0);  // forever: only the destroy ends it
     });
     while (!started.load()) std::this_thread::yield();
-    if (round % 2 == 1) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (round % 2 == 1) {
+      // Odd rounds: the destroy comes once the waiter is inside pfJobWait (a call in flight on
+      // the runtime besides this probe's own); even rounds race it freely.
+      while (true) {
+        core::RuntimeRef probe;
+        PF_ASSERT_OK(core::acquire_runtime(rt, "probe", &probe));
+        if (probe->calls_in_flight().load() > 1) break;
+        probe.reset();
+        std::this_thread::yield();
+      }
+    }
     PF_ASSERT_OK(pfJobDestroy(handle));
     waiter.join();
     // Either it waited and saw the cancel, or it arrived after the destroy.

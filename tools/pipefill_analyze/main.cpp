@@ -6,13 +6,17 @@
 //   pipefill-analyze TRACE... [--baseline base.json] [--device N] [--min-gap-us X]
 //       [--iteration-marker ProfilerStep | --iteration-period-us P] [--device-memory-gb G]
 //       [--item-cost-us C] [--comm-name SUBSTR]... [--device-map B:T]... [--json out.json]
+//       [--max-iterations N] [--max-events N] [--max-value-mib M]
 //
+// Every amount of work the input sets is bounded (like pipefill-sim's --max-* flags): a trace
+// or option beyond a bound is refused with a message naming the bound's flag.
 // TRACE: a .json or .json.gz file (gzip is detected from the content), '-' for stdin, or a
 // folder of rank traces. Exit status: 0 done, 1 a trace could not be read or analysed (message
 // on stderr), 2 usage.
 #include <CLI/CLI.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -88,6 +92,8 @@ int main(int argc, char** argv) {
   std::string json_path;
   AnalysisOptions options;
   ImportOptions import_options;
+  io::ReadOptions read_options;
+  size_t max_value_mib = read_options.max_value_bytes >> 20;
   double device_memory_gb = 0.0;
   double item_memory_mb = 0.0;
   size_t max_classes = 32;
@@ -114,6 +120,19 @@ int main(int argc, char** argv) {
   app.add_option("--iteration-period-us", options.iteration_period_us,
                  "Fixed iteration period, us (instead of markers)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--max-iterations", options.max_iterations,
+                 "Bound on the iterations --iteration-period-us may make of a trace (span / "
+                 "period)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{INT32_MAX}));
+  app.add_option("--max-events", read_options.max_events,
+                 "Bound on the traceEvents entries read from one trace")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-value-mib", max_value_mib,
+                 "Bound on the size of one event or metadata value, MiB")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
   app.add_option("--iteration-origin-us", options.iteration_origin_us,
                  "Start of the first period-based iteration, trace time in us (default: first kernel)");
   app.add_option("--device-memory-gb", device_memory_gb,
@@ -172,6 +191,7 @@ int main(int argc, char** argv) {
   try {
     // An explicitly requested marker must be there; the default one is used when present.
     options.iteration_marker_required = marker->count() > 0;
+    read_options.max_value_bytes = max_value_mib << 20;
     if (!options.iteration_marker.empty()) {
       import_options.marker_prefixes.push_back(options.iteration_marker);
     }
@@ -220,13 +240,13 @@ int main(int argc, char** argv) {
 
     if (!several) {
       CompactTrace trace;
-      if (const pfResult_t r = io::read_trace_file(files.front(), import_options, &trace);
+      if (const pfResult_t r = io::read_trace_file(files.front(), import_options, &trace, read_options);
           r != pfSuccess) {
         return report_error(r);
       }
       CompactTrace baseline;
       if (!baseline_path.empty()) {
-        if (const pfResult_t r = io::read_trace_file(baseline_path, import_options, &baseline);
+        if (const pfResult_t r = io::read_trace_file(baseline_path, import_options, &baseline, read_options);
             r != pfSuccess) {
           return report_error(r);
         }
@@ -261,7 +281,7 @@ int main(int argc, char** argv) {
     std::vector<TraceReport> reports;
     for (size_t i = 0; i < files.size(); ++i) {
       CompactTrace trace;
-      if (const pfResult_t r = io::read_trace_file(files[i], import_options, &trace);
+      if (const pfResult_t r = io::read_trace_file(files[i], import_options, &trace, read_options);
           r != pfSuccess) {
         return report_error(r);
       }

@@ -206,8 +206,8 @@ class Reader {
     if (end_ == capacity_) {
       if (capacity_ >= read_.max_value_bytes) {
         return fail(pfErrorInvalidArgument,
-                    "{}: a single value at byte {} is larger than {} MiB; not a trace this tool "
-                    "reads",
+                    "{}: a single value at byte {} is larger than {} MiB, the bound of "
+                    "--max-value-mib; not a trace this tool reads unless that bound is raised",
                     name_, base_, read_.max_value_bytes >> 20);
       }
       capacity_ = std::min(capacity_ * 2, std::max(read_.max_value_bytes, capacity_ + 1));
@@ -430,6 +430,12 @@ class Reader {
                       "traceEvents", name_, offset(), printable(first));
         }
         return converter_.not_an_object(field_type_of_first(first), index);
+      }
+      if (index >= read_.max_events) {
+        return fail(pfErrorInvalidArgument,
+                    "{}: more than {} entries in traceEvents, the bound of --max-events (each "
+                    "costs memory and time); raise it to read this trace",
+                    name_, read_.max_events);
       }
       PF_TRY(scan_value(true));
       PF_TRY(parse_event(index));

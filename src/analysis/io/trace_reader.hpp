@@ -29,7 +29,10 @@ namespace pipefill::analysis::io {
 
 struct ReadOptions {
   size_t chunk_bytes = size_t{1} << 20;        // bytes read at a time (tests use tiny chunks)
+  // Bounds on the work one trace may cause (pipefill-analyze --max-value-mib, --max-events):
+  // a larger input is refused with a message naming the bound and its flag.
   size_t max_value_bytes = size_t{256} << 20;  // one event or metadata value larger: an error
+  size_t max_events = 50'000'000;              // traceEvents entries (~3 GiB of records)
 };
 
 // Reads a whole trace from `source`. Errors name `name` and the event index, the value or the
