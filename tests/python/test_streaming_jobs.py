@@ -91,7 +91,7 @@ def test_kill9_then_resume_completes_without_gap_or_duplicate(tmp_path):
 
 
 MEMORY_SCRIPT = r"""
-import resource, sys, torch, pipefill as pf, pipefill.torch as pft
+import sys, torch, pipefill as pf, pipefill.torch as pft
 torch.set_num_threads(1)
 items, dim, batch = int(sys.argv[1]), 16384, 4          # 64 KiB samples, 256 KiB batches
 torch.manual_seed(0)
@@ -102,7 +102,15 @@ def samples():                                          # generated on demand, n
 rt = pf.Runtime(backend="host", reserved_sms=0, safety_margin_us=0.0,
                 safety_margin_fraction=0.0, min_samples=1000000)
 model(torch.zeros(batch, dim))                          # torch's first-call allocations
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def status_kib(field):                                  # VmRSS / VmHWM of /proc/self/status
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+# The peak since *now*: imports (torch, the extension) may have peaked far above the steady RSS,
+# which would hide the growth measured here (ru_maxrss never goes down). "5" resets VmHWM.
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")
+base = status_kib("VmRSS")
 data = list(samples()) if sys.argv[2] == "held" else samples()   # "held": the control
 done = [0]
 def sink(i, y):
@@ -118,7 +126,7 @@ for _ in range(20000):
     rt.iteration_end()
     pf.host_stream_synchronize(stream)
 job.wait(timeout=60)
-print(done[0], base, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(done[0], base, status_kib("VmHWM"))
 job.close(); rt.close()
 """
 
