@@ -651,12 +651,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
     EventSelfTest test;
     test.kernel_ms = static_cast<double>(kEventSelfTestKernelNs) / 1e6;
     cudaEvent_t f = nullptr, b = nullptr, c = nullptr;
-    auto ok = [](std::string* slot, const char* call, cudaError_t error) {
-      if (error == cudaSuccess) return true;
-      (void)cudaGetLastError();
-      *slot = fmt::format("{}: {}", call, cudaGetErrorName(error));
-      return false;
-    };
+    const auto ok = &self_test_step;
     bool good = true;
     {
       ScopedStreamContext scope;
@@ -670,22 +665,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
     }
     good = good && ok(&test.create_error, "cudaEventCreate(B)", cudaEventCreate(&b)) &&
            ok(&test.record_error, "cudaEventRecord(F, fill)", cudaEventRecord(f, fill));
-    if (good && launch_spin_and_stamp(control_stream_, kEventSelfTestKernelNs, nullptr) != pfSuccess) {
-      test.create_error = last_error_message();
-      clear_last_error();
-      good = false;
-    }
-    good = good && ok(&test.create_error, "cudaEventRecord(B, main)", cudaEventRecord(b, control_stream_)) &&
-           ok(&test.wait_error, "cudaStreamWaitEvent(fill, B)", cudaStreamWaitEvent(fill, b, 0)) &&
-           ok(&test.record_error, "cudaEventRecord(C, fill)", cudaEventRecord(c, fill)) &&
-           ok(&test.sync_error, "cudaEventSynchronize(C)", cudaEventSynchronize(c));
-    float elapsed_ms = -1.0f;
-    if (good && ok(&test.elapsed_error, "cudaEventElapsedTime(F, C)", cudaEventElapsedTime(&elapsed_ms, f, c)))
-      test.elapsed_ms = elapsed_ms;
-    if (cudaStreamSynchronize(control_stream_) != cudaSuccess) (void)cudaGetLastError();
-    if (cudaStreamSynchronize(fill) != cudaSuccess) (void)cudaGetLastError();
-    for (cudaEvent_t e : {f, b, c})
-      if (e != nullptr && cudaEventDestroy(e) != cudaSuccess) (void)cudaGetLastError();
+    finish_event_self_test(&test, good, fill, f, "F", b, c);
     return test;
   }
 
@@ -1000,33 +980,46 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
     EventSelfTest test;
     test.kernel_ms = static_cast<double>(kEventSelfTestKernelNs) / 1e6;
     cudaEvent_t a = nullptr, b = nullptr, c = nullptr;
-    auto ok = [](std::string* slot, const char* call, cudaError_t error) {
-      if (error == cudaSuccess) return true;
-      (void)cudaGetLastError();
-      *slot = fmt::format("{}: {}", call, cudaGetErrorName(error));
-      return false;
-    };
+    const auto ok = &self_test_step;
     bool good = ok(&test.create_error, "cudaEventCreate(A)", cudaEventCreate(&a)) &&
                 ok(&test.create_error, "cudaEventCreate(B)", cudaEventCreate(&b)) &&
                 ok(&test.create_error, "cudaEventCreate(C)", cudaEventCreate(&c)) &&
                 ok(&test.create_error, "cudaEventRecord(A, main)", cudaEventRecord(a, control_stream_));
+    finish_event_self_test(&test, good, fill, a, "A", b, c);
+    return test;
+  }
+
+  // One step of an event self-test: true on success, else the call and its error in *slot.
+  static bool self_test_step(std::string* slot, const char* call, cudaError_t error) {
+    if (error == cudaSuccess) return true;
+    (void)cudaGetLastError();
+    *slot = fmt::format("{}: {}", call, cudaGetErrorName(error));
+    return false;
+  }
+
+  // The shared second half of both event self-tests, after `first` was recorded on its stream:
+  // a kernel of known length on the main side, B recorded after it, the fill stream waiting for
+  // B and recording C; elapsed(first, C) must span the kernel. Destroys the three events.
+  void finish_event_self_test(EventSelfTest* test, bool good, cudaStream_t fill, cudaEvent_t first,
+                              const char* first_name, cudaEvent_t b, cudaEvent_t c) {
+    const auto ok = &self_test_step;
     if (good && launch_spin_and_stamp(control_stream_, kEventSelfTestKernelNs, nullptr) != pfSuccess) {
-      test.create_error = last_error_message();
+      test->create_error = last_error_message();
       clear_last_error();
       good = false;
     }
-    good = good && ok(&test.create_error, "cudaEventRecord(B, main)", cudaEventRecord(b, control_stream_)) &&
-           ok(&test.wait_error, "cudaStreamWaitEvent(fill, B)", cudaStreamWaitEvent(fill, b, 0)) &&
-           ok(&test.record_error, "cudaEventRecord(C, fill)", cudaEventRecord(c, fill)) &&
-           ok(&test.sync_error, "cudaEventSynchronize(C)", cudaEventSynchronize(c));
+    good = good && ok(&test->create_error, "cudaEventRecord(B, main)", cudaEventRecord(b, control_stream_)) &&
+           ok(&test->wait_error, "cudaStreamWaitEvent(fill, B)", cudaStreamWaitEvent(fill, b, 0)) &&
+           ok(&test->record_error, "cudaEventRecord(C, fill)", cudaEventRecord(c, fill)) &&
+           ok(&test->sync_error, "cudaEventSynchronize(C)", cudaEventSynchronize(c));
     float elapsed_ms = -1.0f;
-    if (good && ok(&test.elapsed_error, "cudaEventElapsedTime(A, C)", cudaEventElapsedTime(&elapsed_ms, a, c)))
-      test.elapsed_ms = elapsed_ms;
+    const std::string elapsed_call = fmt::format("cudaEventElapsedTime({}, C)", first_name);
+    if (good && ok(&test->elapsed_error, elapsed_call.c_str(), cudaEventElapsedTime(&elapsed_ms, first, c)))
+      test->elapsed_ms = elapsed_ms;
     if (cudaStreamSynchronize(control_stream_) != cudaSuccess) (void)cudaGetLastError();
     if (cudaStreamSynchronize(fill) != cudaSuccess) (void)cudaGetLastError();
-    for (cudaEvent_t e : {a, b, c})
+    for (cudaEvent_t e : {first, b, c})
       if (e != nullptr && cudaEventDestroy(e) != cudaSuccess) (void)cudaGetLastError();
-    return test;
   }
 
   void shutdown() {

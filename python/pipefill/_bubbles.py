@@ -92,15 +92,8 @@ class BubbleEmitter:
     def guarded(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
         """``call(*args)``; a PipeFillError is raised when strict, else reported (counted by
         the runtime, warned once per message) and False returned."""
-        try:
-            call(*args, **kwargs)
-            return True
-        except PipeFillError as error:
-            if self.strict:
-                raise
-            self.errors.append(error)
-            self.runtime._report_bubble_failure(error, self.where)
-            return False
+        return report_failure(self.runtime, self.errors, self.strict, self.where, call, *args,
+                              **kwargs)
 
     def begin(self, kind: Union[BubbleKind, str, int] = BubbleKind.OTHER,
               label: Optional[str] = None) -> Optional["OpenBubble"]:
@@ -131,6 +124,43 @@ class BubbleEmitter:
         self.guarded(self.runtime.iteration_end)
         if self._run_sim_world:
             self.guarded(self._sim_world.run_until_idle)
+
+
+class EmitterCounters:
+    """The counters an adapter handle shows, read from its ``emitter`` (a BubbleEmitter)."""
+
+    emitter: "BubbleEmitter"
+
+    @property
+    def bubbles(self) -> int:
+        """Bubbles begun through this handle."""
+        return self.emitter.bubbles
+
+    @property
+    def errors(self) -> List[Any]:
+        """The PipeFillErrors of bubble instructions that failed (each also counted by the
+        runtime and warned once per message)."""
+        return self.emitter.errors
+
+    @property
+    def interrupted_waits(self) -> int:
+        """Receive waits that raised inside their bubble (the bubble was still ended)."""
+        return self.emitter.interrupted_waits
+
+
+def report_failure(runtime: Any, errors: List[Any], strict: bool, where: str,
+                   call: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
+    """``call(*args)``; a PipeFillError is raised when ``strict``, else appended to ``errors``,
+    reported to the runtime (counted, warned once per message) and False returned."""
+    try:
+        call(*args, **kwargs)
+        return True
+    except PipeFillError as error:
+        if strict:
+            raise
+        errors.append(error)
+        runtime._report_bubble_failure(error, where)
+        return False
 
 
 class OpenBubble:

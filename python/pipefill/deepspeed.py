@@ -41,7 +41,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Optional
 
 from . import BubbleKind, Runtime
-from ._bubbles import BubbleEmitter, OpenBubble
+from ._bubbles import BubbleEmitter, EmitterCounters, OpenBubble
 
 TESTED_DEEPSPEED = ("0.19.8",)
 """DeepSpeed versions the adapter was run against (tests/python/test_deepspeed_adapter.py)."""
@@ -101,7 +101,7 @@ def check_engine(engine: Any) -> Any:
     return schedule
 
 
-class EngineBubbles:
+class EngineBubble(EmitterCounters):
     """The handle :func:`instrument` returns: a context manager with :meth:`remove`.
 
     Counters: :attr:`bubbles` (receive bubbles begun), :attr:`batch_bubbles` (per
@@ -130,19 +130,6 @@ class EngineBubbles:
         self._class = self._make_class(schedule)
         engine.__class__ = self._class
         self._installed = True
-
-    # ---- counters ----
-    @property
-    def bubbles(self) -> int:
-        return self.emitter.bubbles
-
-    @property
-    def errors(self) -> List[Any]:
-        return self.emitter.errors
-
-    @property
-    def interrupted_waits(self) -> int:
-        return self.emitter.interrupted_waits
 
     # ---- the engine's subclass ----
     def _make_class(self, schedule: Any) -> type:

@@ -58,7 +58,7 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional
 
 from . import Runtime
-from ._bubbles import BubbleEmitter, wrap_requests
+from ._bubbles import BubbleEmitter, EmitterCounters, wrap_requests
 from ._enums import BubbleKind
 
 TESTED_MEGATRON_CORE = ("0.16.1",)
@@ -133,7 +133,7 @@ def check_hook_points() -> None:
                            + f" (tested: {', '.join(TESTED_MEGATRON_CORE)})")
 
 
-class MegatronBubbles:
+class MegatronBubble(EmitterCounters):
     """The handle :func:`instrument` returns: a context manager with :meth:`remove`.
 
     Counters: :attr:`bubbles` (receive bubbles begun), :attr:`call_bubbles` (per
@@ -165,19 +165,6 @@ class MegatronBubbles:
             self._install(schedules, {name: self._schedule(getattr(schedules, name))
                                       for name in _SCHEDULES})
             _ACTIVE.append(self)
-
-    # ---- counters ----
-    @property
-    def bubbles(self) -> int:
-        return self.emitter.bubbles
-
-    @property
-    def errors(self) -> List[Any]:
-        return self.emitter.errors
-
-    @property
-    def interrupted_waits(self) -> int:
-        return self.emitter.interrupted_waits
 
     # ---- installation ----
     def _install(self, module: Any, wrappers: Dict[str, Callable[..., Any]]) -> None:

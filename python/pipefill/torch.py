@@ -597,15 +597,8 @@ class ScheduleBubbles:
                 self._guarded(self.runtime.bubble_end, stream)
 
     def _guarded(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
-        try:
-            call(*args, **kwargs)
-            return True
-        except PipeFillError as error:
-            if self.strict:
-                raise
-            self.errors.append(error)
-            self.runtime._report_bubble_failure(error, "pipefill.torch")  # counted, warned
-            return False
+        return _bubbles.report_failure(self.runtime, self.errors, self.strict, "pipefill.torch",
+                                       call, *args, **kwargs)
 
 
 def instrument(schedule: Any, runtime: Runtime, **options: Any) -> ScheduleBubbles:
