@@ -101,7 +101,7 @@ def check_engine(engine: Any) -> Any:
     return schedule
 
 
-class EngineBubble(EmitterCounters):
+class EngineBubbles(EmitterCounters):
     """The handle :func:`instrument` returns: a context manager with :meth:`remove`.
 
     Counters: :attr:`bubbles` (receive bubbles begun), :attr:`batch_bubbles` (per

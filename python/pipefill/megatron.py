@@ -133,7 +133,7 @@ def check_hook_points() -> None:
                            + f" (tested: {', '.join(TESTED_MEGATRON_CORE)})")
 
 
-class MegatronBubble(EmitterCounters):
+class MegatronBubbles(EmitterCounters):
     """The handle :func:`instrument` returns: a context manager with :meth:`remove`.
 
     Counters: :attr:`bubbles` (receive bubbles begun), :attr:`call_bubbles` (per
