@@ -90,8 +90,10 @@ def test_losses_and_gradients_are_bit_identical(runs):
 
 def test_fill_work_runs_only_inside_bubbles(runs):
     _, results = runs
+    # Liveness over the ranks, safety per rank (test_megatron_adapter.py says why).
+    assert sum(r["fill_slices"] for r in results) > 0
+    assert sum(r["items_run"] for r in results) > 0
     for r in results:
-        assert r["fill_slices"] > 0 and r["items_run"] > 0, r["rank"]
         assert r["fill_slices_outside"] == 0, r["rank"]
         assert r["items_outside"] == 0 and r["most_late_items"] <= 1, r["rank"]
         assert r["duplicates"] == 0 and r["items_run"] == r["items_completed"], r["rank"]
