@@ -192,14 +192,21 @@ PIPEFILL_DEBUG=info build_and_run pipeline_engine "$build/examples/pipeline_engi
 # runtime does not start.
 if [ -n "$python_missing" ]; then
   skipped_step graph_fill "$py lacks: $python_missing"
+  skipped_step cuda_streaming "$py lacks: $python_missing"
 elif [ "$configured" -ne 0 ]; then
   absent graph_fill "configure failed"
+  absent cuda_streaming "configure failed"
 else
   run build__pipefill 240 cmake --build "$build" -j "$jobs" --target _pipefill
   if ls "$build"/python-package/pipefill/_pipefill*.so >/dev/null 2>&1; then
     run graph_fill 90 env PYTHONPATH="$build/python-package" "$py" -u "$root/python/examples/graph_fill_check.py"
+    # The streaming jobs' CUDA path (issue 18): inference_job over a dataset 64x its slot ring
+    # (outputs vs eager, in order, once each) and training_job with a captured Adam step
+    # (parameters vs eager steps, checkpoints outside bubbles).
+    run cuda_streaming 90 env PYTHONPATH="$build/python-package" "$py" -u "$root/python/examples/cuda_streaming_check.py"
   else
     absent graph_fill "the extension did not build"
+    absent cuda_streaming "the extension did not build"
   fi
 fi
 
@@ -254,6 +261,7 @@ done
     grep -E '^\[  SKIPPED \] [A-Za-z][^ ]*$' "$logs/fill_jobs_gpu_tests.log" | sort -u | head -6
   fi
   [ -f "$logs/graph_fill.log" ] && grep -E '^(graph-fill:|SKIPPED)' "$logs/graph_fill.log" | sed 's/^/-- /'
+  [ -f "$logs/cuda_streaming.log" ] && grep -E '^(cuda-streaming:|SKIPPED|FAILED)' "$logs/cuda_streaming.log" | sed 's/^/-- /'
   [ -f "$logs/engine_emulated.log" ] &&
     grep -E '^(run [0-9]/[0-9]|mean from|max overrun|bubble end|fill check|pipeline_engine: error)' \
       "$logs/engine_emulated.log" | sed 's/^/-- engine: /'

@@ -8,7 +8,7 @@ import math
 import os
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from . import _pipefill
 from ._config import Config
@@ -422,6 +422,10 @@ class Runtime:
         # and the torch.profiler range of the open bubble (_profiler).
         self._bubble_index = 0
         self._profiler_scope: Any = None
+        # iteration_end's hooks (a training job's checkpoint: taken while no bubble is open) and
+        # how many iteration_end calls there were (0: the trainer does not make them).
+        self._iteration_end_hooks: List[Callable[[], None]] = []
+        self._iteration_ends = 0
         self._report_backend(config)
 
     def _report_backend(self, config: Config) -> None:
@@ -531,9 +535,27 @@ class Runtime:
         return self._native.in_bubble()
 
     def iteration_end(self) -> None:
-        """pfIterationEnd: the k-th bubble of an iteration is bubble class k."""
+        """pfIterationEnd: the k-th bubble of an iteration is bubble class k. Then runs the
+        hooks of fill jobs that act between iterations (a training job's checkpoint copy), on
+        this thread, with no bubble open."""
         self._native.iteration_end()
         self._bubble_index = 0
+        self._iteration_ends += 1
+        for hook in list(self._iteration_end_hooks):
+            try:
+                hook()
+            except Exception as error:  # a hook must never break the trainer: drop it, say so
+                self._remove_iteration_end_hook(hook)
+                warnings.warn(f"pipefill: an iteration_end hook raised and was removed "
+                              f"({type(error).__name__}: {error})", RuntimeWarning, stacklevel=2)
+
+    def _add_iteration_end_hook(self, hook: Callable[[], None]) -> None:
+        """Calls ``hook()`` after every :meth:`iteration_end` until removed (it must not raise)."""
+        self._iteration_end_hooks.append(hook)
+
+    def _remove_iteration_end_hook(self, hook: Callable[[], None]) -> None:
+        """Removes ``hook`` (nothing when it is not there)."""
+        self._iteration_end_hooks = [h for h in self._iteration_end_hooks if h != hook]
 
     # ---- jobs ----
     def create_job(self, spec: Any) -> Job:

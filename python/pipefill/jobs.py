@@ -131,15 +131,22 @@ class GraphJob:
     """Host backend only: a stream of the runtime (e.g. ``runtime.high_priority_stream()``)
     whose device clock stamps every item's start (:meth:`pipefill.Job.graph_item_times`, the
     clock of the runtime's trace)."""
+    available: Optional[int] = None
+    """Streaming bound the job starts with (pfGraphJobDesc_t.available): only items below it
+    may be claimed until pfJobSetAvailable raises it. None: every item."""
 
     def _create(self, native_runtime: "_pipefill.Runtime") -> "_pipefill.Job":
         if isinstance(self.items, bool) or not isinstance(self.items, int) or self.items < 0:
             raise PipeFillError(Result.INVALID_ARGUMENT,
                                 f"GraphJob.items {self.items!r} must be an int >= 0")
+        available = (1 << 64) - 1 if self.available is None else self.available
+        if isinstance(available, bool) or not isinstance(available, int) or available < 0:
+            raise PipeFillError(Result.INVALID_ARGUMENT,
+                                f"GraphJob.available {self.available!r} must be an int >= 0 or None")
         return native_runtime.create_graph_job(
             self.name, int(self.priority), int(self.items), float(self.item_cost_us),
             _address(self.graph, "graph"), _address(self.index_word, "index_word"),
-            _stream_address(self.clock_stream))
+            _stream_address(self.clock_stream), available)
 
 
 _EXECUTIONS = {"ticket": 0, "opaque": 1}

@@ -199,7 +199,9 @@ class GraphFillJob:
 def graph_fill_job(runtime: Runtime, step: Callable[["torch.Tensor"], Any], items: int, *,
                    outputs: Any = None, item_cost_us: Optional[float] = None,
                    name: str = "graph-job", priority: int = 0, warmup: int = 2,
-                   measure_runs: int = 5, keep_alive: Tuple[Any, ...] = ()) -> GraphFillJob:
+                   measure_runs: int = 5, keep_alive: Tuple[Any, ...] = (),
+                   available: Optional[int] = None,
+                   before_register: Optional[Callable[[], None]] = None) -> GraphFillJob:
     """Captures one item of work and registers it as a graph fill job (pfJobCreateGraph).
 
     ``step(index)`` does the work of one item: ``index`` is an int64 CUDA tensor of shape ()
@@ -224,6 +226,12 @@ def graph_fill_job(runtime: Runtime, step: Callable[["torch.Tensor"], Any], item
     the runtime launches the graph itself, never through ``replay()``, so every item draws the
     *same* random numbers as the capture (dropout masks, ``torch.rand``). Run inference modules
     in ``eval()`` mode, and do not draw random numbers in ``step``.
+
+    ``available``: the streaming bound the job starts with (pfGraphJobDesc_t.available; None:
+    every item): items at or above it are not claimed until ``job._native.set_available``
+    raises it - how :func:`pipefill.torch.inference_job` stages inputs while the job runs.
+    ``before_register``: called after the warm-up, the capture and the timing replays, before
+    the job is registered (a training step undoes what those runs changed).
     """
     from .jobs import GraphJob
     if runtime.backend != Backend.CUDA:
@@ -259,9 +267,11 @@ def graph_fill_job(runtime: Runtime, step: Callable[["torch.Tensor"], Any], item
             stop.synchronize()
             samples.append(start.elapsed_time(stop) * 1000.0)
         item_cost_us = sorted(samples)[len(samples) // 2]
+    if before_register is not None:
+        before_register()
     job = runtime.create_job(GraphJob(items=items, item_cost_us=float(item_cost_us),
                                       graph=graph.raw_cuda_graph(), index_word=index,
-                                      name=name, priority=priority))
+                                      name=name, priority=priority, available=available))
     return GraphFillJob(job, graph, index, outputs, float(item_cost_us),
                         keep_alive=(step,) + tuple(keep_alive))
 

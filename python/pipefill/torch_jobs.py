@@ -7,14 +7,22 @@
   order, to a sink (a callable, a folder of ``.npy`` files, or a numpy memmap) and frees the slot.
   Memory is bounded by the ring whatever the dataset's size. ``resume=`` keeps a progress file
   (the durable point) so that a restarted trainer goes on where the last attempt stopped.
-- :func:`training_job`: one optimizer step per item, with atomic checkpoints (model, optimizer,
-  data position, RNG) every ``every`` steps and ``resume=`` from the last one.
+- :func:`training_job` (pipefill/torch_training.py): one optimizer step per item, with atomic
+  checkpoints (model, optimizer, data position, RNG) every ``every`` steps, copied at the
+  trainer's ``iteration_end`` (outside bubbles) and written by a background thread; ``resume=``
+  from the last one.
 
-Both run their items as Python calls on the simulated and the real-time host backend
+On the simulated and the real-time host backend the items are Python calls
 (``Runtime.create_item_job``: a graph fill job whose item calls the module eagerly on the host
 device's fill worker thread, the trainer thread being blocked in its receive; on the simulated
-backend at the item's virtual completion). The CUDA path (a captured graph per slot) is not
-built yet: these helpers refuse the CUDA backend with Result.NOT_SUPPORTED.
+backend at the item's virtual completion). On CUDA (pipefill/torch_cuda_jobs.py) each item is
+one replay of a captured CUDA graph over a ring of device slots (slot ``index % slots``), gated
+by the runtime like every graph fill job; the feeder copies batches into the ring on a stream of
+its own and raises the available bound only once a copy is done, and never beyond the items
+drained plus ``slots``. The CUDA path has not been run on a GPU yet (no GPU where it was
+written): its slot and bound logic is tested on CPU with torch's capture mocked
+(tests/python/test_cuda_streaming_jobs.py), the GPU test is python/examples/cuda_streaming_check.py
+in scripts/gpu-check.sh.
 
 A job's failure (a batch of another shape, a sink that raises, a module that raises) ends the
 job - cancelled, with the reason kept and raised by ``wait()`` - never the trainer.
@@ -75,13 +83,6 @@ def _check_writable(path: pathlib.Path, what: str) -> None:
         os.remove(probe)
     except OSError as error:
         raise PipeFillError(Result.IO, f"{what} {os.fspath(path)!r} cannot be written: {error}") from None
-
-
-def _require_cpu_backend(runtime: Runtime, helper: str) -> None:
-    if runtime.backend == Backend.CUDA:
-        raise PipeFillError(Result.NOT_SUPPORTED,
-                            f"pipefill.torch.{helper}: the CUDA path (a captured graph per slot) is "
-                            "not built yet; on CUDA use pipefill.torch.module_inference_job")
 
 
 def _skip(iterator: Iterator[Any], count: int) -> Iterator[Any]:
@@ -249,7 +250,6 @@ class InferenceJob(_StreamingJob):
                  start: int, items: Optional[int], name: str, priority: int,
                  item_cost_us: Optional[float]) -> None:
         super().__init__()
-        _require_cpu_backend(runtime, "inference_job")
         if slots < 2:
             raise ValueError(f"inference_job: slots = {slots} (at least 2: one item runs while "
                              "the next is staged)")
@@ -283,16 +283,10 @@ class InferenceJob(_StreamingJob):
         self.dtype = first.dtype
         self.batch_size = batch_size if batch_size is not None else first.shape[0]
         self.sink = _make_sink(sink, self.batch_size)
-        self._in = [torch.empty((self.batch_size,) + self.sample_shape, dtype=self.dtype)
-                    for _ in range(slots)]
         self._rows = [0] * slots
-        self._out: List[Optional[torch.Tensor]] = [None] * slots
         self._staged = 0   # items staged (the available bound), this attempt
         self._ran = 0      # items run
         self._drained = 0  # items handed to the sink
-        with torch.no_grad():
-            cost = item_cost_us if item_cost_us is not None else _measure_us(lambda: module(first))
-        self.item_cost_us = float(cost)
         length = None
         if hasattr(self._batches, "__len__"):
             try:
@@ -304,8 +298,8 @@ class InferenceJob(_StreamingJob):
             count = min(remaining, length)
         self._limit = count if count else None  # items this attempt stages at most
         self._total: Optional[int] = self._limit  # the feeder sets it when the input ends
-        self.job = _create_item_job(runtime, name, count if count else UNBOUNDED_ITEMS,
-                                    self.item_cost_us, self._run_item, 0, priority)
+        self.job = self._make_job(runtime, first, count if count else UNBOUNDED_ITEMS,
+                                  item_cost_us, priority)
         self._feeder = threading.Thread(target=self._feed, args=(first, iterator),
                                         name=f"pipefill-feed-{name}", daemon=True)
         self._drainer = threading.Thread(target=self._drain, name=f"pipefill-drain-{name}",
@@ -383,7 +377,7 @@ class InferenceJob(_StreamingJob):
                         self._cv.wait(0.1)
                     if self._stopping():
                         return
-                self._in[slot][:batch.shape[0]].copy_(batch)
+                self._stage(slot, batch)
                 self._rows[slot] = batch.shape[0]
                 with self._cv:
                     self._staged = k + 1
@@ -401,6 +395,37 @@ class InferenceJob(_StreamingJob):
     def _stopping(self) -> bool:
         return self._error is not None or self._closing
 
+    # -- the backend's part (pipefill.torch_cuda_jobs.CudaInferenceJob overrides these) --
+    _poll_s = 0.05  # the drainer's wait between looks (run items notify it on this path)
+
+    def _make_job(self, runtime: Runtime, first: "torch.Tensor", items: int,
+                  item_cost_us: Optional[float], priority: int) -> Any:
+        """The slots and the native job: an item job whose items run the module eagerly."""
+        self._in = [torch.empty((self.batch_size,) + self.sample_shape, dtype=self.dtype)
+                    for _ in range(self.slots)]
+        self._out: List[Optional[torch.Tensor]] = [None] * self.slots
+        with torch.no_grad():
+            cost = item_cost_us if item_cost_us is not None else _measure_us(
+                lambda: self.module(first))
+        self.item_cost_us = float(cost)
+        return _create_item_job(runtime, self.name, items, self.item_cost_us, self._run_item, 0,
+                                priority)
+
+    def _stage(self, slot: int, batch: "torch.Tensor") -> None:
+        """Feeder thread: the batch into the slot's input buffer (the slot is free)."""
+        self._in[slot][:batch.shape[0]].copy_(batch)
+
+    def _items_done(self) -> int:
+        """Items of this attempt whose output is ready, in order (a prefix)."""
+        with self._cv:
+            return self._ran
+
+    def _take_output(self, k: int, slot: int) -> "torch.Tensor":
+        """Drainer thread: item k's output (it is done), which the slot then no longer holds."""
+        with self._cv:
+            output, self._out[slot] = self._out[slot], None
+        return output
+
     # -- items (the device's worker thread, with the GIL) --
     def _run_item(self, k: int) -> None:
         slot = k % self.slots
@@ -416,20 +441,21 @@ class InferenceJob(_StreamingJob):
         k = 0
         try:
             while True:
-                while True:  # an item that raised reports it natively: look every 50 ms
+                while True:  # an item that raised reports it natively: look every _poll_s
                     self._check_item_error()
+                    done = self._items_done()
                     with self._cv:
-                        if self._ran > k or self._stopping() or (
+                        if done > k or self._stopping() or (
                                 self._total is not None and k >= self._total):
                             break
-                        self._cv.wait(0.05)
+                        self._cv.wait(self._poll_s)
                 with self._cv:
                     if self._stopping():
                         return
                     if self._total is not None and k >= self._total:
                         break
-                    slot = k % self.slots
-                    output, self._out[slot] = self._out[slot], None
+                slot = k % self.slots
+                output = self._take_output(k, slot)
                 index = self.next_item + k
                 try:
                     self.sink(index, output)
@@ -514,141 +540,14 @@ def inference_job(runtime: Runtime, module: "torch.nn.Module", data: Iterable[An
     callable sink again on resume; the folder and memmap sinks rewrite them in place, so they
     hold each item exactly once. ``item_cost_us``: default, the module timed on the first batch.
     """
-    return InferenceJob(runtime, module, data, batch_size=batch_size, sink=sink, slots=slots,
-                        resume=resume, start=start, items=items, name=name, priority=priority,
-                        item_cost_us=item_cost_us)
+    kind = InferenceJob
+    if runtime.backend == Backend.CUDA:
+        from .torch_cuda_jobs import CudaInferenceJob
+        kind = CudaInferenceJob
+    return kind(runtime, module, data, batch_size=batch_size, sink=sink, slots=slots,
+                resume=resume, start=start, items=items, name=name, priority=priority,
+                item_cost_us=item_cost_us)
 
 
-# ---- training -----------------------------------------------------------------------------
-
-class TrainingJob(_StreamingJob):
-    """Made by :func:`training_job`: ``losses`` (this attempt's, after resumed ones), progress,
-    wait, close."""
-
-    def __init__(self, runtime: Runtime, module: "torch.nn.Module", optimizer: Any,
-                 loss_fn: Callable[..., "torch.Tensor"], data: Iterable[Any], *, steps: int,
-                 checkpoint: Optional[PathLike], every: int, resume: Optional[PathLike],
-                 name: str, priority: int, item_cost_us: Optional[float]) -> None:
-        super().__init__()
-        _require_cpu_backend(runtime, "training_job")
-        if steps <= 0:
-            raise ValueError(f"training_job: steps = {steps} (must be > 0)")
-        if every <= 0:
-            raise ValueError(f"training_job: every = {every} (must be > 0)")
-        self.module, self.optimizer, self.loss_fn = module, optimizer, loss_fn
-        self.data, self.steps, self.every, self.name = data, steps, every, name
-        self.checkpoint = pathlib.Path(checkpoint) if checkpoint is not None else None
-        if self.checkpoint is not None:
-            _check_writable(self.checkpoint, "checkpoint path")
-        self.losses: List[float] = []
-        self.step = 0
-        if resume is not None:
-            self._load(pathlib.Path(resume))
-        self.resumed_from = self.step
-        self._batches = self._cycle(self.step)
-        self._writer_lock = threading.Lock()
-        if self.step >= steps:
-            self._finished = True
-            return
-        self._first = next(self._batches)
-        self.job = _create_item_job(runtime, name, steps - self.step,
-                                    item_cost_us if item_cost_us is not None else 1000.0,
-                                    self._run_item, UNBOUNDED_ITEMS, priority)
-
-    def _cycle(self, skip: int) -> Iterator[Any]:
-        def batches() -> Iterator[Any]:
-            while True:
-                empty = True
-                for batch in self.data:
-                    empty = False
-                    yield batch
-                if empty:
-                    raise ValueError(f"training_job '{self.name}': the data yielded no batch")
-        return _skip(batches(), skip)
-
-    def _run_item(self, k: int) -> None:
-        if self._first is not None:
-            batch, self._first = self._first, None
-        else:
-            batch = next(self._batches)
-        inputs, target = batch
-        self.optimizer.zero_grad(set_to_none=True)
-        loss = self.loss_fn(self.module(inputs), target)
-        loss.backward()
-        self.optimizer.step()
-        with self._cv:
-            self.losses.append(float(loss.detach()))
-            self.step += 1
-            step = self.step
-        if self.checkpoint is not None and (step % self.every == 0 or step == self.steps):
-            self._save(step)
-        if step == self.steps:
-            with self._cv:
-                self._finished = True
-                self._cv.notify_all()
-
-    def _identity(self) -> dict:
-        return {"kind": "pipefill.training_job", "name": self.name, "steps": self.steps}
-
-    def _save(self, step: int) -> None:
-        """Between two items (no step in progress): model, optimizer, data position, RNG."""
-        assert self.checkpoint is not None
-        state = dict(self._identity(), step=step, model=self.module.state_dict(),
-                     optimizer=self.optimizer.state_dict(), rng=torch.get_rng_state(),
-                     losses=list(self.losses))
-        try:
-            _write_atomically(self.checkpoint, lambda f: torch.save(state, f), True)
-        except OSError as error:
-            raise FillJobError(f"training_job '{self.name}': checkpoint "
-                               f"{os.fspath(self.checkpoint)!r} at step {step} could not be "
-                               f"written: {error}") from None
-
-    def _load(self, path: pathlib.Path) -> None:
-        if not path.exists():
-            return  # a first attempt
-        try:
-            state = torch.load(path, weights_only=False)
-        except Exception as error:
-            raise ValueError(f"resume checkpoint {os.fspath(path)!r} cannot be read: {error}") from None
-        for key, value in self._identity().items():
-            if not isinstance(state, dict) or state.get(key) != value:
-                got = state.get(key) if isinstance(state, dict) else type(state).__name__
-                raise ValueError(f"resume checkpoint {os.fspath(path)!r} belongs to another job: "
-                                 f"its {key} is {got!r}, this job's is {value!r}")
-        self.module.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"])
-        self.losses = list(state["losses"])
-        self.step = int(state["step"])
-
-    def progress(self) -> Progress:
-        with self._cv:
-            done, finished = self.step, self._finished
-        elapsed = max(1e-9, time.monotonic() - self._started)
-        rate = (done - self.resumed_from) / elapsed
-        eta = None if rate <= 0 else (self.steps - done) / rate
-        return Progress(done, self.steps, rate, eta, finished)
-
-    def wait(self, timeout: Optional[float] = None) -> Progress:
-        """Waits until the last step ran (and its checkpoint was written); FillJobError when
-        the job ended itself, PipeFillError(TIMEOUT) when ``timeout`` seconds passed."""
-        return self._wait(timeout)
-
-
-def training_job(runtime: Runtime, module: "torch.nn.Module", optimizer: Any,
-                 loss_fn: Callable[..., "torch.Tensor"], data: Iterable[Any], *, steps: int,
-                 checkpoint: Optional[PathLike] = None, every: int = 100,
-                 resume: Optional[PathLike] = None, name: str = "training", priority: int = 0,
-                 item_cost_us: Optional[float] = None) -> TrainingJob:
-    """``steps`` optimizer steps of ``module`` in the bubbles, one step per item:
-    ``loss_fn(module(inputs), target).backward(); optimizer.step()`` for the next
-    ``(inputs, target)`` batch of ``data`` (iterated again when it ends). Every ``every`` steps
-    and after the last, ``checkpoint`` gets model, optimizer, data position (the step) and the
-    CPU RNG state, written atomically (a temporary file, fsync, rename). ``resume``: such a
-    checkpoint (usually the same path); when it exists the job goes on from its step, and the
-    parameters after the remaining steps equal those of a run never interrupted (bit-identical
-    on CPU, given the same data order). A checkpoint of another job (name or steps differ) is
-    refused naming the field."""
-    return TrainingJob(runtime, module, optimizer, loss_fn, data, steps=steps,
-                       checkpoint=checkpoint, every=every, resume=resume, name=name,
-                       priority=priority, item_cost_us=item_cost_us)
+# ---- training (torch_training.py) ---------------------------------------------------------
+from .torch_training import TrainingJob, training_job  # noqa: E402,F401

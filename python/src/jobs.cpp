@@ -93,7 +93,8 @@ Job Runtime::create_sim_ticket_job(const std::string& name, int priority, uint64
 // pfJobCreateGraph. graph: a cudaGraph_t as an int (0: none; required on CUDA); index_word: the
 // device word the graph reads (0 on the simulated/host backends: the record's own word).
 Job Runtime::create_graph_job(const std::string& name, int priority, uint64_t items, double item_cost_us,
-                     uintptr_t graph, uintptr_t index_word, uintptr_t clock_stream) {
+                     uintptr_t graph, uintptr_t index_word, uintptr_t clock_stream,
+                     uint64_t available) {
   Use use(core_->life, "Runtime");
   auto record = std::make_unique<GraphJobRecord>();
   record->name = name;
@@ -116,6 +117,7 @@ Job Runtime::create_graph_job(const std::string& name, int priority, uint64_t it
   desc.index_word = record->index_word;
   desc.on_item = counted ? &GraphJobRecord::on_item : nullptr;
   desc.user = record.get();
+  desc.available = available;
   auto job = std::make_shared<JobCore>();
   job->name = name;
   job->graph = std::move(record);

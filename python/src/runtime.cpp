@@ -76,7 +76,9 @@ void bind_runtime(nb::module_& m) {
            "pfJobCreate of a simulated ticket job (native launch callback).")
       .def("create_graph_job", &Runtime::create_graph_job, "name"_a, "priority"_a, "items"_a,
            "item_cost_us"_a, "graph"_a, "index_word"_a, "clock_stream"_a,
-           "pfJobCreateGraph (graph, index_word, clock_stream as ints).")
+           "available"_a = UINT64_MAX,
+           "pfJobCreateGraph (graph, index_word, clock_stream as ints; available: the streaming "
+           "bound, pfGraphJobDesc_t.available).")
       .def("create_capture_stream", &Runtime::create_capture_stream, "pfGraphCaptureStreamCreate.")
       .def("create_item_job", &Runtime::create_item_job, "name"_a, "priority"_a, "items"_a,
            "item_cost_us"_a, "fn"_a, "available"_a,

@@ -227,9 +227,11 @@ class Runtime {
                             size_t workspace_bytes_per_item, const std::vector<nb::tuple>& configs,
                             int kind, uint64_t fail_at_slice);
   // graph: a cudaGraph_t as an int (0: none; required on CUDA); index_word: the device word the
-  // graph reads (0 on the simulated/host backends: the record's own word).
+  // graph reads (0 on the simulated/host backends: the record's own word); available: the
+  // streaming bound the job starts with (pfGraphJobDesc_t.available; UINT64_MAX: every item).
   Job create_graph_job(const std::string& name, int priority, uint64_t items, double item_cost_us,
-                       uintptr_t graph, uintptr_t index_word, uintptr_t clock_stream);
+                       uintptr_t graph, uintptr_t index_word, uintptr_t clock_stream,
+                       uint64_t available);
   uintptr_t create_capture_stream();
   // An item job (streaming.cpp): a graph job whose items call fn(item) (sim/host backends).
   Job create_item_job(const std::string& name, int priority, uint64_t items, double item_cost_us,

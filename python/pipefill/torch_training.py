@@ -1,0 +1,444 @@
+"""pipefill.torch_training: ``training_job``, one optimizer step per fill item, with checkpoints
+taken at the trainer's ``iteration_end`` (issue 18).
+
+Checkpoints. A checkpoint is due every ``every`` steps and after the last one. The job's
+available bound (pfJobSetAvailable) is held at the due step, so the job runs dry exactly there:
+no item touches the model or the optimizer until the checkpoint's state has been copied. The
+copy is taken at the trainer's next :meth:`pipefill.Runtime.iteration_end` (a hook of the
+runtime: no bubble is open then, and since the job is dry no item is running, so the trainer
+thread is held only for the copy - on CPU a clone of the state, on CUDA copies enqueued on a
+stream of the job's own, never a device synchronisation). A background thread then writes the
+file atomically (temporary file, fsync, rename) while the job runs on; on CUDA it first waits
+for the copies and only then raises the bound again.
+
+A trainer that never calls ``iteration_end`` still gets its checkpoints: when the runtime has seen
+no ``iteration_end`` at all and FALLBACK_BUBBLES bubbles began since the job ran dry at a due
+step, the background thread takes the copy itself (the job is dry, so the state is a step
+boundary; a bubble may be open then), with a one-time RuntimeWarning saying why. ``wait()`` takes
+a last checkpoint that is still due (it is never called inside a bubble).
+
+Backends: on the simulated and host backends each step runs eagerly as a Python item on the
+device's worker thread; on CUDA (pipefill.torch_cuda_jobs.TrainingCapture) the whole step -
+forward, loss, backward, ``optimizer.step()`` of a capturable optimizer - is one captured graph
+over a ring of ``(inputs, target)`` slots, fed and drained by host threads like an inference
+job's.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import pathlib
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, List, Optional
+
+import torch
+
+from . import Backend, PipeFillError, Result, Runtime
+from .torch_jobs import (UNBOUNDED_ITEMS, FillJobError, PathLike, Progress, _check_writable,
+                         _create_item_job, _skip, _StreamingJob, _write_atomically)
+
+FALLBACK_BUBBLES = 256
+"""Bubbles a runtime that never saw ``iteration_end`` begins while a checkpoint is due before the
+job's writer thread takes the checkpoint itself (more than any pipeline iteration has, so a
+trainer that does call ``iteration_end`` never gets there before its first call)."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """When a checkpoint's state was copied: the step, whether a bubble of the runtime was open
+    then (``Runtime.in_bubble``), and who took it ("iteration_end", "fallback" or "wait")."""
+    step: int
+    in_bubble: bool
+    taken_at: str
+
+
+def _to_host(value: Any) -> Any:
+    """A copy of a (nested) state whose tensors are host tensors: on CUDA enqueued on the current
+    stream into pinned memory (non_blocking), on CPU cloned."""
+    if isinstance(value, torch.Tensor):
+        if value.device.type == "cpu":
+            return value.detach().clone()
+        return value.detach().to("cpu", non_blocking=True)
+    if isinstance(value, dict):
+        return type(value)((k, _to_host(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [_to_host(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_to_host(v) for v in value)
+    return copy.deepcopy(value)
+
+
+class TrainingJob(_StreamingJob):
+    """Made by :func:`training_job`: ``losses`` (resumed ones, then this attempt's),
+    ``snapshots`` (a :class:`Snapshot` per checkpoint taken), progress, wait, close."""
+
+    def __init__(self, runtime: Runtime, module: "torch.nn.Module", optimizer: Any,
+                 loss_fn: Callable[..., "torch.Tensor"], data: Iterable[Any], *, steps: int,
+                 checkpoint: Optional[PathLike], every: int, resume: Optional[PathLike],
+                 name: str, priority: int, item_cost_us: Optional[float], slots: int) -> None:
+        super().__init__()
+        if steps <= 0:
+            raise ValueError(f"training_job: steps = {steps} (must be > 0)")
+        if every <= 0:
+            raise ValueError(f"training_job: every = {every} (must be > 0)")
+        if slots < 2:
+            raise ValueError(f"training_job: slots = {slots} (at least 2: one step runs while "
+                             "the next batch is staged)")
+        self.runtime = runtime
+        self.cuda = runtime.backend == Backend.CUDA
+        if self.cuda:
+            from .torch_cuda_jobs import check_capturable
+            check_capturable(optimizer)  # before anything else: a refusal changes nothing
+        self.module, self.optimizer, self.loss_fn = module, optimizer, loss_fn
+        self.data, self.steps, self.every, self.name, self.slots = data, steps, every, name, slots
+        self.checkpoint = pathlib.Path(checkpoint) if checkpoint is not None else None
+        if self.checkpoint is not None:
+            _check_writable(self.checkpoint, "checkpoint path")
+        self.losses: List[float] = []
+        self.snapshots: List[Snapshot] = []
+        self.step = 0
+        if resume is not None:
+            self._load(pathlib.Path(resume))
+        self.resumed_from = self.step
+        self._batches = self._cycle(self.step)
+        self._due = self._next_due(self.step)  # the step the available bound is held at
+        self._snapped = self.step               # the last step whose state was copied
+        self._pending: Optional[tuple] = None   # (step, state, event) for the writer
+        self._dry_at_bubble = 0                 # runtime._bubble_index when the job ran dry
+        self._warned_fallback = False
+        self._drained = 0                       # CUDA: items whose loss was read
+        if self.step >= steps:
+            self._finished = True
+            return
+        items = steps - self.step
+        bound = self._due - self.step if self.checkpoint is not None else UNBOUNDED_ITEMS
+        if self.cuda:
+            self._start_cuda(items, priority, item_cost_us)
+        else:
+            self._first = next(self._batches)
+            self.job = _create_item_job(runtime, name, items,
+                                        item_cost_us if item_cost_us is not None else 1000.0,
+                                        self._run_item, bound, priority)
+        if self.checkpoint is not None:
+            runtime._add_iteration_end_hook(self._on_iteration_end)
+            self._writer = threading.Thread(target=self._write_loop, name=f"pipefill-ckpt-{name}",
+                                            daemon=True)
+            self._writer.start()
+
+    # -- data --
+    def _cycle(self, skip: int) -> Iterator[Any]:
+        def batches() -> Iterator[Any]:
+            while True:
+                empty = True
+                for batch in self.data:
+                    empty = False
+                    yield batch
+                if empty:
+                    raise ValueError(f"training_job '{self.name}': the data yielded no batch")
+        return _skip(batches(), skip)
+
+    def _next_due(self, step: int) -> int:
+        """The step the next checkpoint is taken at (multiples of ``every``, and the last)."""
+        if self.checkpoint is None:
+            return self.steps
+        return min(self.steps, (step // self.every + 1) * self.every)
+
+    # -- a step done (CPU: the worker thread; CUDA: the drainer) --
+    def _stepped(self, loss: float) -> None:
+        with self._cv:
+            self.losses.append(loss)
+            self.step += 1
+            if self.step == self._due:
+                self._dry_at_bubble = self.runtime._bubble_index
+            if self.step == self.steps and self.checkpoint is None:
+                self._finished = True
+            self._cv.notify_all()
+
+    def _run_item(self, k: int) -> None:
+        if self._first is not None:
+            batch, self._first = self._first, None
+        else:
+            batch = next(self._batches)
+        inputs, target = batch
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss_fn(self.module(inputs), target)
+        loss.backward()
+        self.optimizer.step()
+        self._stepped(float(loss.detach()))
+
+    # -- checkpoints --
+    def _claim_snapshot(self) -> Optional[int]:
+        """The due step when its state should be copied now (and by the caller), else None."""
+        with self._cv:
+            if (self.checkpoint is None or self._error is not None or self._closing
+                    or self.step != self._due or self._snapped == self.step
+                    or self._pending is not None):
+                return None
+            self._snapped = self.step
+            return self.step
+
+    def _take_snapshot(self, taken_at: str) -> None:
+        step = self._claim_snapshot()
+        if step is None:
+            return
+        in_bubble = self.runtime.in_bubble
+        event = None
+        if self.cuda:
+            stream = self._snapshot_stream
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                model, optimizer = _to_host(self.module.state_dict()), _to_host(self.optimizer.state_dict())
+                event = torch.cuda.Event()
+                event.record(stream)
+        else:
+            model, optimizer = _to_host(self.module.state_dict()), _to_host(self.optimizer.state_dict())
+        state = dict(self._identity(), step=step, model=model, optimizer=optimizer,
+                     rng=torch.get_rng_state(), losses=list(self.losses))
+        with self._cv:
+            self.snapshots.append(Snapshot(step, in_bubble, taken_at))
+            self._pending = (step, state, event)
+            self._cv.notify_all()
+        if event is None:
+            self._release_bound(step)  # the clone is complete: the job may run on
+
+    def _release_bound(self, step: int) -> None:
+        """Raises the available bound to the next due step (after the copy of ``step``)."""
+        due = self._next_due(step)
+        with self._cv:
+            self._due = due
+            self._cv.notify_all()
+        if due > step and not self.cuda:  # on CUDA the feeder raises it batch by batch
+            self.job._native.set_available(due - self.resumed_from)
+
+    def _on_iteration_end(self) -> None:
+        """Runtime.iteration_end's hook (the trainer thread; never raises)."""
+        try:
+            self._take_snapshot("iteration_end")
+        except Exception as error:
+            self._fail(f"training_job '{self.name}': checkpoint at step {self.step}: "
+                       f"{type(error).__name__}: {error}")
+
+    def _fallback_due(self) -> bool:
+        rt = self.runtime
+        with self._cv:
+            dry = self.step == self._due and self._snapped != self.step and self._pending is None
+            since = self._dry_at_bubble
+        return (dry and getattr(rt, "_iteration_ends", 0) == 0
+                and rt._bubble_index - since >= FALLBACK_BUBBLES)
+
+    def _write_loop(self) -> None:
+        try:
+            while True:
+                with self._cv:
+                    while self._pending is None and not self._stopping():
+                        if self._fallback_due():
+                            break
+                        self._cv.wait(0.05)
+                    if self._stopping():
+                        return
+                    pending = self._pending
+                if pending is None:  # the trainer never calls iteration_end
+                    if not self._warned_fallback:
+                        self._warned_fallback = True
+                        warnings.warn(f"pipefill.torch.training_job '{self.name}': the runtime "
+                                      f"has seen no iteration_end call in {FALLBACK_BUBBLES} "
+                                      "bubbles, so checkpoints are taken by the job's writer "
+                                      "thread (possibly while a bubble is open); call "
+                                      "runtime.iteration_end() after each step to take them "
+                                      "outside bubbles", RuntimeWarning, stacklevel=2)
+                    self._take_snapshot("fallback")
+                    continue
+                step, state, event = pending
+                if event is not None:
+                    event.synchronize()  # this thread only; the job is dry meanwhile
+                    self._release_bound(step)
+                self._save(step, state)
+                with self._cv:
+                    self._pending = None
+                    if step == self.steps:
+                        self._finished = True
+                    self._cv.notify_all()
+        except Exception as error:
+            self._fail(str(error) if isinstance(error, FillJobError)
+                       else f"training_job '{self.name}': checkpoint writer: "
+                            f"{type(error).__name__}: {error}")
+
+    def _stopping(self) -> bool:
+        return self._error is not None or self._closing
+
+    def _identity(self) -> dict:
+        return {"kind": "pipefill.training_job", "name": self.name, "steps": self.steps}
+
+    def _save(self, step: int, state: dict) -> None:
+        assert self.checkpoint is not None
+        try:
+            _write_atomically(self.checkpoint, lambda f: torch.save(state, f), True)
+        except OSError as error:
+            raise FillJobError(f"training_job '{self.name}': checkpoint "
+                               f"{os.fspath(self.checkpoint)!r} at step {step} could not be "
+                               f"written: {error}") from None
+
+    def _load(self, path: pathlib.Path) -> None:
+        if not path.exists():
+            return  # a first attempt
+        try:
+            state = torch.load(path, weights_only=False)
+        except Exception as error:
+            raise ValueError(f"resume checkpoint {os.fspath(path)!r} cannot be read: {error}") from None
+        for key, value in self._identity().items():
+            if not isinstance(state, dict) or state.get(key) != value:
+                got = state.get(key) if isinstance(state, dict) else type(state).__name__
+                raise ValueError(f"resume checkpoint {os.fspath(path)!r} belongs to another job: "
+                                 f"its {key} is {got!r}, this job's is {value!r}")
+        self.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"])
+        self.losses = list(state["losses"])
+        self.step = int(state["step"])
+
+    # -- CUDA: the captured step over a ring of slots --
+    def _start_cuda(self, items: int, priority: int, item_cost_us: Optional[float]) -> None:
+        from .torch_cuda_jobs import TrainingCapture
+        first = next(self._batches)
+        self._capture = TrainingCapture(self.runtime, self.module, self.optimizer, self.loss_fn,
+                                        first, self.slots, items, self.name, priority,
+                                        item_cost_us)
+        self._snapshot_stream = torch.cuda.Stream()
+        self.job = self._capture.graph_job.job
+        self._feeder = threading.Thread(target=self._feed, args=(first, items),
+                                        name=f"pipefill-feed-{self.name}", daemon=True)
+        self._drainer = threading.Thread(target=self._drain, args=(items,),
+                                         name=f"pipefill-drain-{self.name}", daemon=True)
+        self._feeder.start()
+        self._drainer.start()
+
+    def _feed(self, first: Any, items: int) -> None:
+        """Stages step k's batch once its slot is free (item k - slots drained) and k is below
+        the due checkpoint step, then raises the bound to k + 1."""
+        try:
+            batch = first
+            for k in range(items):
+                if k > 0:
+                    batch = next(self._batches)
+                with self._cv:
+                    while not self._stopping() and (
+                            k - self._drained >= self.slots
+                            or self.resumed_from + k >= self._due):
+                        self._cv.wait(0.05)
+                    if self._stopping():
+                        return
+                inputs, target = (torch.as_tensor(v) for v in batch)
+                self._check_batch(k, inputs, target)
+                self._capture.inputs.to_device(k % self.slots, [inputs, target])
+                self.job._native.set_available(k + 1)
+        except Exception as error:
+            if not self._stopping():
+                self._fail(f"training_job '{self.name}': feeder: {type(error).__name__}: {error}")
+
+    def _check_batch(self, k: int, inputs: "torch.Tensor", target: "torch.Tensor") -> None:
+        for what, value, slot in (("inputs", inputs, self._capture.inputs.host[0]),
+                                  ("target", target, self._capture.inputs.host[1])):
+            if tuple(value.shape) != tuple(slot.shape[1:]) or value.dtype != slot.dtype:
+                raise ValueError(f"step {self.resumed_from + k}: {what} of shape "
+                                 f"{tuple(value.shape)} and dtype {value.dtype}; the first "
+                                 f"batch's were {tuple(slot.shape[1:])} and {slot.dtype} (a "
+                                 "captured step needs the same shapes every step)")
+
+    def _drain(self, items: int) -> None:
+        from .torch_cuda_jobs import job_failure
+        try:
+            for k in range(items):
+                while True:
+                    why = job_failure(self.job)
+                    if why is not None:
+                        raise FillJobError(f"training_job '{self.name}': {why}")
+                    done = self.job.info().items_completed
+                    with self._cv:
+                        if done > k or self._stopping():
+                            break
+                        self._cv.wait(0.002)
+                if self._stopping():
+                    return
+                loss = float(self._capture.outputs.to_host(k % self.slots)[0])
+                with self._cv:
+                    self._drained = k + 1
+                self._stepped(loss)
+        except Exception as error:
+            self._fail(str(error) if isinstance(error, FillJobError)
+                       else f"training_job '{self.name}': drainer: {type(error).__name__}: {error}")
+
+    # -- public --
+    def progress(self) -> Progress:
+        import time
+        with self._cv:
+            done, finished = self.step, self._finished
+        elapsed = max(1e-9, time.monotonic() - self._started)
+        rate = (done - self.resumed_from) / elapsed
+        eta = None if rate <= 0 else (self.steps - done) / rate
+        return Progress(done, self.steps, rate, eta, finished)
+
+    def wait(self, timeout: Optional[float] = None) -> Progress:
+        """Waits until the last step ran and its checkpoint was written (a last checkpoint
+        still due is taken here: never call it inside a bubble); FillJobError when the job
+        ended itself, PipeFillError(TIMEOUT) when ``timeout`` seconds passed."""
+        import time
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self.checkpoint is not None and not self.runtime.in_bubble:
+            while True:  # the last step may still be running: wait for it, then copy
+                self._check_item_error()
+                with self._cv:
+                    if self.step == self.steps or self._stopping() or self._finished:
+                        break
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        break
+                    self._cv.wait(0.05 if left is None else min(0.05, left))
+            self._take_snapshot("wait")
+        return self._wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+    def _check_item_error(self) -> None:
+        if self.cuda:
+            return  # the drainer watches the graph job
+        super()._check_item_error()
+
+    def close(self) -> None:
+        """Destroys the job (cancels it first); a checkpoint being written is finished first.
+        Idempotent."""
+        writer = getattr(self, "_writer", None)
+        with self._cv:
+            pending = self._pending is not None
+        if pending and writer is not None:
+            with self._cv:
+                while self._pending is not None and self._error is None:
+                    self._cv.wait(0.05)
+        self.runtime._remove_iteration_end_hook(self._on_iteration_end)
+        super().close()
+        if writer is not None and writer is not threading.current_thread():
+            writer.join(timeout=10.0)
+
+
+def training_job(runtime: Runtime, module: "torch.nn.Module", optimizer: Any,
+                 loss_fn: Callable[..., "torch.Tensor"], data: Iterable[Any], *, steps: int,
+                 checkpoint: Optional[PathLike] = None, every: int = 100,
+                 resume: Optional[PathLike] = None, name: str = "training", priority: int = 0,
+                 item_cost_us: Optional[float] = None, slots: int = 4) -> TrainingJob:
+    """``steps`` optimizer steps of ``module`` in the bubbles, one step per item:
+    ``loss_fn(module(inputs), target).backward(); optimizer.step()`` for the next
+    ``(inputs, target)`` batch of ``data`` (iterated again when it ends). Every ``every`` steps
+    and after the last, ``checkpoint`` gets model, optimizer, data position (the step) and the
+    CPU RNG state: the job runs dry at that step, the state is copied at the trainer's next
+    ``runtime.iteration_end()`` (outside bubbles) and written atomically (a temporary file,
+    fsync, rename) by a background thread. ``resume``: such a checkpoint (usually the same
+    path); when it exists the job goes on from its step, and the parameters after the remaining
+    steps equal those of a run never interrupted (bit-identical on CPU, given the same data
+    order). A checkpoint of another job (name or steps differ) is refused naming the field.
+
+    On CUDA the whole step is one captured graph: the optimizer must be capturable (Adam,
+    AdamW, Adamax, RAdam with ``capturable=True``; SGD with ``dampening=0``), the module and
+    optimizer on the GPU, every batch of the first batch's shapes; ``slots`` batches are staged
+    ahead (pinned host + device ring)."""
+    return TrainingJob(runtime, module, optimizer, loss_fn, data, steps=steps,
+                       checkpoint=checkpoint, every=every, resume=resume, name=name,
+                       priority=priority, item_cost_us=item_cost_us, slots=slots)

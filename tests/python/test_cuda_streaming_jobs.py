@@ -1,0 +1,359 @@
+"""The CUDA path of inference_job / training_job, on CPU with torch's capture mocked (issue 18).
+
+No GPU here, so torch.cuda's streams, events and graph capture are replaced by stand-ins: the
+capture records every torch op ``step(index)`` makes (a TorchFunctionMode) and a replay runs the
+recorded ops again on the same tensors, reading the index word's current value - what a CUDA
+graph replay does. A fake runtime plays the gated graph job: per bubble it claims items below
+the job's available bound, writes each into the index word, replays the graph, then reports
+them complete (items_completed), as the harvest does. So the ring's index -> slot mapping, the
+feeder's staging and the bound (available <= drained + slots) are the code under test: a wrong
+slot gives wrong outputs, a feeder running ahead of the drainer overwrites a slot in use.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import types
+
+import pytest
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+import pipefill as pf
+import pipefill.torch as pft
+from pipefill import torch_cuda_jobs as tcj
+
+DIM, OUT, BATCH, SLOTS = 8, 4, 4, 3
+
+
+def _map(value, env):
+    if isinstance(value, torch.Tensor):
+        return env.get(id(value), value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_map(v, env) for v in value)
+    if isinstance(value, dict):
+        return {k: _map(v, env) for k, v in value.items()}
+    return value
+
+
+def _bind(captured, replayed, env):
+    if isinstance(captured, torch.Tensor):
+        env[id(captured)] = replayed
+    elif isinstance(captured, (list, tuple)) and isinstance(replayed, (list, tuple)):
+        for c, r in zip(captured, replayed):
+            _bind(c, r, env)
+
+
+class _Recorder(TorchFunctionMode):
+    """Every op of the capture, with its arguments and results (kept alive, so ids stay unique)."""
+
+    def __init__(self, ops):
+        super().__init__()
+        self.ops = ops
+
+    def __torch_function__(self, func, types_, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        self.ops.append((func, args, kwargs, result, torch.is_grad_enabled()))
+        return result
+
+
+class FakeGraph:
+    def __init__(self, keep_graph=False):
+        assert keep_graph
+        self.ops = []
+
+    def raw_cuda_graph(self):
+        return self
+
+    def replay(self):
+        """The recorded ops again: tensors the capture made are the replay's own results, every
+        other tensor (the rings, the index word, the weights) is the same object."""
+        env = {}
+        for func, args, kwargs, result, grad_mode in self.ops:
+            with torch.set_grad_enabled(grad_mode):
+                _bind(result, func(*_map(args, env), **_map(kwargs, env)), env)
+
+
+class FakeStream:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def wait_stream(self, other):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+class FakeEvent:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def record(self, stream=None):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    @contextlib.contextmanager
+    def graph(cuda_graph, pool=None, stream=None, capture_error_mode="global"):
+        with _Recorder(cuda_graph.ops):
+            yield
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")
+    monkeypatch.setattr(torch.cuda, "ExternalStream", FakeStream)
+    monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: FakeStream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", graph)
+    monkeypatch.setattr(tcj, "_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(tcj, "_pinned", lambda shape, dtype: torch.zeros(shape, dtype=dtype))
+
+
+class FakeNative:
+    def __init__(self, job):
+        self.job = job
+
+    def set_available(self, available):
+        self.job.set_available(available)
+
+    def end_input(self):
+        with self.job.lock:
+            self.job.items = self.job.available
+
+
+class FakeJob:
+    """A gated graph job: claims below the available bound only, one replay per item."""
+
+    def __init__(self, runtime, spec):
+        self.runtime, self.spec, self.name = runtime, spec, spec.name
+        self.lock = threading.Lock()
+        self.items = spec.items
+        self.available = spec.available
+        self.claimed = 0
+        self.completed = 0
+        self.bounds = []  # (available, items drained when it was raised)
+        self.drained = lambda: 0  # the test points it at the job's drained count
+        self.closed = False
+        self._native = FakeNative(self)
+
+    def set_available(self, available):
+        with self.lock:
+            assert available >= self.claimed
+            self.bounds.append((available, self.drained()))
+            self.available = available
+
+    def run_bubble(self, budget):
+        with self.lock:
+            end = min(self.available, self.items, self.claimed + budget)
+            start = self.claimed
+        for k in range(start, end):
+            self.spec.index_word.fill_(k)
+            self.spec.graph.replay()
+        with self.lock:
+            self.claimed = self.completed = end
+
+    def info(self):
+        with self.lock:
+            done = self.completed >= self.items
+        return types.SimpleNamespace(items_completed=self.completed, item_count=self.items,
+                                     status=pf.JobStatus.COMPLETED if done else pf.JobStatus.RUNNING,
+                                     error=pf.Result.SUCCESS)
+
+    def cancel(self):
+        pass
+
+    def wait(self, timeout=None):
+        return self.info()
+
+    def close(self):
+        self.closed = True
+
+
+class FakeRuntime:
+    backend = pf.Backend.CUDA
+    in_bubble = False
+
+    def __init__(self):
+        self.jobs = []
+        self._bubble_index = 0
+        self._iteration_ends = 0
+        self._hooks = []
+
+    def capture_stream(self):
+        return types.SimpleNamespace(handle=1)
+
+    def create_job(self, spec):
+        job = FakeJob(self, spec)
+        self.jobs.append(job)
+        return job
+
+    def synchronize(self):
+        pass
+
+    def _add_iteration_end_hook(self, hook):
+        self._hooks.append(hook)
+
+    def _remove_iteration_end_hook(self, hook):
+        self._hooks = [h for h in self._hooks if h != hook]
+
+
+def model(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(DIM, 16), nn.ReLU(), nn.Linear(16, OUT)).eval()
+
+
+def samples(count):
+    g = torch.Generator().manual_seed(7)
+    return [torch.randn(DIM, generator=g) for _ in range(count)]
+
+
+def run_until(rt, job, done, budget, max_bubbles=5000):
+    for _ in range(max_bubbles):
+        if done():
+            return
+        job.run_bubble(budget)
+    pytest.fail("the job did not finish")
+
+
+@pytest.mark.parametrize("budget", [1, 2, SLOTS + 2])
+def test_graph_over_the_ring_gives_eager_outputs_in_order_once(fake_cuda, budget):
+    module = model()
+    data = samples(20 * SLOTS * BATCH + 3)  # 61 items, the last one 3 rows: 20x the ring
+    got = []
+    rt = FakeRuntime()
+    job = pft.inference_job(rt, module, data, batch_size=BATCH, slots=SLOTS, item_cost_us=10.0,
+                            sink=lambda i, y: got.append((i, y.clone())))
+    assert isinstance(job, tcj.CudaInferenceJob)
+    fake = rt.jobs[0]
+    fake.drained = lambda: job._drained
+    assert fake.spec.available == 0, "nothing is claimable before the feeder staged it"
+    assert fake.spec.items == 61
+    run_until(rt, fake, lambda: job.progress().finished or job.error is not None, budget)
+    job.wait(timeout=30)
+    assert job.error is None
+    assert [i for i, _ in got] == list(range(61)), "in order, once each"
+    with torch.no_grad():
+        expected = [module(torch.stack(data[k:k + BATCH])) for k in range(0, len(data), BATCH)]
+    assert got[-1][1].shape == (3, OUT), "the partial last batch keeps its 3 rows"
+    for (i, y), e in zip(got, expected):
+        # The slot holds the batch padded with zero rows; rows are computed independently, but a
+        # GEMM of 4 rows may sum in another order than one of 3: equal to float32 rounding.
+        assert torch.allclose(y, e, rtol=1e-6, atol=1e-6), f"item {i}"
+    assert all(a <= drained + SLOTS for a, drained in fake.bounds), fake.bounds
+    assert max(a for a, _ in fake.bounds) == 61
+    job.close()
+
+
+def test_feeder_never_runs_more_than_the_ring_ahead_of_the_drainer(fake_cuda):
+    """A sink that blocks until released: the feeder must stop at `slots` staged items."""
+    release = threading.Event()
+    seen = []
+
+    def slow_sink(i, y):
+        seen.append(i)
+        release.wait(30)
+
+    rt = FakeRuntime()
+    job = pft.inference_job(rt, model(), samples(12 * BATCH), batch_size=BATCH, slots=SLOTS,
+                            item_cost_us=10.0, sink=slow_sink)
+    fake = rt.jobs[0]
+    fake.drained = lambda: job._drained
+    for _ in range(50):  # the drainer takes item 0 and blocks in the sink
+        fake.run_bubble(100)
+        if seen:
+            break
+    with job._cv:  # give the feeder every chance to overrun: it waits on this condition
+        job._cv.wait_for(lambda: job._staged >= SLOTS, timeout=10)
+    for _ in range(20):
+        fake.run_bubble(100)
+    assert job._staged == SLOTS and fake.available == SLOTS, "stopped at the ring's size"
+    assert fake.claimed == SLOTS
+    release.set()
+    run_until(rt, fake, lambda: job.progress().finished or job.error is not None, 100)
+    job.wait(timeout=30)
+    assert seen == list(range(12))
+    assert all(a <= drained + SLOTS for a, drained in fake.bounds), fake.bounds
+    job.close()
+
+
+def test_slot_of_maps_every_index_onto_the_ring():
+    index = torch.zeros((), dtype=torch.int64)
+    for k in range(3 * SLOTS + 1):
+        index.fill_(k)
+        assert tcj.slot_of(index, SLOTS).tolist() == [k % SLOTS]
+
+
+def test_a_batch_of_another_shape_ends_the_job_with_its_item(fake_cuda):
+    data = [torch.zeros(BATCH, DIM)] * 2 + [torch.zeros(BATCH, DIM + 1)]
+    rt = FakeRuntime()
+    job = pft.inference_job(rt, model(), data, batch_size=None, slots=SLOTS, item_cost_us=1.0,
+                            sink=lambda i, y: None)
+    run_until(rt, rt.jobs[0], lambda: job.error is not None or job.progress().finished, 1)
+    with pytest.raises(pft.FillJobError, match=r"item 2: the dataset yielded a batch of shape "
+                                               r"\(4, 9\)"):
+        job.wait(timeout=10)
+    job.close()
+
+
+def test_training_refuses_an_optimizer_it_cannot_capture(fake_cuda):
+    rt = FakeRuntime()
+    module = model()
+    data = [(torch.zeros(BATCH, DIM), torch.zeros(BATCH, OUT))]
+    with pytest.raises(pf.PipeFillError, match=r"optimizer Adam \(param group 0\) is not "
+                                               r"capturable.*Adam\(\.\.\., capturable=True\)"):
+        pft.training_job(rt, module, torch.optim.Adam(module.parameters()), nn.MSELoss(), data,
+                         steps=3)
+    with pytest.raises(pf.PipeFillError, match="optimizer Adagrad is not supported"):
+        pft.training_job(rt, module, torch.optim.Adagrad(module.parameters()), nn.MSELoss(),
+                         data, steps=3)
+    with pytest.raises(pf.PipeFillError, match="SGD param group 0 has momentum and dampening=0.5"):
+        pft.training_job(rt, module, torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.9,
+                                                     dampening=0.5), nn.MSELoss(), data, steps=3)
+    with pytest.raises(pf.PipeFillError, match=r"parameter of shape \(16, 8\) on cpu"):
+        pft.training_job(rt, module, torch.optim.AdamW(module.parameters(), capturable=True),
+                         nn.MSELoss(), data, steps=3)
+    assert rt.jobs == [], "a refusal registers nothing"
+
+
+def test_training_capture_undoes_its_warm_up_steps(fake_cuda):
+    """The warm-up steps before the capture train for real; the job's first item must start from
+    the parameters given and zero optimizer state, as an eager first step does."""
+    module = model(4).train()
+    opt = torch.optim.SGD(module.parameters(), lr=0.5, momentum=0.9)
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    g = torch.Generator().manual_seed(1)
+    first = (torch.randn(BATCH, DIM, generator=g), torch.randn(BATCH, OUT, generator=g))
+    rt = FakeRuntime()
+    capture = tcj.TrainingCapture(rt, module, opt, nn.functional.mse_loss, first, SLOTS, 5,
+                                  "t", 0, 10.0)
+    after = module.state_dict()
+    assert all(torch.equal(after[k], before[k]) for k in before), "warm-up steps undone"
+    buffers = [s["momentum_buffer"] for s in opt.state.values()]
+    assert buffers and all(torch.count_nonzero(b) == 0 for b in buffers)
+    # One replay of item 0 is one SGD step on slot 0 (the first batch): equal to eager.
+    eager = model(4).train()
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=0.5, momentum=0.9)
+    eager_opt.zero_grad(set_to_none=True)
+    nn.functional.mse_loss(eager(first[0]), first[1]).backward()
+    eager_opt.step()
+    fake = rt.jobs[0]
+    assert fake.spec.available == 0
+    fake.set_available(1)
+    # A CUDA replay overwrites the gradients the capture made (same memory); an eager replay of
+    # backward() accumulates into them: start it from zeros.
+    for p in module.parameters():
+        p.grad.zero_()
+    fake.run_bubble(1)
+    state = module.state_dict()
+    for k, v in eager.state_dict().items():
+        assert torch.allclose(state[k], v, rtol=1e-6, atol=1e-7), k
+    assert capture.outputs.device[0][0] > 0, "the step's loss went to output slot 0"
