@@ -193,7 +193,7 @@ def check_capturable(optimizer: Any) -> None:
                                 f"and cannot be captured in a CUDA graph; create it with "
                                 f"{name}(..., capturable=True)")
         for p in group["params"]:
-            if p.device.type != "cuda":
+            if p.device.type != _device().type:
                 raise PipeFillError(Result.INVALID_ARGUMENT,
                                     f"training_job on CUDA: optimizer {name} has a parameter of "
                                     f"shape {tuple(p.shape)} on {p.device}; move the module to "

@@ -186,8 +186,9 @@ class TrainingJob(_StreamingJob):
         in_bubble = self.runtime.in_bubble
         event = None
         if self.cuda:
+            # The state was last written by the fill stream, whose items are complete (harvested):
+            # the copies need no stream dependency, so the trainer's queued work does not delay them.
             stream = self._snapshot_stream
-            stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 model, optimizer = _to_host(self.module.state_dict()), _to_host(self.optimizer.state_dict())
                 event = torch.cuda.Event()

@@ -200,8 +200,10 @@ def resume(out_dir: str, kill_after: int) -> None:
                 break
             if infer.error or train.error:
                 break
+            # Both jobs mid-run, the training job past a durable checkpoint (written by its
+            # background thread after the copy at iteration_end).
             if (kill_after and infer.progress().items_done >= kill_after
-                    and train.progress().items_done >= 4):  # both jobs mid-run
+                    and train.progress().items_done >= 4 and os.path.exists(ckpt)):
                 os.kill(os.getpid(), signal.SIGKILL)  # kill -9, mid-run
             with runtime.bubble(stream, expected_us=3000.0):
                 pf.host_stream_delay(stream, 3000.0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import types
 
 import pytest
@@ -129,6 +130,9 @@ class FakeNative:
         with self.job.lock:
             self.job.items = self.job.available
 
+    def release_item_fn(self):
+        pass
+
 
 class FakeJob:
     """A gated graph job: claims below the available bound only, one replay per item."""
@@ -216,12 +220,14 @@ def samples(count):
     return [torch.randn(DIM, generator=g) for _ in range(count)]
 
 
-def run_until(rt, job, done, budget, max_bubbles=5000):
-    for _ in range(max_bubbles):
-        if done():
-            return
+def run_until(rt, job, done, budget, deadline_s=60.0):
+    """Bubbles until done(); the feeder and drainer threads run between them."""
+    deadline = time.monotonic() + deadline_s
+    while not done():
+        if time.monotonic() > deadline:
+            pytest.fail(f"the job did not finish in {deadline_s} s")
         job.run_bubble(budget)
-    pytest.fail("the job did not finish")
+        time.sleep(0.0005)
 
 
 @pytest.mark.parametrize("budget", [1, 2, SLOTS + 2])
@@ -255,11 +261,12 @@ def test_graph_over_the_ring_gives_eager_outputs_in_order_once(fake_cuda, budget
 
 def test_feeder_never_runs_more_than_the_ring_ahead_of_the_drainer(fake_cuda):
     """A sink that blocks until released: the feeder must stop at `slots` staged items."""
-    release = threading.Event()
+    release, entered = threading.Event(), threading.Event()
     seen = []
 
     def slow_sink(i, y):
         seen.append(i)
+        entered.set()
         release.wait(30)
 
     rt = FakeRuntime()
@@ -267,16 +274,16 @@ def test_feeder_never_runs_more_than_the_ring_ahead_of_the_drainer(fake_cuda):
                             item_cost_us=10.0, sink=slow_sink)
     fake = rt.jobs[0]
     fake.drained = lambda: job._drained
-    for _ in range(50):  # the drainer takes item 0 and blocks in the sink
+    with job._cv:  # the feeder stages the ring full before any item ran
+        assert job._cv.wait_for(lambda: job._staged >= SLOTS, timeout=10)
+    fake.run_bubble(100)  # items 0..2 run; the drainer takes item 0 and blocks in the sink
+    assert entered.wait(10)
+    for _ in range(20):  # more bubbles: nothing more is claimable
         fake.run_bubble(100)
-        if seen:
-            break
-    with job._cv:  # give the feeder every chance to overrun: it waits on this condition
-        job._cv.wait_for(lambda: job._staged >= SLOTS, timeout=10)
-    for _ in range(20):
-        fake.run_bubble(100)
-    assert job._staged == SLOTS and fake.available == SLOTS, "stopped at the ring's size"
-    assert fake.claimed == SLOTS
+    with job._cv:  # a feeder that ignored the drainer would stage item 3 now
+        overran = job._cv.wait_for(lambda: job._staged > SLOTS, timeout=0.5)
+    assert not overran and fake.available == SLOTS, "stopped at the ring's size"
+    assert fake.claimed == SLOTS and seen == [0]
     release.set()
     run_until(rt, fake, lambda: job.progress().finished or job.error is not None, 100)
     job.wait(timeout=30)
@@ -318,8 +325,9 @@ def test_training_refuses_an_optimizer_it_cannot_capture(fake_cuda):
     with pytest.raises(pf.PipeFillError, match="SGD param group 0 has momentum and dampening=0.5"):
         pft.training_job(rt, module, torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.9,
                                                      dampening=0.5), nn.MSELoss(), data, steps=3)
-    with pytest.raises(pf.PipeFillError, match=r"parameter of shape \(16, 8\) on cpu"):
-        pft.training_job(rt, module, torch.optim.AdamW(module.parameters(), capturable=True),
+    elsewhere = nn.Linear(2, 3, device="meta")  # (the mocked CUDA device is the CPU)
+    with pytest.raises(pf.PipeFillError, match=r"parameter of shape \(3, 2\) on meta"):
+        pft.training_job(rt, elsewhere, torch.optim.AdamW(elsewhere.parameters(), capturable=True),
                          nn.MSELoss(), data, steps=3)
     assert rt.jobs == [], "a refusal registers nothing"
 

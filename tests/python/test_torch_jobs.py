@@ -266,6 +266,11 @@ def test_host_training_equals_eager_and_resumes_bit_identically(tmp_path):
     assert first.error is None
     assert first.progress().items_done >= 9
     assert first.losses == eager_losses[:len(first.losses)]
+    # Checkpoints: the job ran dry at each due step and its state was copied at the trainer's
+    # iteration_end, with no bubble open.
+    assert [s.step for s in first.snapshots][:2] == [4, 8]
+    assert all(s.step % 4 == 0 and s.taken_at == "iteration_end" and not s.in_bubble
+               for s in first.snapshots), first.snapshots
 
     # Second attempt, from fresh objects, as after a restart.
     module = model(99).train()  # other initial weights: the checkpoint must replace them
@@ -281,6 +286,8 @@ def test_host_training_equals_eager_and_resumes_bit_identically(tmp_path):
     assert all(torch.equal(state[k], eager_state[k]) for k in eager_state), "bit-identical"
     saved = torch.load(ckpt, weights_only=False)
     assert saved["step"] == steps
+    assert [s.step for s in second.snapshots] == list(range(second.resumed_from + 4, steps + 1, 4))
+    assert all(s.taken_at == "iteration_end" and not s.in_bubble for s in second.snapshots)
     second.close()
 
     with pytest.raises(ValueError, match="its steps is 24, this job's is 30"):
@@ -308,4 +315,47 @@ def test_item_job_bound_errors_name_the_value():
     with pytest.raises(pf.PipeFillError, match="fn is not callable"):
         rt._native.create_item_job("not-callable", 0, 10, 100.0, 5, 0)
     job.close()
+    rt.close()
+
+
+def test_training_without_iteration_end_still_checkpoints(tmp_path, monkeypatch):
+    """A trainer that never calls iteration_end: the job's writer thread takes each checkpoint
+    once the runtime began FALLBACK_BUBBLES bubbles since the job ran dry, and warns once."""
+    from pipefill import torch_training
+    monkeypatch.setattr(torch_training, "FALLBACK_BUBBLES", 3)
+    steps, data = 8, training_data(8)
+    eager_losses, eager_state = eager_training(steps, data)
+    rt = host_runtime()
+    module = model(3).train()
+    opt = torch.optim.Adam(module.parameters(), lr=0.01)
+    ckpt = tmp_path / "train.pt"
+    with pytest.warns(RuntimeWarning, match="has seen no iteration_end call in 3 bubbles"):
+        job = pft.training_job(rt, module, opt, nn.functional.mse_loss, data, steps=steps,
+                               checkpoint=ckpt, every=4)
+        stream = rt.high_priority_stream()
+        for _ in range(5000):  # bubbles, never an iteration_end
+            if job.progress().finished or job.error is not None:
+                break
+            with rt.bubble(stream, expected_us=3000.0):
+                pf.host_stream_delay(stream, 3000.0)
+            pf.host_stream_synchronize(stream)
+        job.wait(timeout=30)
+    assert [(s.step, s.taken_at) for s in job.snapshots] == [(4, "fallback"), (8, "fallback")]
+    assert torch.load(ckpt, weights_only=False)["step"] == steps
+    assert job.losses == eager_losses
+    assert all(torch.equal(module.state_dict()[k], v) for k, v in eager_state.items())
+    job.close()
+    rt.close()
+
+
+def test_training_checkpoint_hook_leaves_with_the_job(tmp_path):
+    rt = host_runtime()
+    module = model(3).train()
+    job = pft.training_job(rt, module, torch.optim.SGD(module.parameters(), lr=0.1),
+                           nn.functional.mse_loss, training_data(2), steps=4,
+                           checkpoint=tmp_path / "c.pt", every=2)
+    assert rt._iteration_end_hooks == [job._on_iteration_end]
+    job.close()
+    assert rt._iteration_end_hooks == []
+    rt.iteration_end()  # nothing left to call
     rt.close()
