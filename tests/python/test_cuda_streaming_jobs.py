@@ -365,3 +365,40 @@ def test_training_capture_undoes_its_warm_up_steps(fake_cuda):
     for k, v in eager.state_dict().items():
         assert torch.allclose(state[k], v, rtol=1e-6, atol=1e-7), k
     assert capture.outputs.device[0][0] > 0, "the step's loss went to output slot 0"
+
+
+def test_graph_job_available_holds_claims_until_raised():
+    """GraphJob.available (pfGraphJobDesc_t.available), which the CUDA path creates its job with,
+    on the real runtime (host backend: the graph job's items are counted)."""
+    try:
+        rt = pf.Runtime(backend="host", reserved_sms=0, safety_margin_us=0.0,
+                        safety_margin_fraction=0.0, min_samples=1000000)
+    except pf.PipeFillError as error:
+        if error.code == pf.Result.NOT_SUPPORTED:
+            pytest.skip(f"no host device in this build: {error.message}")
+        raise
+    with pytest.raises(pf.PipeFillError, match=r"GraphJob.available -1 must be an int >= 0"):
+        rt.create_job(pf.GraphJob(items=5, item_cost_us=50.0, available=-1))
+    job = rt.create_job(pf.GraphJob(items=5, item_cost_us=50.0, available=0, name="held"))
+    stream = rt.high_priority_stream()
+
+    def bubbles(n):
+        for _ in range(n):
+            with rt.bubble(stream, expected_us=2000.0):
+                pf.host_stream_delay(stream, 2000.0)
+            rt.iteration_end()
+            pf.host_stream_synchronize(stream)
+        rt.synchronize()
+
+    bubbles(3)
+    assert job.graph_counts().items_run == 0, "nothing claimable below available = 0"
+    job._native.set_available(3)
+    bubbles(3)
+    counts = job.graph_counts()
+    assert counts.items_run == 3 and counts.duplicates == 0 and counts.index_mismatches == 0
+    job._native.set_available(5)
+    bubbles(3)
+    assert job.graph_counts().items_run == 5
+    job.wait(5)
+    job.close()
+    rt.close()
