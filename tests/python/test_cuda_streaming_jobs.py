@@ -146,6 +146,7 @@ class FakeJob:
         self.completed = 0
         self.bounds = []  # (available, items drained when it was raised)
         self.drained = lambda: 0  # the test points it at the job's drained count
+        self.before_replay = lambda: None
         self.closed = False
         self._native = FakeNative(self)
 
@@ -161,6 +162,7 @@ class FakeJob:
             start = self.claimed
         for k in range(start, end):
             self.spec.index_word.fill_(k)
+            self.before_replay()
             self.spec.graph.replay()
         with self.lock:
             self.claimed = self.completed = end
@@ -208,6 +210,11 @@ class FakeRuntime:
 
     def _remove_iteration_end_hook(self, hook):
         self._hooks = [h for h in self._hooks if h != hook]
+
+    def iteration_end(self):
+        self._iteration_ends += 1
+        for hook in list(self._hooks):
+            hook()
 
 
 def model(seed=0):
@@ -402,3 +409,87 @@ def test_graph_job_available_holds_claims_until_raised():
     job.wait(5)
     job.close()
     rt.close()
+
+
+def _training_data(count):
+    g = torch.Generator().manual_seed(5)
+    return [(torch.randn(BATCH, DIM, generator=g), torch.randn(BATCH, OUT, generator=g))
+            for _ in range(count)]
+
+
+def _eager_sgd(steps, data):
+    """(losses, state after each step) of the same steps run eagerly."""
+    module = model(3).train()
+    opt = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9)
+    losses, states = [], []
+    for k in range(steps):
+        x, y = data[k % len(data)]
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.mse_loss(module(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+        states.append({n: v.clone() for n, v in module.state_dict().items()})
+    return losses, states
+
+
+def _train_on_fake(rt, job, fake, module, budget=2, deadline_s=60.0):
+    # A CUDA replay overwrites the gradients the capture made (same memory); an eager replay of
+    # backward() accumulates into them: each replay starts from zeros.
+    fake.before_replay = lambda: [p.grad.zero_() for p in module.parameters()]
+    deadline = time.monotonic() + deadline_s
+    while not (job.progress().finished or job.error is not None):
+        assert time.monotonic() < deadline, "the training job did not finish"
+        fake.run_bubble(budget)
+        rt.iteration_end()
+        time.sleep(0.0005)
+
+
+def test_captured_training_steps_equal_eager_with_checkpoints_and_resume(fake_cuda, tmp_path):
+    steps, data = 10, _training_data(6)
+    eager_losses, eager_states = _eager_sgd(steps, data)
+    ckpt = tmp_path / "train.pt"
+    rt = FakeRuntime()
+    module = model(3).train()
+    opt = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9)
+    job = pft.training_job(rt, module, opt, nn.functional.mse_loss, data, steps=steps,
+                           checkpoint=ckpt, every=4, slots=SLOTS, item_cost_us=10.0)
+    saved = {}
+    save = job._save
+    job._save = lambda step, state: (saved.__setitem__(step, state), save(step, state))
+    fake = rt.jobs[0]
+    fake.drained = lambda: job._drained
+    _train_on_fake(rt, job, fake, module)
+    job.wait(timeout=30)
+    assert job.error is None
+    assert job.losses == pytest.approx(eager_losses, rel=1e-6, abs=1e-7)
+    for k, v in eager_states[-1].items():
+        assert torch.allclose(module.state_dict()[k], v, rtol=1e-6, atol=1e-7), k
+    # Each checkpoint holds the state after exactly its step: the job ran dry there until the
+    # copy at iteration_end (a job that ran on would have moved the parameters past it).
+    assert [(s.step, s.taken_at, s.in_bubble) for s in job.snapshots] == [
+        (4, "iteration_end", False), (8, "iteration_end", False), (10, "iteration_end", False)]
+    for step, state in saved.items():
+        for k, v in eager_states[step - 1].items():
+            assert torch.allclose(state["model"][k], v, rtol=1e-6, atol=1e-7), (step, k)
+    assert all(a <= drained + SLOTS for a, drained in fake.bounds), fake.bounds
+    job.close()
+
+    # Resume from step 8 (rewrite the file as it was then) with fresh objects: the capture's
+    # warm-up must give the loaded momentum back, not zeros.
+    torch.save(saved[8], ckpt)
+    module = model(99).train()
+    opt = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9)
+    again = pft.training_job(rt, module, opt, nn.functional.mse_loss, data, steps=steps,
+                             checkpoint=ckpt, every=4, resume=ckpt, slots=SLOTS,
+                             item_cost_us=10.0)
+    assert again.resumed_from == 8
+    fake = rt.jobs[1]
+    assert fake.spec.items == 2
+    _train_on_fake(rt, again, fake, module)
+    again.wait(timeout=30)
+    assert again.losses == pytest.approx(eager_losses, rel=1e-6, abs=1e-7)
+    for k, v in eager_states[-1].items():
+        assert torch.allclose(module.state_dict()[k], v, rtol=1e-6, atol=1e-7), k
+    assert torch.load(ckpt, weights_only=False)["step"] == steps
+    again.close()
