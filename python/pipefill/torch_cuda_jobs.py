@@ -214,7 +214,8 @@ class TrainingCapture:
     ring of ``(inputs, target)`` slots; output slot k holds step k's loss. The warm-up steps the
     capture needs (on a side stream: they create the optimizer's state and the gradients) are
     undone: parameters and the state that existed get their values back, state the warm-up
-    created is reset to zeros (ZERO_STATE_OPTIMIZERS), so item 0 is the job's first step."""
+    created is reset to zeros (ZERO_STATE_OPTIMIZERS), so item 0 is the job's first step. The
+    module's buffers get their values back too."""
 
     def __init__(self, runtime: Runtime, module: "torch.nn.Module", optimizer: Any,
                  loss_fn: Callable[..., "torch.Tensor"], first: Tuple["torch.Tensor", "torch.Tensor"],
@@ -227,7 +228,9 @@ class TrainingCapture:
         self.inputs = DeviceRing([inputs, target], slots, device)
         self.outputs = DeviceRing([torch.zeros((), dtype=torch.float32)], slots, device)
         self.inputs.to_device(0, [inputs, target])  # warm-up steps see real data
+        # Parameters and buffers (a BatchNorm's running statistics move in training steps too).
         params = [p for group in optimizer.param_groups for p in group["params"]]
+        params += [b for b in module.buffers() if all(b is not p for p in params)]
         saved_params = [p.detach().clone() for p in params]
         saved_state = {key: t.clone() for key, t in _state_tensors(optimizer).items()}
 

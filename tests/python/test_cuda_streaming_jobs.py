@@ -341,8 +341,13 @@ def test_training_refuses_an_optimizer_it_cannot_capture(fake_cuda):
 
 def test_training_capture_undoes_its_warm_up_steps(fake_cuda):
     """The warm-up steps before the capture train for real; the job's first item must start from
-    the parameters given and zero optimizer state, as an eager first step does."""
-    module = model(4).train()
+    the parameters and buffers given and zero optimizer state, as an eager first step does."""
+    def bn_model(seed):
+        torch.manual_seed(seed)
+        return nn.Sequential(nn.Linear(DIM, 16), nn.BatchNorm1d(16), nn.ReLU(),
+                             nn.Linear(16, OUT)).train()
+
+    module = bn_model(4)
     opt = torch.optim.SGD(module.parameters(), lr=0.5, momentum=0.9)
     before = {k: v.clone() for k, v in module.state_dict().items()}
     g = torch.Generator().manual_seed(1)
@@ -351,11 +356,12 @@ def test_training_capture_undoes_its_warm_up_steps(fake_cuda):
     capture = tcj.TrainingCapture(rt, module, opt, nn.functional.mse_loss, first, SLOTS, 5,
                                   "t", 0, 10.0)
     after = module.state_dict()
+    assert "1.running_mean" in before
     assert all(torch.equal(after[k], before[k]) for k in before), "warm-up steps undone"
     buffers = [s["momentum_buffer"] for s in opt.state.values()]
     assert buffers and all(torch.count_nonzero(b) == 0 for b in buffers)
     # One replay of item 0 is one SGD step on slot 0 (the first batch): equal to eager.
-    eager = model(4).train()
+    eager = bn_model(4)
     eager_opt = torch.optim.SGD(eager.parameters(), lr=0.5, momentum=0.9)
     eager_opt.zero_grad(set_to_none=True)
     nn.functional.mse_loss(eager(first[0]), first[1]).backward()
