@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional
 
 import torch
 
-from . import Backend, PipeFillError, Result, Runtime
+from . import Backend, Runtime
 from .torch_jobs import (UNBOUNDED_ITEMS, FillJobError, PathLike, Progress, _check_writable,
                          _create_item_job, _skip, _StreamingJob, _write_atomically)
 
