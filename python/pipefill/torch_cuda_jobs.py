@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import PipeFillError, Result, Runtime
+from . import JobStatus, PipeFillError, Result, Runtime
 from .torch_jobs import InferenceJob
 
 
@@ -53,7 +53,8 @@ class DeviceRing:
     dimension), their pinned host twins, and the copy stream and event the host thread that owns
     the copies waits on (one ring per direction: the feeder's and the drainer's)."""
 
-    def __init__(self, examples: Sequence["torch.Tensor"], slots: int, device: "torch.device") -> None:
+    def __init__(self, examples: Sequence["torch.Tensor"], slots: int,
+                 device: "torch.device") -> None:
         self.slots = slots
         self.device = [torch.zeros((slots,) + tuple(e.shape), dtype=e.dtype, device=device)
                        for e in examples]
@@ -94,14 +95,14 @@ def ring_step(inputs: DeviceRing, outputs: DeviceRing,
         slot = slot_of(index, slots)
         values = [buffer.index_select(0, slot).squeeze(0) for buffer in inputs.device]
         result = compute(*values)
-        outputs.device[0].index_copy_(0, slot, result.reshape(outputs.device[0].shape[1:]).unsqueeze(0))
+        ring = outputs.device[0]
+        ring.index_copy_(0, slot, result.reshape(ring.shape[1:]).unsqueeze(0))
 
     return step
 
 
 def job_failure(job: Any) -> Optional[str]:
     """Why the runtime ended a graph job (None while it did not fail)."""
-    from ._enums import JobStatus
     info = job.info()
     if info.status == JobStatus.FAILED:
         return f"the runtime failed the job's graph: {info.error.name}"
@@ -122,7 +123,8 @@ class CudaInferenceJob(InferenceJob):
         example = torch.zeros((self.batch_size,) + self.sample_shape, dtype=self.dtype)
         with torch.no_grad():
             probe = self.module(example.to(device))
-        if not isinstance(probe, torch.Tensor) or probe.dim() == 0 or probe.shape[0] != self.batch_size:
+        if (not isinstance(probe, torch.Tensor) or probe.dim() == 0
+                or probe.shape[0] != self.batch_size):
             raise ValueError(f"inference_job: on CUDA the module must return one tensor with a "
                              f"row per input row; for a batch of {self.batch_size} it returned "
                              f"{type(probe).__name__} {tuple(getattr(probe, 'shape', ()))}")
@@ -218,7 +220,8 @@ class TrainingCapture:
     module's buffers get their values back too."""
 
     def __init__(self, runtime: Runtime, module: "torch.nn.Module", optimizer: Any,
-                 loss_fn: Callable[..., "torch.Tensor"], first: Tuple["torch.Tensor", "torch.Tensor"],
+                 loss_fn: Callable[..., "torch.Tensor"],
+                 first: Tuple["torch.Tensor", "torch.Tensor"],
                  slots: int, items: int, name: str, priority: int,
                  item_cost_us: Optional[float]) -> None:
         from .torch import graph_fill_job

@@ -186,15 +186,18 @@ class TrainingJob(_StreamingJob):
         in_bubble = self.runtime.in_bubble
         event = None
         if self.cuda:
-            # The state was last written by the fill stream, whose items are complete (harvested):
-            # the copies need no stream dependency, so the trainer's queued work does not delay them.
+            # The state was last written by the fill stream, whose items are complete
+            # (harvested): the copies need no stream dependency, so the trainer's queued work
+            # does not delay them.
             stream = self._snapshot_stream
             with torch.cuda.stream(stream):
-                model, optimizer = _to_host(self.module.state_dict()), _to_host(self.optimizer.state_dict())
+                model = _to_host(self.module.state_dict())
+                optimizer = _to_host(self.optimizer.state_dict())
                 event = torch.cuda.Event()
                 event.record(stream)
         else:
-            model, optimizer = _to_host(self.module.state_dict()), _to_host(self.optimizer.state_dict())
+            model = _to_host(self.module.state_dict())
+            optimizer = _to_host(self.optimizer.state_dict())
         state = dict(self._identity(), step=step, model=model, optimizer=optimizer,
                      rng=torch.get_rng_state(), losses=list(self.losses))
         with self._cv:
@@ -287,7 +290,8 @@ class TrainingJob(_StreamingJob):
         try:
             state = torch.load(path, weights_only=False)
         except Exception as error:
-            raise ValueError(f"resume checkpoint {os.fspath(path)!r} cannot be read: {error}") from None
+            raise ValueError(f"resume checkpoint {os.fspath(path)!r} cannot be read: "
+                             f"{error}") from None
         for key, value in self._identity().items():
             if not isinstance(state, dict) or state.get(key) != value:
                 got = state.get(key) if isinstance(state, dict) else type(state).__name__
