@@ -386,7 +386,10 @@ class InferenceJob(_StreamingJob):
             with self._cv:
                 self._total = k
                 self._cv.notify_all()
-            if k > 0:
+            # The job was made with `_limit` items when the count was known: staging them all
+            # ends it on its own, and it may have completed already (pfJobEndInput would then be
+            # refused). Only an input of unknown length, or one shorter than its len(), ends here.
+            if k > 0 and (self._limit is None or k < self._limit):
                 self.job._native.end_input()
         except Exception as error:  # the job ends itself, never the trainer
             if not self._stopping():
