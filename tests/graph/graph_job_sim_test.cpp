@@ -15,13 +15,6 @@
 namespace pipefill::testing {
 namespace {
 
-#define EXPECT_FAILS_WITH(call, code, needle)                                           \
-  do {                                                                                  \
-    EXPECT_EQ((call), (code));                                                          \
-    EXPECT_NE(std::string(pfGetLastErrorMessage()).find(needle), std::string::npos)     \
-        << "message: '" << pfGetLastErrorMessage() << "' lacks '" << (needle) << "'";   \
-  } while (0)
-
 // A graph job's host side on the simulator: the index word the "graph" reads and a log of every
 // item run (virtual completion time, item, the index word's value when the item ran).
 struct GraphJobLog {
