@@ -234,4 +234,19 @@ inline int step_until_completed(ManualStage& stage, pfRuntime_t rt, pfJob_t job,
   return steps;
 }
 
+// Bubble lengths that are multiples neither of one another nor of the test jobs' item costs,
+// cycled through by the tests that drive a job across bubbles of varied length.
+inline constexpr double kVariedBubblesUs[] = {100.0, 37.0, 64.0, 55.0, 120.0};
+
+// Step `index` of such a run: a bubble of kVariedBubblesUs[index % 5] announced by its hint (so
+// planned from the hint: every bubble is filled). Returns the bubble's length.
+inline double step_varied(ManualStage& stage, pfRuntime_t rt, int index) {
+  const double length = kVariedBubblesUs[index % 5];
+  pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
+  hint.expected_duration_us = length;
+  stage.step(rt, length, &hint);
+  return length;
+}
+
+
 }  // namespace pipefill::testing
