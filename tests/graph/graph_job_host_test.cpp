@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/graph_job_log.hpp"
 #include "host/host_test_support.hpp"
 
 namespace pipefill::host::testing {
@@ -44,17 +45,7 @@ struct HostGraphJob {
   }
   static void teardown(void* user) { static_cast<HostGraphJob*>(user)->teardowns++; }
 
-  pfGraphJobDesc_t desc() {
-    pfGraphJobDesc_t d = PF_GRAPH_JOB_DESC_INITIALIZER;
-    d.name = "host-graph";
-    d.item_count = items;
-    d.item_cost_us = item_cost_us;
-    d.index_word = &index_word;
-    d.on_item = &on_item;
-    d.user = this;
-    d.teardown = &teardown;
-    return d;
-  }
+  pfGraphJobDesc_t desc() { return ::pipefill::testing::graph_job_desc(*this, "host-graph"); }
 };
 
 struct OpenFlag {

@@ -1,7 +1,8 @@
 // The host side of a graph fill job on the simulated device, shared by the graph-job and
 // streaming-job tests of this folder: the index word the "graph" reads and a log of every item
 // run (virtual completion time, item, the index word's value when it ran), plus the items run at
-// or beyond the bound a streaming test set last.
+// or beyond the bound a streaming test set last. graph_job_desc builds the description of such a
+// host side (this one, or the host-device tests' own).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,21 @@
 #include "sim/sim_world.hpp"
 
 namespace pipefill::testing {
+
+// The description of the graph job whose host side is `job`: a struct with `items`,
+// `item_cost_us`, `index_word` and static `on_item` / `teardown` that take it as their user.
+template <typename HostSide>
+pfGraphJobDesc_t graph_job_desc(HostSide& job, const char* name) {
+  pfGraphJobDesc_t d = PF_GRAPH_JOB_DESC_INITIALIZER;
+  d.name = name;
+  d.item_count = job.items;
+  d.item_cost_us = job.item_cost_us;
+  d.index_word = &job.index_word;
+  d.on_item = &HostSide::on_item;
+  d.user = &job;
+  d.teardown = &HostSide::teardown;
+  return d;
+}
 
 struct GraphJobLog {
   struct Run {
@@ -37,17 +53,7 @@ struct GraphJobLog {
   }
   static void teardown(void* user) { ++static_cast<GraphJobLog*>(user)->teardowns; }
 
-  pfGraphJobDesc_t desc() {
-    pfGraphJobDesc_t d = PF_GRAPH_JOB_DESC_INITIALIZER;
-    d.name = name.c_str();
-    d.item_count = items;
-    d.item_cost_us = item_cost_us;
-    d.index_word = &index_word;
-    d.on_item = &on_item;
-    d.user = this;
-    d.teardown = &teardown;
-    return d;
-  }
+  pfGraphJobDesc_t desc() { return graph_job_desc(*this, name.c_str()); }
 };
 
 }  // namespace pipefill::testing
