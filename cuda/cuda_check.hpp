@@ -20,6 +20,7 @@ pfResult_t cuda_failure(cudaError_t error, const char* call, const char* file, i
 // cuGetErrorName when that entry point resolves, else the number is printed.
 pfResult_t driver_failure(int result, const char* call, const char* file, int line);
 // CUPTI results (CUptiResult values), named through cuptiGetResultString once CUPTI is loaded.
+// The check macro of CUPTI calls is PF_CUPTI_CHECK in cupti_api.hpp (they go through its table).
 pfResult_t cupti_failure(int result, const char* call, const char* file, int line);
 // NCCL results (ncclResult_t values), named through the process's own ncclGetErrorString when
 // NCCL is loaded (the library never loads it), else by the enum's name.
@@ -48,13 +49,6 @@ const char* short_file_name(const char* file);
     const int pf_driver_result_ = static_cast<int>(call);                                 \
     if (pf_driver_result_ != 0)                                                           \
       return ::pipefill::cuda::driver_failure(pf_driver_result_, #call, __FILE__, __LINE__); \
-  } while (0)
-
-#define PF_CUPTI_CHECK(call)                                                              \
-  do {                                                                                    \
-    const int pf_cupti_result_ = static_cast<int>(call);                                  \
-    if (pf_cupti_result_ != 0)                                                            \
-      return ::pipefill::cuda::cupti_failure(pf_cupti_result_, #call, __FILE__, __LINE__); \
   } while (0)
 
 #define PF_NCCL_CHECK(call)                                                               \

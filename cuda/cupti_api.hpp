@@ -5,6 +5,7 @@
 
 #include <cupti.h>
 
+#include "cuda_check.hpp"
 #include "lazy_library.hpp"
 
 #define PF_CUPTI_FUNCTIONS(X)                                                                  \
@@ -37,3 +38,20 @@ const CuptiApi& cupti_api();
 const CuptiApi* cupti_api_if_loaded();
 
 }  // namespace pipefill::cuda
+
+// Calls CUPTI's `function` with `args` (a parenthesised list) through `api`, a CuptiApi, and on a
+// result other than CUPTI_SUCCESS returns from the enclosing function with cupti_failure's
+// pfResult_t. The message names the call as CUPTI's API spells it, e.g.
+//   "cuptiActivityEnable(kind) failed at cuda/cupti_collector.cpp:170: CUPTI_ERROR_... (N)",
+// not as the table is reached.
+#define PF_CUPTI_CHECK_IN(api, function, args)                                                \
+  do {                                                                                        \
+    const int pf_cupti_result_ = static_cast<int>((api).function args);                       \
+    if (pf_cupti_result_ != 0)                                                                \
+      return ::pipefill::cuda::cupti_failure(pf_cupti_result_, #function #args, __FILE__,     \
+                                             __LINE__);                                       \
+  } while (0)
+
+// PF_CUPTI_CHECK_IN on the process's table (loaded at first use): PF_CUPTI_CHECK(cuptiActivityEnable, (kind)).
+#define PF_CUPTI_CHECK(function, args) \
+  PF_CUPTI_CHECK_IN(::pipefill::cuda::cupti_api(), function, args)

@@ -50,7 +50,7 @@ class CuptiCollector final : public ActivityCollector {
 
   pfResult_t flush(std::vector<ActivityRecord>* out) override {
     if (out == nullptr) return fail(pfErrorInvalidArgument, "cupti flush: out is null");
-    PF_CUPTI_CHECK(cupti_api().cuptiActivityFlushAll(0));
+    PF_CUPTI_CHECK(cuptiActivityFlushAll, (0));
     std::lock_guard lock(mutex_);
     out->insert(out->end(), std::make_move_iterator(records_.begin()),
                 std::make_move_iterator(records_.end()));
@@ -63,8 +63,8 @@ class CuptiCollector final : public ActivityCollector {
     CUcontext context = nullptr;
     PF_TRY(stream_context(raw, &context));
     uint32_t context_id = 0, stream_id = 0;
-    PF_CUPTI_CHECK(cupti_api().cuptiGetContextId(context, &context_id));
-    PF_CUPTI_CHECK(cupti_api().cuptiGetStreamIdEx(context, raw, 0, &stream_id));
+    PF_CUPTI_CHECK(cuptiGetContextId, (context, &context_id));
+    PF_CUPTI_CHECK(cuptiGetStreamIdEx, (context, raw, 0, &stream_id));
     log::debug("CUPTI: fill stream {} is (context {}, stream {})", stream, context_id, stream_id);
     std::lock_guard lock(mutex_);
     converter_.add_fill_stream(context_id, stream_id);
@@ -164,10 +164,12 @@ pfResult_t start_cupti_collector(std::function<double()> device_clock_us,
     // buffers to whichever collector is live (or free them when none is).
     static bool callbacks_registered = false;
     if (!callbacks_registered) {
-      PF_CUPTI_CHECK(cupti_api().cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+      PF_CUPTI_CHECK(cuptiActivityRegisterCallbacks, (buffer_requested, buffer_completed));
       callbacks_registered = true;
     }
-    for (CUpti_ActivityKind kind : CuptiCollector::kKinds) PF_CUPTI_CHECK(cupti_api().cuptiActivityEnable(kind));
+    for (CUpti_ActivityKind kind : CuptiCollector::kKinds) {
+      PF_CUPTI_CHECK(cuptiActivityEnable, (kind));
+    }
     return pfSuccess;
   };
   if (const pfResult_t result = enable(); result != pfSuccess) {

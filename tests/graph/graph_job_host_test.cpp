@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/graph_job_log.hpp"
 #include "host/host_test_support.hpp"
 
 namespace pipefill::host::testing {
@@ -44,17 +45,7 @@ struct HostGraphJob {
   }
   static void teardown(void* user) { static_cast<HostGraphJob*>(user)->teardowns++; }
 
-  pfGraphJobDesc_t desc() {
-    pfGraphJobDesc_t d = PF_GRAPH_JOB_DESC_INITIALIZER;
-    d.name = "host-graph";
-    d.item_count = items;
-    d.item_cost_us = item_cost_us;
-    d.index_word = &index_word;
-    d.on_item = &on_item;
-    d.user = this;
-    d.teardown = &teardown;
-    return d;
-  }
+  pfGraphJobDesc_t desc() { return ::pipefill::testing::graph_job_desc(*this, "host-graph"); }
 };
 
 struct OpenFlag {
@@ -78,49 +69,29 @@ struct ProgressWait {
   }
 };
 
-class HostGraphJobTest : public ::testing::Test {
+class HostGraphJobTest : public HostRuntimeTest {
  protected:
   void SetUp() override {
-    setenv("PIPEFILL_HOST_SMS", "4", 1);
-    pfConfig_t c = PF_CONFIG_INITIALIZER;
-    c.backend = pfBackendHost;
-    c.reserved_sms = 0;
-    c.safety_margin_us = 0.0;
-    c.safety_margin_fraction = 0.0;
-    c.arena_bytes = size_t{1} << 20;
-    c.log_level = pfLogWarn;
-    c.min_samples = 1000000;  // every bubble planned from its hint
-    PF_ASSERT_OK(pfRuntimeCreate(&c, &rt_));
-    PF_ASSERT_OK(pfStreamCreateHighPriority(rt_, &main_));
+    HostRuntimeTest::SetUp();
     waits_.reserve(kMaxBubbles);
   }
-  void TearDown() override {
-    if (rt_ != nullptr) EXPECT_EQ(pfRuntimeDestroy(rt_), pfSuccess) << pfGetLastErrorMessage();
-    unsetenv("PIPEFILL_HOST_SMS");
-  }
 
-  // One bubble that lasts until the job has executed `target` items (its hint allows many more:
-  // the gate, not the budget, ends the slice).
+  // One bubble that lasts until the job has executed `target` items.
   void bubble(HostGraphJob& job, uint64_t target) {
-    pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
-    hint.expected_duration_us = 1e5;
     // The open flag is set just before the begin event, in stream order: set after it, an item
     // the fill stream starts between the begin event and the flag (the main stream's thread
     // descheduled there, as under a loaded TSan run) would count as outside its bubble.
     ASSERT_EQ(pfHostLaunchHostFunc(main_, &OpenFlag::open_fn, &job), pfSuccess);
-    ASSERT_EQ(pfBubbleBegin(rt_, main_, &hint), pfSuccess) << pfGetLastErrorMessage();
+    ASSERT_NO_FATAL_FAILURE(begin_open_ended_bubble());
     waits_.push_back(ProgressWait{&job, target});
     ASSERT_EQ(pfHostLaunchHostFunc(main_, &ProgressWait::fn, &waits_.back()), pfSuccess);
-    ASSERT_EQ(pfBubbleEnd(rt_, main_), pfSuccess) << pfGetLastErrorMessage();
+    ASSERT_NO_FATAL_FAILURE(end_bubble_and_iteration());
     ASSERT_EQ(pfHostLaunchHostFunc(main_, &OpenFlag::close_fn, &job), pfSuccess);
-    ASSERT_EQ(pfIterationEnd(rt_), pfSuccess);
     // The stage's compute between bubbles: no fill work may run in it.
     ASSERT_EQ(pfHostStreamDelay(main_, 2000.0), pfSuccess);
     ASSERT_EQ(pfHostStreamSynchronize(main_), pfSuccess);
   }
 
-  pfRuntime_t rt_ = nullptr;
-  void* main_ = nullptr;
   std::vector<ProgressWait> waits_;
 };
 

@@ -10,68 +10,18 @@
 #include <string>
 #include <vector>
 
+#include "graph/graph_job_log.hpp"
 #include "runtime/fixtures.hpp"
 
 namespace pipefill::testing {
 namespace {
 
-#define EXPECT_FAILS_WITH(call, code, needle)                                           \
-  do {                                                                                  \
-    EXPECT_EQ((call), (code));                                                          \
-    EXPECT_NE(std::string(pfGetLastErrorMessage()).find(needle), std::string::npos)     \
-        << "message: '" << pfGetLastErrorMessage() << "' lacks '" << (needle) << "'";   \
-  } while (0)
+using GraphJobSim = StageRuntimeTest;
 
-// A graph job's host side on the simulator: the index word the "graph" reads and a log of every
-// item run (virtual completion time, item, the index word's value when the item ran).
-struct GraphJobLog {
-  struct Run {
-    double end_us;
-    uint64_t item;
-    uint64_t index_word;
-  };
-  std::string name = "graph-infer";
-  uint64_t items = 100;
-  double item_cost_us = 10.0;
-  alignas(8) uint64_t index_word = ~uint64_t{0};
-  std::vector<Run> runs;
-  int teardowns = 0;
-
-  static void on_item(void* user, uint64_t item) {
-    auto* self = static_cast<GraphJobLog*>(user);
-    self->runs.push_back(Run{sim::World::callback_time_us(), item, self->index_word});
-  }
-  static void teardown(void* user) { ++static_cast<GraphJobLog*>(user)->teardowns; }
-
-  pfGraphJobDesc_t desc() {
-    pfGraphJobDesc_t d = PF_GRAPH_JOB_DESC_INITIALIZER;
-    d.name = name.c_str();
-    d.item_count = items;
-    d.item_cost_us = item_cost_us;
-    d.index_word = &index_word;
-    d.on_item = &on_item;
-    d.user = this;
-    d.teardown = &teardown;
-    return d;
-  }
-  // Runs that ended in (from, to] of virtual time.
-  std::vector<Run> ended_in(double from, double to) const {
-    std::vector<Run> out;
-    for (const Run& r : runs) {
-      if (r.end_us > from && r.end_us <= to) out.push_back(r);
-    }
-    return out;
-  }
-};
-
-TEST(GraphJobSim, EarlyBubbleEndCostsAtMostOneItem) {
+TEST_F(GraphJobSim, EarlyBubbleEndCostsAtMostOneItem) {
   constexpr double kItem = 10.0;
   ManualStage base;
   ASSERT_NO_FATAL_FAILURE(base.init());
-  ManualStage stage;
-  ASSERT_NO_FATAL_FAILURE(stage.init());
-  pfRuntime_t rt = stage.runtime();
-  ASSERT_NE(rt, nullptr);
   GraphJobLog job;
   job.items = 5000;
   job.item_cost_us = kItem;
@@ -117,11 +67,7 @@ TEST(GraphJobSim, EarlyBubbleEndCostsAtMostOneItem) {
   PF_ASSERT_OK(pfRuntimeDestroy(rt));
 }
 
-TEST(GraphJobSim, EveryItemRunsOnceInIndexOrderAcrossBubbles) {
-  ManualStage stage;
-  ASSERT_NO_FATAL_FAILURE(stage.init());
-  pfRuntime_t rt = stage.runtime();
-  ASSERT_NE(rt, nullptr);
+TEST_F(GraphJobSim, EveryItemRunsOnceInIndexOrderAcrossBubbles) {
   GraphJobLog job;
   job.items = 97;
   job.item_cost_us = 7.0;
@@ -129,16 +75,12 @@ TEST(GraphJobSim, EveryItemRunsOnceInIndexOrderAcrossBubbles) {
   pfJob_t handle = nullptr;
   PF_ASSERT_OK(pfJobCreateGraph(rt, &desc, &handle));
 
-  const double lengths[] = {100.0, 37.0, 64.0, 55.0, 120.0};
-  pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
   int steps = 0;
   for (; steps < 300 && info_of(handle).status != pfJobCompleted; ++steps) {
-    const double length = lengths[steps % 5];
-    hint.expected_duration_us = length;  // planned from the hint: every bubble is filled
     double begin = 0.0;
     PF_ASSERT_OK(pfSimNow(stage.world.get(), &begin));
     const size_t before = job.runs.size();
-    stage.step(rt, length, &hint);
+    const double length = step_varied(stage, rt, steps);
     PF_ASSERT_OK(pfRuntimeSynchronize(rt));
     // Inside the bubble only, at most one item past its end.
     size_t after_end = 0;
@@ -170,11 +112,7 @@ TEST(GraphJobSim, EveryItemRunsOnceInIndexOrderAcrossBubbles) {
   PF_ASSERT_OK(pfRuntimeDestroy(rt));
 }
 
-TEST(GraphJobSim, BadDescriptionsAreRefusedNamingTheField) {
-  ManualStage stage;
-  ASSERT_NO_FATAL_FAILURE(stage.init());
-  pfRuntime_t rt = stage.runtime();
-  ASSERT_NE(rt, nullptr);
+TEST_F(GraphJobSim, BadDescriptionsAreRefusedNamingTheField) {
   GraphJobLog job;
   pfJob_t handle = reinterpret_cast<pfJob_t>(&job);  // must be reset to NULL on failure
   pfGraphJobDesc_t d = job.desc();
@@ -232,11 +170,7 @@ TEST(GraphJobSim, BadDescriptionsAreRefusedNamingTheField) {
   PF_ASSERT_OK(pfRuntimeDestroy(rt));
 }
 
-TEST(GraphJobSim, CaptureStreamIsAnOrdinaryStreamOfTheDevice) {
-  ManualStage stage;
-  ASSERT_NO_FATAL_FAILURE(stage.init());
-  pfRuntime_t rt = stage.runtime();
-  ASSERT_NE(rt, nullptr);
+TEST_F(GraphJobSim, CaptureStreamIsAnOrdinaryStreamOfTheDevice) {
   EXPECT_FAILS_WITH(pfGraphCaptureStreamCreate(rt, nullptr), pfErrorInvalidArgument,
                     "stream (output) is NULL");
   void* capture = nullptr;

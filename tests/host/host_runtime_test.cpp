@@ -182,33 +182,19 @@ struct ProgressWait {
   }
 };
 
-class HostRuntime : public ::testing::Test {
+class HostRuntime : public HostRuntimeTest {
  protected:
+  HostRuntime() { config_.policy = pfPolicyFifo; }
   void SetUp() override {
-    setenv("PIPEFILL_HOST_SMS", "4", 1);
-    // Never enough history: every bubble is planned from its hint, so what the runtime
-    // launches does not depend on how long real bubbles happened to take on this machine.
-    create_runtime(/*min_samples=*/1000000, pfPolicyFifo);
+    HostRuntimeTest::SetUp();
     progress_.reserve(kMaxBubbles);
   }
+  // Replaces the runtime by one planning from history after `min_samples` bubbles, with `policy`.
   void create_runtime(int min_samples, int policy) {
-    if (rt_ != nullptr) PF_ASSERT_OK(pfRuntimeDestroy(rt_));
-    rt_ = nullptr;
-    pfConfig_t c = PF_CONFIG_INITIALIZER;
-    c.backend = pfBackendHost;
-    c.reserved_sms = 0;
-    c.safety_margin_us = 0.0;
-    c.safety_margin_fraction = 0.0;
-    c.arena_bytes = size_t{1} << 20;
-    c.log_level = pfLogWarn;
+    pfConfig_t c = host_test_config();
     c.min_samples = min_samples;
     c.policy = policy;
-    PF_ASSERT_OK(pfRuntimeCreate(&c, &rt_));
-    PF_ASSERT_OK(pfStreamCreateHighPriority(rt_, &main_));
-  }
-  void TearDown() override {
-    if (rt_ != nullptr) EXPECT_EQ(pfRuntimeDestroy(rt_), pfSuccess) << pfGetLastErrorMessage();
-    unsetenv("PIPEFILL_HOST_SMS");
+    HostRuntimeTest::create_runtime(c);
   }
 
   // Enqueues one bubble on the main stream: begin (with an expected duration, so the runtime
@@ -239,8 +225,6 @@ class HostRuntime : public ::testing::Test {
     return s;
   }
 
-  pfRuntime_t rt_ = nullptr;
-  void* main_ = nullptr;
   BubbleFlags flags_;
   uint64_t bubbles_ = 0;
   std::vector<ProgressWait> progress_;

@@ -1,5 +1,5 @@
 // Helpers of the host-device tests: latches a test releases, ordered marks written by host
-// functions on streams, and device construction. Everything here counts and orders; nothing
+// functions on streams, device construction, and a fixture with a host-device runtime. Everything here counts and orders; nothing
 // measures speed.
 #pragma once
 
@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,22 +18,9 @@
 #include "host/host_device.hpp"
 #include "host/host_engine.hpp"
 #include "pipefill/pipefill.h"
+#include "support/api_checks.hpp"
 
 namespace pipefill::host::testing {
-
-#define PF_ASSERT_OK(expr)                                                   \
-  do {                                                                       \
-    const pfResult_t pf_r_ = (expr);                                         \
-    ASSERT_EQ(pf_r_, pfSuccess) << #expr << ": " << pfGetLastErrorMessage(); \
-  } while (0)
-
-// Expects `call` to fail with `code` and a message containing `needle`.
-#define EXPECT_FAILS_WITH(call, code, needle)                                      \
-  do {                                                                             \
-    EXPECT_EQ((call), (code));                                                     \
-    EXPECT_NE(std::string(pfGetLastErrorMessage()).find(needle), std::string::npos) \
-        << "message: '" << pfGetLastErrorMessage() << "' lacks '" << (needle) << "'"; \
-  } while (0)
 
 // A gate a host function waits on until the test opens it.
 class Latch {
@@ -164,6 +152,66 @@ struct ItemCounter {
     }
     return true;
   }
+};
+
+// The runtime config of the host-device runtime tests: no reserved SMs, margins off, a small
+// arena, and never enough history (min_samples): every bubble is planned from its hint, so what
+// the runtime launches does not depend on how long real bubbles happened to take on this machine.
+inline pfConfig_t host_test_config() {
+  pfConfig_t c = PF_CONFIG_INITIALIZER;
+  c.backend = pfBackendHost;
+  c.reserved_sms = 0;
+  c.safety_margin_us = 0.0;
+  c.safety_margin_fraction = 0.0;
+  c.arena_bytes = size_t{1} << 20;
+  c.log_level = pfLogWarn;
+  c.min_samples = 1000000;
+  return c;
+}
+
+// A fixture with a runtime on a 4-SM host device (config_, host_test_config unless a derived
+// fixture's constructor changes it) and a high-priority main stream of it.
+class HostRuntimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("PIPEFILL_HOST_SMS", "4", 1);
+    ASSERT_NO_FATAL_FAILURE(create_runtime(config_));
+  }
+  void TearDown() override {
+    if (rt_ != nullptr) EXPECT_EQ(pfRuntimeDestroy(rt_), pfSuccess) << pfGetLastErrorMessage();
+    unsetenv("PIPEFILL_HOST_SMS");
+  }
+
+  // Replaces the runtime (and its main stream) by one with `config`.
+  void create_runtime(const pfConfig_t& config) {
+    if (rt_ != nullptr) PF_ASSERT_OK(pfRuntimeDestroy(rt_));
+    rt_ = nullptr;
+    PF_ASSERT_OK(pfRuntimeCreate(&config, &rt_));
+    PF_ASSERT_OK(pfStreamCreateHighPriority(rt_, &main_));
+  }
+
+  // Begins a bubble on the main stream whose hint allows far more items than it will hold, so
+  // that the gate, not the budget, ends its slice.
+  void begin_open_ended_bubble() {
+    pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
+    hint.expected_duration_us = 1e5;
+    ASSERT_EQ(pfBubbleBegin(rt_, main_, &hint), pfSuccess) << pfGetLastErrorMessage();
+  }
+  // Ends the open bubble and the iteration (which enqueues nothing).
+  void end_bubble_and_iteration() {
+    ASSERT_EQ(pfBubbleEnd(rt_, main_), pfSuccess) << pfGetLastErrorMessage();
+    ASSERT_EQ(pfIterationEnd(rt_), pfSuccess) << pfGetLastErrorMessage();
+  }
+
+  pfJobInfo_t info(pfJob_t job) {
+    pfJobInfo_t i{};
+    EXPECT_EQ(pfJobGetStatus(job, &i), pfSuccess) << pfGetLastErrorMessage();
+    return i;
+  }
+
+  pfConfig_t config_ = host_test_config();
+  pfRuntime_t rt_ = nullptr;
+  void* main_ = nullptr;
 };
 
 }  // namespace pipefill::host::testing

@@ -47,45 +47,15 @@ struct StreamedJob {
   }
 };
 
-class HostStreamingJobTest : public ::testing::Test {
+class HostStreamingJobTest : public HostRuntimeTest {
  protected:
-  void SetUp() override {
-    setenv("PIPEFILL_HOST_SMS", "4", 1);
-    pfConfig_t c = PF_CONFIG_INITIALIZER;
-    c.backend = pfBackendHost;
-    c.reserved_sms = 0;
-    c.safety_margin_us = 0.0;
-    c.safety_margin_fraction = 0.0;
-    c.arena_bytes = size_t{1} << 20;
-    c.log_level = pfLogWarn;
-    c.min_samples = 1000000;  // every bubble planned from its hint
-    PF_ASSERT_OK(pfRuntimeCreate(&c, &rt_));
-    PF_ASSERT_OK(pfStreamCreateHighPriority(rt_, &main_));
-  }
-  void TearDown() override {
-    if (rt_ != nullptr) EXPECT_EQ(pfRuntimeDestroy(rt_), pfSuccess) << pfGetLastErrorMessage();
-    unsetenv("PIPEFILL_HOST_SMS");
-  }
-
-  // One bubble that lasts `wait_us` of the main stream's time (its hint allows many items).
+  // One bubble that lasts `wait_us` of the main stream's time.
   void bubble(double wait_us) {
-    pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
-    hint.expected_duration_us = 1e5;
-    ASSERT_EQ(pfBubbleBegin(rt_, main_, &hint), pfSuccess) << pfGetLastErrorMessage();
+    ASSERT_NO_FATAL_FAILURE(begin_open_ended_bubble());
     ASSERT_EQ(pfHostStreamDelay(main_, wait_us), pfSuccess);
-    ASSERT_EQ(pfBubbleEnd(rt_, main_), pfSuccess) << pfGetLastErrorMessage();
-    ASSERT_EQ(pfIterationEnd(rt_), pfSuccess);
+    ASSERT_NO_FATAL_FAILURE(end_bubble_and_iteration());
     ASSERT_EQ(pfHostStreamSynchronize(main_), pfSuccess);
   }
-
-  pfJobInfo_t info(pfJob_t job) {
-    pfJobInfo_t i{};
-    EXPECT_EQ(pfJobGetStatus(job, &i), pfSuccess);
-    return i;
-  }
-
-  pfRuntime_t rt_ = nullptr;
-  void* main_ = nullptr;
 };
 
 TEST_F(HostStreamingJobTest, DryJobWaitsAndRunsNothingUntilTheBoundIsRaised) {

@@ -345,6 +345,31 @@ def test_garbage_collected_objects_clean_up():
     assert world.closed
 
 
+def wait_until_in_native_call(thread: threading.Thread, method, call: str,
+                              limit_s: float = 10.0) -> None:
+    """Returns once `thread`'s innermost Python frame is `method` at its line that starts with
+    `call` (a native call, which runs without a Python frame of its own: the thread is in it or
+    about to enter it). Fails naming the thread's position after `limit_s`, which only turns a
+    waiter that never gets there into a failure; nothing is timed."""
+    import inspect
+    import sys
+    import time
+    lines, first = inspect.getsourcelines(method)
+    call_lines = [first + i for i, line in enumerate(lines) if line.strip().startswith(call)]
+    assert call_lines, f"{method.__qualname__} has no line starting with {call!r}"
+    deadline = time.monotonic() + limit_s
+    while True:
+        frame = sys._current_frames().get(thread.ident)
+        if frame is not None and frame.f_code is method.__code__ and frame.f_lineno in call_lines:
+            return
+        if not thread.is_alive() or time.monotonic() > deadline:
+            where = ("it has ended" if frame is None
+                     else f"it is at {frame.f_code.co_qualname}:{frame.f_lineno}")
+            pytest.fail(f"thread {thread.name} did not reach {call!r} in {method.__qualname__} "
+                        f"within {limit_s} s ({where})")
+        time.sleep(0.001)
+
+
 def test_closing_the_runtime_releases_a_waiter_on_another_thread():
     world = pf.SimWorld(1)
     rt = pf.Runtime(backend="sim", sim_world=world, device=0)
@@ -359,8 +384,7 @@ def test_closing_the_runtime_releases_a_waiter_on_another_thread():
 
     waiter = threading.Thread(target=wait_forever)
     waiter.start()
-    import time
-    time.sleep(0.2)  # let it block in pfJobWait (GIL released)
+    wait_until_in_native_call(waiter, pf.Job.wait, "self._native.wait(")
     rt.close()  # cancels the job (the wait returns), then destroys it and the runtime
     waiter.join(timeout=10)
     assert not waiter.is_alive()

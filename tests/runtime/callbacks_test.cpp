@@ -58,15 +58,9 @@ struct Reentry {
   }
 };
 
-class Callbacks : public ::testing::TestWithParam<bool> {};  // true: executor thread
+using Callbacks = MessagePathStageTest;
 
 TEST_P(Callbacks, LaunchCallingBackIsRefused) {
-  ManualStage stage;
-  ASSERT_NO_FATAL_FAILURE(stage.init());
-  TestDevice* device = nullptr;
-  pfRuntime_t rt = make_test_runtime(stage.world.get(), sim_config(stage.world.get(), 0, 1, 4),
-                                     &device, false, GetParam());
-  ASSERT_NE(rt, nullptr);
   Reentry r;
   r.rt = rt;
   r.world = stage.world.get();
@@ -107,12 +101,6 @@ TEST_P(Callbacks, LaunchCallingBackIsRefused) {
 }
 
 TEST_P(Callbacks, TeardownAndSetupCallingBackAreRefused) {
-  ManualStage stage;
-  ASSERT_NO_FATAL_FAILURE(stage.init());
-  TestDevice* device = nullptr;
-  pfRuntime_t rt = make_test_runtime(stage.world.get(), sim_config(stage.world.get(), 0, 1, 4),
-                                     &device, false, GetParam());
-  ASSERT_NE(rt, nullptr);
   Reentry setup_calls, teardown_calls;
   for (Reentry* r : {&setup_calls, &teardown_calls}) {
     r->rt = rt;
@@ -146,13 +134,6 @@ TEST_P(Callbacks, TeardownAndSetupCallingBackAreRefused) {
 // held - never on the executor thread, never inside the simulator's run (where the world is
 // executing bubbles), never between the user thread's pfBubbleBegin and pfBubbleEnd.
 TEST_P(Callbacks, TeardownRunsOnTheCallerOutsideBubbles) {
-  ManualStage stage;
-  ASSERT_NO_FATAL_FAILURE(stage.init());
-  TestDevice* device = nullptr;
-  core::Runtime* core_runtime = nullptr;
-  pfRuntime_t rt = make_test_runtime(stage.world.get(), sim_config(stage.world.get(), 0, 1, 4),
-                                     &device, false, GetParam(), &core_runtime);
-  ASSERT_NE(rt, nullptr);
   struct Where {
     CountingJob counting;
     std::atomic<bool> in_run{false};
@@ -224,12 +205,6 @@ TEST_P(Callbacks, TeardownRunsOnTheCallerOutsideBubbles) {
 }
 
 TEST_P(Callbacks, LaunchResultOutsideTheEnumIsJobFailed) {
-  ManualStage stage;
-  ASSERT_NO_FATAL_FAILURE(stage.init());
-  TestDevice* device = nullptr;
-  pfRuntime_t rt = make_test_runtime(stage.world.get(), sim_config(stage.world.get(), 0, 1, 4),
-                                     &device, false, GetParam());
-  ASSERT_NE(rt, nullptr);
   CountingJob counting;
   pfJobDesc_t d = counting.desc();
   d.launch = [](void*, const pfSliceDesc_t* slice, void*) {
@@ -256,12 +231,6 @@ TEST_P(Callbacks, LaunchResultOutsideTheEnumIsJobFailed) {
 // A launch callback that returns success but enqueues nothing: its ticket slices never move the
 // cursor. The job must end (failed) instead of staying Pending forever on bubble time.
 TEST_P(Callbacks, LaunchThatEnqueuesNothingEndsItsJob) {
-  ManualStage stage;
-  ASSERT_NO_FATAL_FAILURE(stage.init());
-  TestDevice* device = nullptr;
-  pfRuntime_t rt = make_test_runtime(stage.world.get(), sim_config(stage.world.get(), 0, 1, 4),
-                                     &device, false, GetParam());
-  ASSERT_NE(rt, nullptr);
   CountingJob idle, healthy;
   idle.name = "idle";
   healthy.name = "healthy";
@@ -298,12 +267,6 @@ TEST_P(Callbacks, LaunchThatEnqueuesNothingEndsItsJob) {
 }
 
 TEST_P(Callbacks, GetStatusOfAFailedJobSucceedsWithoutAMessage) {
-  ManualStage stage;
-  ASSERT_NO_FATAL_FAILURE(stage.init());
-  TestDevice* device = nullptr;
-  pfRuntime_t rt = make_test_runtime(stage.world.get(), sim_config(stage.world.get(), 0, 1, 4),
-                                     &device, false, GetParam());
-  ASSERT_NE(rt, nullptr);
   CountingJob failing;
   failing.fail_launch_at = 0;
   pfJobDesc_t d = failing.desc();
@@ -326,9 +289,7 @@ TEST_P(Callbacks, GetStatusOfAFailedJobSucceedsWithoutAMessage) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MessagePath, Callbacks, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return std::string(info.param ? "ExecutorThread" : "PreRunHook");
-                         });
+                         message_path_name);
 
 }  // namespace
 }  // namespace pipefill::testing

@@ -11,14 +11,9 @@
 #include "pipefill/pipefill.h"
 #include "sim/sim_pipeline.hpp"
 #include "sim/sim_world.hpp"
+#include "support/api_checks.hpp"
 
 namespace pipefill::testing {
-
-#define PF_ASSERT_OK(expr)                                                   \
-  do {                                                                       \
-    const pfResult_t pf_r_ = (expr);                                         \
-    ASSERT_EQ(pf_r_, pfSuccess) << #expr << ": " << pfGetLastErrorMessage(); \
-  } while (0)
 
 // A ticket fill job on the simulated device counting how often each item ran.
 struct CountingJob {
@@ -199,5 +194,59 @@ inline pfJobInfo_t info_of(pfJob_t job) {
   EXPECT_EQ(pfJobGetStatus(job, &info), pfSuccess);
   return info;
 }
+
+// A fixture with a hand-driven stage and a runtime on it (the stage's default config). A test
+// destroys the runtime itself, checking the result, as the C API's user does.
+class StageRuntimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(stage.init());
+    rt = stage.runtime();
+    ASSERT_NE(rt, nullptr);
+  }
+
+  ManualStage stage;
+  pfRuntime_t rt = nullptr;
+};
+
+// Test names of a suite parameterised on the message path (true: executor thread).
+inline std::string message_path_name(const ::testing::TestParamInfo<bool>& info) {
+  return info.param ? "ExecutorThread" : "PreRunHook";
+}
+
+// Creates `job` on `rt` (its description as set so far); nullptr, and a test failure, if refused.
+inline pfJob_t create_job(pfRuntime_t rt, CountingJob& job) {
+  const pfJobDesc_t desc = job.desc();
+  pfJob_t handle = nullptr;
+  EXPECT_EQ(pfJobCreate(rt, &desc, &handle), pfSuccess) << pfGetLastErrorMessage();
+  return handle;
+}
+
+// Steps `stage` (bubbles of `bubble_us`, announced by `hint`) and harvests after each step, until
+// `job` completed or `max_steps` steps ran; returns the steps taken. The caller checks the end.
+inline int step_until_completed(ManualStage& stage, pfRuntime_t rt, pfJob_t job, double bubble_us,
+                                const pfBubbleHint_t* hint, int max_steps = 20) {
+  int steps = 0;
+  for (; steps < max_steps && info_of(job).status != pfJobCompleted; ++steps) {
+    stage.step(rt, bubble_us, hint);
+    EXPECT_EQ(pfRuntimeSynchronize(rt), pfSuccess) << pfGetLastErrorMessage();
+  }
+  return steps;
+}
+
+// Bubble lengths that are multiples neither of one another nor of the test jobs' item costs,
+// cycled through by the tests that drive a job across bubbles of varied length.
+inline constexpr double kVariedBubblesUs[] = {100.0, 37.0, 64.0, 55.0, 120.0};
+
+// Step `index` of such a run: a bubble of kVariedBubblesUs[index % 5] announced by its hint (so
+// planned from the hint: every bubble is filled). Returns the bubble's length.
+inline double step_varied(ManualStage& stage, pfRuntime_t rt, int index) {
+  const double length = kVariedBubblesUs[index % 5];
+  pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
+  hint.expected_duration_us = length;
+  stage.step(rt, length, &hint);
+  return length;
+}
+
 
 }  // namespace pipefill::testing

@@ -16,21 +16,12 @@
 namespace pipefill::testing {
 namespace {
 
-void expect_error(pfResult_t got, pfResult_t want, const char* message_part) {
-  EXPECT_EQ(got, want) << pfGetErrorString(got) << " / " << pfGetLastErrorMessage();
-  const std::string message = pfGetLastErrorMessage();
-  EXPECT_NE(message.find(message_part), std::string::npos)
-      << "message '" << message << "' lacks '" << message_part << "'";
-}
+using Lifetime = StageRuntimeTest;
 
-TEST(Lifetime, JobHandleAfterDestroyIsInvalidArgument) {
-  ManualStage stage;
-  ASSERT_NO_FATAL_FAILURE(stage.init());
-  pfRuntime_t rt = stage.runtime();
+TEST_F(Lifetime, JobHandleAfterDestroyIsInvalidArgument) {
   CountingJob job;
-  pfJobDesc_t d = job.desc();
-  pfJob_t handle = nullptr;
-  PF_ASSERT_OK(pfJobCreate(rt, &d, &handle));
+  pfJob_t handle = create_job(rt, job);
+  ASSERT_NE(handle, nullptr);
   PF_ASSERT_OK(pfJobDestroy(handle));
   pfJobInfo_t info{};
   expect_error(pfJobGetStatus(handle, &info), pfErrorInvalidArgument, "not a live job");
@@ -49,10 +40,7 @@ TEST(Lifetime, JobHandleAfterDestroyIsInvalidArgument) {
   PF_ASSERT_OK(pfRuntimeDestroy(rt));
 }
 
-TEST(Lifetime, RuntimeHandleAfterDestroyIsInvalidArgument) {
-  ManualStage stage;
-  ASSERT_NO_FATAL_FAILURE(stage.init());
-  pfRuntime_t rt = stage.runtime();
+TEST_F(Lifetime, RuntimeHandleAfterDestroyIsInvalidArgument) {
   PF_ASSERT_OK(pfRuntimeDestroy(rt));
   pfStats_t stats{};
   expect_error(pfRuntimeGetStats(rt, &stats), pfErrorInvalidArgument, "not a live runtime");
@@ -69,14 +57,10 @@ TEST(Lifetime, RuntimeHandleAfterDestroyIsInvalidArgument) {
   EXPECT_EQ(handle, nullptr);
 }
 
-TEST(Lifetime, WrongKindAndWildHandlesAreRefused) {
-  ManualStage stage;
-  ASSERT_NO_FATAL_FAILURE(stage.init());
-  pfRuntime_t rt = stage.runtime();
+TEST_F(Lifetime, WrongKindAndWildHandlesAreRefused) {
   CountingJob job;
-  pfJobDesc_t d = job.desc();
-  pfJob_t handle = nullptr;
-  PF_ASSERT_OK(pfJobCreate(rt, &d, &handle));
+  pfJob_t handle = create_job(rt, job);
+  ASSERT_NE(handle, nullptr);
   pfJobInfo_t info{};
   pfStats_t stats{};
   // A runtime used as a job and the other way round.
@@ -94,16 +78,12 @@ TEST(Lifetime, WrongKindAndWildHandlesAreRefused) {
   PF_ASSERT_OK(pfRuntimeDestroy(rt));
 }
 
-TEST(Lifetime, JobWaitRacingJobDestroyIsSafe) {
-  ManualStage stage;
-  ASSERT_NO_FATAL_FAILURE(stage.init());
-  pfRuntime_t rt = stage.runtime();
+TEST_F(Lifetime, JobWaitRacingJobDestroyIsSafe) {
   // Repeated so the destroy lands while the waiter is inside pfJobWait in most rounds.
   for (int round = 0; round < 20; ++round) {
     CountingJob job;
-    pfJobDesc_t d = job.desc();
-    pfJob_t handle = nullptr;
-    PF_ASSERT_OK(pfJobCreate(rt, &d, &handle));
+    pfJob_t handle = create_job(rt, job);
+    ASSERT_NE(handle, nullptr);
     std::atomic<bool> started{false};
     pfResult_t waited = pfSuccess;
     std::thread waiter([&] {
@@ -134,15 +114,11 @@ TEST(Lifetime, JobWaitRacingJobDestroyIsSafe) {
   PF_ASSERT_OK(pfRuntimeDestroy(rt));
 }
 
-TEST(Lifetime, InfiniteAndHugeTimeoutsWaitForCompletion) {
-  ManualStage stage;
-  ASSERT_NO_FATAL_FAILURE(stage.init());
-  pfRuntime_t rt = stage.runtime();
+TEST_F(Lifetime, InfiniteAndHugeTimeoutsWaitForCompletion) {
   CountingJob job;
   job.items = 600;  // three 100 µs bubbles of 28 x 10 items (the first two build history)
-  pfJobDesc_t d = job.desc();
-  pfJob_t handle = nullptr;
-  PF_ASSERT_OK(pfJobCreate(rt, &d, &handle));
+  pfJob_t handle = create_job(rt, job);
+  ASSERT_NE(handle, nullptr);
   pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
   hint.expected_duration_us = 100.0;
   std::vector<pfResult_t> results(3, pfErrorInternal);
@@ -151,10 +127,7 @@ TEST(Lifetime, InfiniteAndHugeTimeoutsWaitForCompletion) {
   for (int i = 0; i < 3; ++i) {
     waiters.emplace_back([&, i] { results[static_cast<size_t>(i)] = pfJobWait(handle, timeouts[i]); });
   }
-  for (int i = 0; i < 20 && info_of(handle).status != pfJobCompleted; ++i) {
-    stage.step(rt, 100.0, &hint);
-    PF_ASSERT_OK(pfRuntimeSynchronize(rt));
-  }
+  step_until_completed(stage, rt, handle, 100.0, &hint);
   for (std::thread& t : waiters) t.join();
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(results[static_cast<size_t>(i)], pfSuccess) << "timeout " << timeouts[i];

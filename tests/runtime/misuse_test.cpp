@@ -15,13 +15,6 @@
 namespace pipefill::testing {
 namespace {
 
-void expect_error(pfResult_t got, pfResult_t want, const char* message_part) {
-  EXPECT_EQ(got, want) << pfGetErrorString(got) << " / " << pfGetLastErrorMessage();
-  const std::string message = pfGetLastErrorMessage();
-  EXPECT_NE(message.find(message_part), std::string::npos)
-      << "message '" << message << "' lacks '" << message_part << "'";
-}
-
 struct RunRecord {
   std::vector<ActivityRecord> main_activities;  // kernels/waits the simulator executed
   size_t main_operations = 0;  // event records and word writes the runtime enqueued on main
@@ -33,8 +26,7 @@ RunRecord run(bool misuse) {
   ManualStage stage;
   stage.init();
   TestDevice* device = nullptr;
-  pfRuntime_t rt = make_test_runtime(stage.world.get(), sim_config(stage.world.get(), 0, 1, 4),
-                                     &device, false, false);
+  pfRuntime_t rt = make_stage_test_runtime(stage, false, &device);
   CountingJob job;
   job.items = 100000;
   pfJobDesc_t desc = job.desc();
@@ -381,8 +373,7 @@ TEST(Misuse, BubbleInstructionsDuringGraphCapture) {
   ManualStage stage;
   ASSERT_NO_FATAL_FAILURE(stage.init());
   TestDevice* device = nullptr;
-  pfRuntime_t rt = make_test_runtime(stage.world.get(), sim_config(stage.world.get(), 0, 1, 4),
-                                     &device, false, false);
+  pfRuntime_t rt = make_stage_test_runtime(stage, false, &device);
   ASSERT_NE(rt, nullptr);
   {
     std::lock_guard lock(device->capture_mutex);
@@ -417,9 +408,8 @@ TEST(Misuse, JobWaitOnTheSimulatorTimesOut) {
   ASSERT_NO_FATAL_FAILURE(stage.init());
   pfRuntime_t rt = stage.runtime();
   CountingJob job;
-  pfJobDesc_t d = job.desc();
-  pfJob_t handle = nullptr;
-  PF_ASSERT_OK(pfJobCreate(rt, &d, &handle));
+  pfJob_t handle = create_job(rt, job);
+  ASSERT_NE(handle, nullptr);
   expect_error(pfJobWait(handle, 1000.0), pfErrorTimeout, "only advances while the world runs");
   PF_ASSERT_OK(pfJobCancel(handle));
   expect_error(pfJobWait(handle, -1.0), pfErrorCancelled, "was cancelled");

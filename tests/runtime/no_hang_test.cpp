@@ -59,22 +59,14 @@ bool ended(pfJob_t job) {
   return status == pfJobCompleted || status == pfJobFailed || status == pfJobCancelled;
 }
 
-void expect_refused(pfResult_t result, const char* needle) {
-  EXPECT_EQ(result, pfErrorInvalidState) << pfGetErrorString(result);
-  EXPECT_NE(std::string(pfGetLastErrorMessage()).find(needle), std::string::npos)
-      << "'" << pfGetLastErrorMessage() << "' does not say '" << needle << "'";
-}
+using NoHang = StageRuntimeTest;
 
 // The thread that created (and later ran) the world waits without a limit for a job that only
 // the world's runs can advance: refused at once, for every spelling of "no limit".
-TEST(NoHang, UnlimitedJobWaitOnTheWorldsDrivingThreadIsRefused) {
-  ManualStage stage;
-  ASSERT_NO_FATAL_FAILURE(stage.init());
-  pfRuntime_t rt = stage.runtime();
+TEST_F(NoHang, UnlimitedJobWaitOnTheWorldsDrivingThreadIsRefused) {
   CountingJob job;
-  pfJobDesc_t d = job.desc();
-  pfJob_t handle = nullptr;
-  PF_ASSERT_OK(pfJobCreate(rt, &d, &handle));
+  pfJob_t handle = create_job(rt, job);
+  ASSERT_NE(handle, nullptr);
   for (const bool after_a_run : {false, true}) {
     if (after_a_run) stage.step(rt, 100.0);  // this thread now ran the world too
     for (const double timeout : {-1.0, double{INFINITY}, 1e300}) {
@@ -99,23 +91,16 @@ TEST(NoHang, UnlimitedJobWaitOnTheWorldsDrivingThreadIsRefused) {
 
 // Another thread may still wait without a limit while this one drives: its wait returns when
 // the job completes.
-TEST(NoHang, UnlimitedJobWaitOnAnotherThreadWaitsForTheDriver) {
-  ManualStage stage;
-  ASSERT_NO_FATAL_FAILURE(stage.init());
-  pfRuntime_t rt = stage.runtime();
+TEST_F(NoHang, UnlimitedJobWaitOnAnotherThreadWaitsForTheDriver) {
   CountingJob job;
   job.items = 600;
-  pfJobDesc_t d = job.desc();
-  pfJob_t handle = nullptr;
-  PF_ASSERT_OK(pfJobCreate(rt, &d, &handle));
+  pfJob_t handle = create_job(rt, job);
+  ASSERT_NE(handle, nullptr);
   pfResult_t waited = pfErrorInternal;
   std::thread waiter([&] { waited = pfJobWait(handle, -1.0); });
   pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
   hint.expected_duration_us = 100.0;
-  for (int i = 0; i < 20 && info_of(handle).status != pfJobCompleted; ++i) {
-    stage.step(rt, 100.0, &hint);
-    PF_ASSERT_OK(pfRuntimeSynchronize(rt));
-  }
+  step_until_completed(stage, rt, handle, 100.0, &hint);
   waiter.join();
   EXPECT_EQ(waited, pfSuccess) << pfGetErrorString(waited);
   EXPECT_TRUE(job.every_item_once());
@@ -125,14 +110,10 @@ TEST(NoHang, UnlimitedJobWaitOnAnotherThreadWaitsForTheDriver) {
 
 // On the thread with a bubble open every blocking call refuses, naming the bubble; a poll
 // (timeout 0) is not blocking and answers. After pfBubbleEnd the same calls work.
-TEST(NoHang, BlockingCallsInsideABubbleAreRefused) {
-  ManualStage stage;
-  ASSERT_NO_FATAL_FAILURE(stage.init());
-  pfRuntime_t rt = stage.runtime();
+TEST_F(NoHang, BlockingCallsInsideABubbleAreRefused) {
   CountingJob job;
-  pfJobDesc_t d = job.desc();
-  pfJob_t handle = nullptr;
-  PF_ASSERT_OK(pfJobCreate(rt, &d, &handle));
+  pfJob_t handle = create_job(rt, job);
+  ASSERT_NE(handle, nullptr);
   stage.step(rt, 100.0);
   PF_ASSERT_OK(pfSimStreamDelay(stage.peer, 100.0));
   PF_ASSERT_OK(pfSimEventRecord(stage.ready, stage.peer));
@@ -140,10 +121,10 @@ TEST(NoHang, BlockingCallsInsideABubbleAreRefused) {
   {
     Watchdog watchdog(handle);
     for (const double timeout : {-1.0, double{INFINITY}, 1e300, 1000.0}) {
-      expect_refused(pfJobWait(handle, timeout), "bubble 2 open");
+      EXPECT_FAILS_WITH(pfJobWait(handle, timeout), pfErrorInvalidState, "bubble 2 open");
     }
-    expect_refused(pfRuntimeSynchronize(rt), "bubble 2 open");
-    expect_refused(pfJobDestroy(handle), "bubble 2 open");
+    EXPECT_FAILS_WITH(pfRuntimeSynchronize(rt), pfErrorInvalidState, "bubble 2 open");
+    EXPECT_FAILS_WITH(pfJobDestroy(handle), pfErrorInvalidState, "bubble 2 open");
     ASSERT_FALSE(watchdog.disarm()) << "a call inside the bubble blocked";
   }
   EXPECT_EQ(pfJobWait(handle, 0.0), pfErrorTimeout) << "a poll answers inside a bubble";
@@ -159,14 +140,10 @@ TEST(NoHang, BlockingCallsInsideABubbleAreRefused) {
 }
 
 // Another thread is not inside the bubble: its limited wait is an ordinary wait.
-TEST(NoHang, AnotherThreadMayWaitWhileABubbleIsOpen) {
-  ManualStage stage;
-  ASSERT_NO_FATAL_FAILURE(stage.init());
-  pfRuntime_t rt = stage.runtime();
+TEST_F(NoHang, AnotherThreadMayWaitWhileABubbleIsOpen) {
   CountingJob job;
-  pfJobDesc_t d = job.desc();
-  pfJob_t handle = nullptr;
-  PF_ASSERT_OK(pfJobCreate(rt, &d, &handle));
+  pfJob_t handle = create_job(rt, job);
+  ASSERT_NE(handle, nullptr);
   PF_ASSERT_OK(pfBubbleBegin(rt, stage.main, nullptr));
   pfResult_t waited = pfErrorInternal;
   std::thread other([&] { waited = pfJobWait(handle, 1000.0); });
@@ -182,15 +159,11 @@ TEST(NoHang, AnotherThreadMayWaitWhileABubbleIsOpen) {
 // end reports it naming the stream and abandons the bubble; the fill slice ends at its budget,
 // the job and the runtime are destroyed cleanly, and the destroy leaves no error behind (the
 // dead stream is not destroyed a second time).
-TEST(NoHang, BubbleWhoseStreamDiesWithFillInFlightIsAbandoned) {
-  ManualStage stage;
-  ASSERT_NO_FATAL_FAILURE(stage.init());
-  pfRuntime_t rt = stage.runtime();
+TEST_F(NoHang, BubbleWhoseStreamDiesWithFillInFlightIsAbandoned) {
   CountingJob job;
   job.items = 1u << 20;
-  pfJobDesc_t d = job.desc();
-  pfJob_t handle = nullptr;
-  PF_ASSERT_OK(pfJobCreate(rt, &d, &handle));
+  pfJob_t handle = create_job(rt, job);
+  ASSERT_NE(handle, nullptr);
   pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
   hint.expected_duration_us = 100.0;
   stage.step(rt, 100.0, &hint);
@@ -254,15 +227,9 @@ void self_cancelling_teardown(void* user) {
   s->teardown_destroy_message = pfGetLastErrorMessage();
 }
 
-class SelfCancelPaths : public ::testing::TestWithParam<bool> {};  // true: executor thread
+using SelfCancelPaths = MessagePathStageTest;
 
 TEST_P(SelfCancelPaths, LaunchCallbackCancelsItsOwnJob) {
-  ManualStage stage;
-  ASSERT_NO_FATAL_FAILURE(stage.init());
-  TestDevice* device = nullptr;
-  pfRuntime_t rt = make_test_runtime(stage.world.get(), sim_config(stage.world.get(), 0, 1, 4),
-                                     &device, false, GetParam());
-  ASSERT_NE(rt, nullptr);
   SelfCancel s;
   s.counting.name = "quitter";
   s.counting.items = 1u << 20;
@@ -316,9 +283,7 @@ TEST_P(SelfCancelPaths, LaunchCallbackCancelsItsOwnJob) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MessagePath, SelfCancelPaths, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return std::string(info.param ? "ExecutorThread" : "PreRunHook");
-                         });
+                         message_path_name);
 
 }  // namespace
 }  // namespace pipefill::testing

@@ -38,15 +38,13 @@ TEST_P(Pools, BubbleEventPairsRunOut) {
   ManualStage stage;
   ASSERT_NO_FATAL_FAILURE(stage.init());
   TestDevice* device = nullptr;
-  pfRuntime_t rt = make_test_runtime(stage.world.get(), sim_config(stage.world.get(), 0, 1, 4),
-                                     &device, false, GetParam());
+  pfRuntime_t rt = make_stage_test_runtime(stage, GetParam(), &device);
   ASSERT_NE(rt, nullptr);
   CountingJob job;
   job.items = 1u << 20;
   job.item_cost_us = 1.0;
-  pfJobDesc_t d = job.desc();
-  pfJob_t handle = nullptr;
-  PF_ASSERT_OK(pfJobCreate(rt, &d, &handle));
+  pfJob_t handle = create_job(rt, job);
+  ASSERT_NE(handle, nullptr);
   pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
   hint.expected_duration_us = 20.0;
   const size_t main_ops_before = device->operations_on(stage.main);
@@ -74,16 +72,13 @@ TEST_P(Pools, BubbleEventPairsRunOut) {
 TEST_P(Pools, MessageRingOverflows) {
   ManualStage stage;
   ASSERT_NO_FATAL_FAILURE(stage.init());
-  TestDevice* device = nullptr;
-  pfRuntime_t rt = make_test_runtime(stage.world.get(), sim_config(stage.world.get(), 0, 1, 4),
-                                     &device, false, GetParam());
+  pfRuntime_t rt = make_stage_test_runtime(stage, GetParam());
   ASSERT_NE(rt, nullptr);
   CountingJob job;
   job.items = 1u << 20;
   job.item_cost_us = 1.0;
-  pfJobDesc_t d = job.desc();
-  pfJob_t handle = nullptr;
-  PF_ASSERT_OK(pfJobCreate(rt, &d, &handle));
+  pfJob_t handle = create_job(rt, job);
+  ASSERT_NE(handle, nullptr);
   pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
   hint.expected_duration_us = 20.0;
   ASSERT_NO_FATAL_FAILURE(many_bubbles_without_running(stage, rt, 2100, &hint));
@@ -116,9 +111,8 @@ TEST_P(Pools, SliceSlotsRunOut) {
   CountingJob job;
   job.items = 1u << 20;
   job.item_cost_us = 1.0;
-  pfJobDesc_t d = job.desc();
-  pfJob_t handle = nullptr;
-  PF_ASSERT_OK(pfJobCreate(rt, &d, &handle));
+  pfJob_t handle = create_job(rt, job);
+  ASSERT_NE(handle, nullptr);
   pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
   hint.expected_duration_us = 20.0;
   ASSERT_NO_FATAL_FAILURE(many_bubbles_without_running(stage, rt, 6, &hint));
@@ -138,9 +132,7 @@ TEST_P(Pools, SliceSlotsRunOut) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MessagePath, Pools, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return std::string(info.param ? "ExecutorThread" : "PreRunHook");
-                         });
+                         message_path_name);
 
 // 256 job slots (each with its own cursor and budget word). The 257th job is refused with
 // pfErrorBusy; a destroyed job's slot is reused with its cursor reset, so the new job starts at

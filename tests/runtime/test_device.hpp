@@ -250,4 +250,33 @@ inline pfRuntime_t make_test_runtime(pfSimWorld_t world, pfConfig_t config, Test
   return rt ? core::publish_runtime(std::move(rt)) : nullptr;
 }
 
+// A runtime on `stage`'s world through a TestDevice, with the stage's default config (one stage,
+// 4 reserved SMs); `executor_thread` picks the message path (executor thread or pre-run hook),
+// the parameter of the tests instantiated with message_path_name.
+inline pfRuntime_t make_stage_test_runtime(ManualStage& stage, bool executor_thread,
+                                           TestDevice** device = nullptr,
+                                           core::Runtime** core_runtime = nullptr) {
+  TestDevice* unused = nullptr;
+  return make_test_runtime(stage.world.get(), sim_config(stage.world.get(), 0, 1, 4),
+                           device != nullptr ? device : &unused, false, executor_thread,
+                           core_runtime);
+}
+
+// A fixture parameterised on the message path (true: executor thread; instantiated with
+// message_path_name) with a hand-driven stage and a make_stage_test_runtime runtime on it. A test
+// destroys the runtime itself, checking the result.
+class MessagePathStageTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(stage.init());
+    rt = make_stage_test_runtime(stage, GetParam(), &device, &core_runtime);
+    ASSERT_NE(rt, nullptr);
+  }
+
+  ManualStage stage;
+  TestDevice* device = nullptr;
+  core::Runtime* core_runtime = nullptr;
+  pfRuntime_t rt = nullptr;
+};
+
 }  // namespace pipefill::testing
