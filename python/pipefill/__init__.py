@@ -22,6 +22,11 @@ from ._errors import PipeFillError
 
 _pipefill.set_error_type(PipeFillError)
 
+#: True when the extension was built with the CUDA backend (the default wherever nvcc was found
+#: at build time). It says what was compiled in, not that a GPU is usable now: a CUDA runtime
+#: on a machine without a GPU refuses with Result.NO_DEVICE.
+WITH_CUDA: bool = bool(_pipefill.WITH_CUDA)
+
 from ._runtime import (Bubble, ClassStats, FillProgress, GraphCounts, Job, JobInfo, Runtime, Stats, Stream,  # noqa: E402
                        StreamLike, TicketCounts, stream_handle)
 from ._sim import SimEvent, SimStream, SimWorld  # noqa: E402
@@ -69,5 +74,5 @@ __all__ = [
     "Policy", "Result", "Runtime", "SkipCause", "SimEvent", "SimStream", "SimTicketJob", "SimWorld", "Stats",
     "Stream", "StreamLike", "TicketCounts", "Training", "error_string", "jobs",
     "library_version", "stream_handle", "host_now", "host_stream_delay",
-    "host_stream_synchronize",
+    "host_stream_synchronize", "WITH_CUDA",
 ]

@@ -33,8 +33,11 @@ def _fresh(code: str) -> subprocess.CompletedProcess:
 
 def test_the_cuda_build_is_the_one_under_test_when_required():
     if os.environ.get("PIPEFILL_REQUIRE_CUDA_BUILD") == "1":
-        assert _pipefill.WITH_CUDA, "scripts/test.sh asked for the CUDA build of the extension"
-    assert isinstance(_pipefill.WITH_CUDA, bool)
+        assert pipefill.WITH_CUDA, "scripts/test.sh asked for the CUDA build of the extension"
+    # The public flag (users check it after pip install) is the extension's own.
+    assert isinstance(pipefill.WITH_CUDA, bool)
+    assert pipefill.WITH_CUDA == _pipefill.WITH_CUDA
+    assert "WITH_CUDA" in pipefill.__all__
 
 
 def test_the_extension_has_no_dt_needed_on_cuda_or_nccl_libraries():
