@@ -183,6 +183,19 @@ class Stats:
 
 
 @dataclasses.dataclass(frozen=True)
+class MemoryInfo:
+    """pfMemoryInfo_t: the fill arena's use and the device's memory, measured at the call."""
+
+    arena_bytes: int
+    arena_used_bytes: int
+    """Held now by jobs' resident sets and slice workspaces."""
+    arena_largest_free_bytes: int
+    """The largest resident set a new job could get."""
+    device_free_bytes: int
+    device_total_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
 class JobInfo:
     """pfJobInfo_t."""
 
@@ -423,6 +436,11 @@ class Runtime:
         self._bubble_index = 0
         self._profiler_scope: Any = None
         self._report_backend(config)
+        # PIPEFILL_SERVICE set: this runtime's bubbles take work from the fill-job service.
+        self._service_agent: Any = None
+        if "PIPEFILL_SERVICE" in os.environ:
+            from .service.autostart import start_from_environment
+            self._service_agent = start_from_environment(self)
 
     def _report_backend(self, config: Config) -> None:
         # backend auto (the default) is a choice the user did not make: say which backend it
@@ -446,6 +464,10 @@ class Runtime:
     def close(self) -> None:
         """Destroys the jobs still attached (cancelling them), then the runtime. Idempotent.
         Result.INVALID_STATE (and nothing changes) while a bubble is open."""
+        agent = getattr(self, "_service_agent", None)
+        if agent is not None and not self._native.closed and not self.in_bubble:
+            self._service_agent = None
+            agent.drain()  # leases back to the service, its fill jobs closed
         self._native.close()
 
     @property
@@ -534,6 +556,9 @@ class Runtime:
         """pfIterationEnd: the k-th bubble of an iteration is bubble class k."""
         self._native.iteration_end()
         self._bubble_index = 0
+        agent = getattr(self, "_service_agent", None)
+        if agent is not None:
+            agent.on_iteration_end()
 
     # ---- jobs ----
     def create_job(self, spec: Any) -> Job:
@@ -585,6 +610,11 @@ class Runtime:
         classes = tuple(ClassStats._from_native(c) for c in self._native.class_stats())
         return Stats(**self._native.stats(), skips=_skips(self._native.skip_counts()),
                      classes=classes, bubble_failures=self.bubble_failures)
+
+    def memory_info(self) -> MemoryInfo:
+        """pfRuntimeGetMemoryInfo: arena bytes, arena bytes in use, device free/total, measured
+        now. Result.INVALID_STATE inside a bubble (on CUDA it queries the device)."""
+        return MemoryInfo(**self._native.memory_info())
 
     def write_trace(self, path: Union[str, "os.PathLike[str]"]) -> None:
         """Writes a Chrome trace (Perfetto / chrome://tracing) of the bubbles and fill slices
