@@ -54,6 +54,7 @@ class Lease:
     dataset: str
     output_dir: str
     item_count: int
+    item_cost_us: float
 
 
 @dataclasses.dataclass
@@ -377,6 +378,7 @@ class Agent:
                 runtime=self.runtime, job_id=lease.job_id, shard=lease.shard,
                 item_start=lease.item_start, item_end=lease.item_end, resume_item=resume,
                 params=lease.params, output=out, checkpoint=checkpoint,  # type: ignore[arg-type]
+                item_cost_us=float(lease.item_cost_us),
                 create_job=lambda spec: self._job_request(
                     spec if callable(spec) and not hasattr(spec, "_create")
                     else lambda rt: rt.create_job(spec)),

@@ -71,6 +71,8 @@ class ShardContext:
     ``spec`` may also be a callable ``make(runtime) -> job`` (e.g. a streaming torch job)."""
     close_job: Callable[[Any], None]
     stopping: threading.Event
+    item_cost_us: float = 0.0
+    """The job's declared duration of one item (its JobSpec.item_cost_us; 0: not declared)."""
     deadline_s: float = 600.0
     """Bound on one attempt's time (a runner must not wait longer)."""
 

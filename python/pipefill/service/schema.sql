@@ -233,7 +233,7 @@ CREATE OR REPLACE FUNCTION pipefill.pf_claim(p_rank text, p_free_bytes bigint,
 RETURNS TABLE (job_id bigint, shard integer, token bigint, item_start bigint, item_end bigint,
                checkpoint jsonb, lease_ttl_s double precision, dist_name text,
                dist_version text, dist_sha256 text, entry_point text, params jsonb,
-               dataset text, output_dir text, item_count bigint)
+               dataset text, output_dir text, item_count bigint, item_cost_us double precision)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pipefill, pg_temp AS $$
 #variable_conflict use_column
 BEGIN
@@ -265,7 +265,7 @@ BEGIN
      WHERE s.job_id = p.job_id AND s.shard = p.shard AND j.id = s.job_id
     RETURNING s.job_id, s.shard, s.lease_token, s.item_start, s.item_end, s.checkpoint,
               j.lease_ttl_s, j.dist_name, j.dist_version, j.dist_sha256, j.entry_point,
-              j.params, j.dataset, j.output_dir, j.item_count),
+              j.params, j.dataset, j.output_dir, j.item_count, j.item_cost_us),
   expired AS (
     UPDATE attempts a SET outcome = 'fenced', ended_at = now(),
            message = 'lease expired; shard re-claimed by ' || p_rank

@@ -70,8 +70,8 @@ class TorchInferenceRunner:
         dataset: samples (grouped into batches of ``batch_size``) or batches
             (``batch_size=None``), as :func:`pipefill.torch.inference_job` takes them; service
             item k is batch k.
-        item_cost_us: one batch's duration in a bubble (default: the job's ``item_cost_us``
-            from the service, else measured by inference_job on the first batch).
+        item_cost_us: one batch's duration in a bubble (default: the job's declared
+            ``item_cost_us``, else measured by inference_job on the first batch).
         poll_s: how often the agent thread looks at the progress file.
     """
 
@@ -113,7 +113,7 @@ class TorchInferenceRunner:
             with lock:
                 marks[index + 1] = (ctx.output.tell(), ctx.output.digest())
 
-        cost = self.item_cost_us or ctx.params.get("item_cost_us") or None
+        cost = self.item_cost_us or ctx.item_cost_us or None
         job = ctx.create_job(lambda rt: pft.inference_job(
             rt, self.model, self.dataset, batch_size=self.batch_size, start=ctx.item_start,
             items=ctx.item_end - ctx.item_start, sink=sink, resume=progress, name=name,

@@ -253,6 +253,8 @@ def run_in_process_rank(world, rank: str, until, timeout_s: float, *, bubble_us:
             agent.on_iteration_end()
             pf.host_stream_synchronize(stream)
             iteration += 1
+            if not agent.running:
+                break  # the agent ended (its error is the caller's to report)
             if iteration % 10 == 0 and until():
                 reached = True
                 break
