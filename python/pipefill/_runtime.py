@@ -467,7 +467,10 @@ class Runtime:
         agent = getattr(self, "_service_agent", None)
         if agent is not None and not self._native.closed and not self.in_bubble:
             self._service_agent = None
-            agent.drain()  # leases back to the service, its fill jobs closed
+            if not agent.drain():  # leases back to the service, its fill jobs closed
+                logging.getLogger("pipefill").warning(
+                    "pipefill: the fill-job service agent of rank %s did not stop within 30 s; "
+                    "closing the runtime anyway (its lease expires on the service)", agent.rank)
         self._native.close()
 
     @property
