@@ -3,8 +3,10 @@
 // refusals (NULL, short size, a bubble open on the calling thread) writing nothing.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "fixtures.hpp"
 
@@ -127,6 +129,46 @@ TEST(MemoryInfo, RefusalsWriteNothingAndNameTheProblem) {
 
   EXPECT_EQ(pfRuntimeGetMemoryInfo(nullptr, &inside), pfErrorInvalidArgument);
   ASSERT_EQ(pfSimRunUntilIdle(stage.world.get()), pfSuccess);
+  PF_ASSERT_OK(pfRuntimeDestroy(rt));
+}
+
+// The service's agent queries from its own thread while the trainer's thread runs bubbles and
+// creates and destroys jobs: every query succeeds and sees either no job or the whole job.
+TEST(MemoryInfo, QueriesFromAnotherThreadWhileTheStageRuns) {
+  ManualStage stage;
+  ASSERT_NO_FATAL_FAILURE(stage.init());
+  pfRuntime_t rt = stage.runtime();
+  std::atomic<bool> done{false};
+  std::atomic<int> queries{0}, bad{0};
+  std::thread agent([&] {
+    while (!done.load()) {
+      pfMemoryInfo_t info{};
+      info.size = sizeof info;
+      if (pfRuntimeGetMemoryInfo(rt, &info) != pfSuccess ||
+          (info.arena_used_bytes != 0 && info.arena_used_bytes != 2 * kMiB) ||
+          info.arena_used_bytes + info.arena_largest_free_bytes != 64 * kMiB) {
+        bad.fetch_add(1);
+      }
+      queries.fetch_add(1);
+    }
+  });
+  pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
+  hint.expected_duration_us = 100.0;
+  for (int round = 0; round < 20 || queries.load() < 100; ++round) {
+    CountingJob job;
+    job.items = 50;
+    job.resident_bytes = 2 * kMiB;
+    pfJobDesc_t desc = job.desc();
+    pfJob_t handle = nullptr;
+    PF_ASSERT_OK(pfJobCreate(rt, &desc, &handle));
+    stage.step(rt, 100.0, &hint);
+    PF_ASSERT_OK(pfJobDestroy(handle));
+    if (round > 10000) break;  // the query thread never ran: the checks below say so
+  }
+  done.store(true);
+  agent.join();
+  EXPECT_GE(queries.load(), 100);
+  EXPECT_EQ(bad.load(), 0);
   PF_ASSERT_OK(pfRuntimeDestroy(rt));
 }
 
