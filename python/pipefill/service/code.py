@@ -108,7 +108,7 @@ def load_runner(name: str, version: str, sha256: str, entry_point: str,
     from .torch_runner import wrap
     factory = load_factory(name, version, sha256, entry_point)
     made = factory(dict(params))
-    runner = wrap(made, dict(params))
+    runner = wrap(made)
     if runner is None:
         raise PipeFillError(Result.INVALID_ARGUMENT,
                             f"entry point {entry_point!r} of {name!r} returned {made!r}, which "

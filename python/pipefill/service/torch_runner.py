@@ -154,7 +154,7 @@ class TorchInferenceRunner:
         progress.unlink(missing_ok=True)
 
 
-def wrap(candidate: Any, params: Dict[str, Any]) -> Any:
+def wrap(candidate: Any) -> Any:
     """An entry point's result as a runner: itself when it has ``run``; a
     :class:`TorchInferenceRunner` when it provides ``model`` and ``dataset`` (optional
     ``batch_size``, ``item_cost_us``); else None."""
