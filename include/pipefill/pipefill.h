@@ -564,6 +564,24 @@ PF_API pfResult_t pfRuntimeGetFillStreams(pfRuntime_t runtime, void** streams, s
  * slices harvested so far. Byte-identical for identical simulated runs. */
 PF_API pfResult_t pfTraceWrite(pfRuntime_t runtime, const char* path);
 
+/* ---- Memory: what fill jobs can still get ------------------------------------------------- */
+/* The fill arena's use and the device's memory, measured at the call (for capacity reports,
+ * e.g. the fill-job service's agent). Versioned like pfClassStats_t. */
+typedef struct pfMemoryInfo_t {
+  size_t size;                /* sizeof(pfMemoryInfo_t): set it before the call */
+  size_t arena_bytes;         /* the fill arena (resolved pfConfig_t.arena_bytes; 0: none) */
+  size_t arena_used_bytes;    /* of it, held now by jobs' resident sets and slice workspaces */
+  size_t arena_largest_free_bytes; /* the largest block a new job's resident set could get */
+  size_t device_free_bytes;   /* device memory free at the call (cudaMemGetInfo on CUDA) */
+  size_t device_total_bytes;  /* the device's memory */
+} pfMemoryInfo_t;
+
+/* Fills `info` (set info->size first: a size below this layout's sizeof(pfMemoryInfo_t) is
+ * pfErrorInvalidArgument; a larger one gets this layout's bytes and zeroes after them). May
+ * synchronise with the device, so it is refused (pfErrorInvalidState, nothing written) on a
+ * thread that has a bubble open. */
+PF_API pfResult_t pfRuntimeGetMemoryInfo(pfRuntime_t runtime, pfMemoryInfo_t* info);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Simulated backend: drive a whole simulated pipeline from C                                  */
 /* ------------------------------------------------------------------------------------------ */

@@ -28,7 +28,7 @@ _pipefill.set_error_type(PipeFillError)
 WITH_CUDA: bool = bool(_pipefill.WITH_CUDA)
 
 from ._runtime import (Bubble, ClassStats, FillProgress, GraphCounts, Job, JobInfo, Runtime, Stats, Stream,  # noqa: E402
-                       StreamLike, TicketCounts, stream_handle)
+                       MemoryInfo, StreamLike, TicketCounts, stream_handle)
 from ._sim import SimEvent, SimStream, SimWorld  # noqa: E402
 from . import jobs  # noqa: E402
 from .jobs import (EncoderInference, GraphJob, JobConfig, MlpInference,  # noqa: E402
@@ -70,7 +70,7 @@ __version__ = _version_text(_pipefill.HEADER_VERSION)
 __all__ = [
     "Backend", "Bubble", "BubbleKind", "ClassStats", "Config", "EncoderInference", "FillProgress", "GraphCounts",
     "GraphJob", "Job",
-    "JobConfig", "JobInfo", "JobKind", "JobStatus", "LogLevel", "MlpInference", "PipeFillError",
+    "JobConfig", "JobInfo", "JobKind", "JobStatus", "LogLevel", "MemoryInfo", "MlpInference", "PipeFillError",
     "Policy", "Result", "Runtime", "SkipCause", "SimEvent", "SimStream", "SimTicketJob", "SimWorld", "Stats",
     "Stream", "StreamLike", "TicketCounts", "Training", "error_string", "jobs",
     "library_version", "stream_handle", "host_now", "host_stream_delay",

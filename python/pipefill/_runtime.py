@@ -183,6 +183,19 @@ class Stats:
 
 
 @dataclasses.dataclass(frozen=True)
+class MemoryInfo:
+    """pfMemoryInfo_t: the fill arena's use and the device's memory, measured at the call."""
+
+    arena_bytes: int
+    arena_used_bytes: int
+    """Held now by jobs' resident sets and slice workspaces."""
+    arena_largest_free_bytes: int
+    """The largest resident set a new job could get."""
+    device_free_bytes: int
+    device_total_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
 class JobInfo:
     """pfJobInfo_t."""
 
@@ -427,6 +440,11 @@ class Runtime:
         self._iteration_end_hooks: List[Callable[[], None]] = []
         self._iteration_ends = 0
         self._report_backend(config)
+        # PIPEFILL_SERVICE set: this runtime's bubbles take work from the fill-job service.
+        self._service_agent: Any = None
+        if "PIPEFILL_SERVICE" in os.environ:
+            from .service.autostart import start_from_environment
+            self._service_agent = start_from_environment(self)
 
     def _report_backend(self, config: Config) -> None:
         # backend auto (the default) is a choice the user did not make: say which backend it
@@ -450,6 +468,13 @@ class Runtime:
     def close(self) -> None:
         """Destroys the jobs still attached (cancelling them), then the runtime. Idempotent.
         Result.INVALID_STATE (and nothing changes) while a bubble is open."""
+        agent = getattr(self, "_service_agent", None)
+        if agent is not None and not self._native.closed and not self.in_bubble:
+            self._service_agent = None
+            if not agent.drain():  # leases back to the service, its fill jobs closed
+                logging.getLogger("pipefill").warning(
+                    "pipefill: the fill-job service agent of rank %s did not stop within 30 s; "
+                    "closing the runtime anyway (its lease expires on the service)", agent.rank)
         self._native.close()
 
     @property
@@ -548,6 +573,9 @@ class Runtime:
                 self._remove_iteration_end_hook(hook)
                 warnings.warn(f"pipefill: an iteration_end hook raised and was removed "
                               f"({type(error).__name__}: {error})", RuntimeWarning, stacklevel=2)
+        agent = getattr(self, "_service_agent", None)
+        if agent is not None:
+            agent.on_iteration_end()
 
     def _add_iteration_end_hook(self, hook: Callable[[], None]) -> None:
         """Calls ``hook()`` after every :meth:`iteration_end` until removed (it must not raise)."""
@@ -607,6 +635,11 @@ class Runtime:
         classes = tuple(ClassStats._from_native(c) for c in self._native.class_stats())
         return Stats(**self._native.stats(), skips=_skips(self._native.skip_counts()),
                      classes=classes, bubble_failures=self.bubble_failures)
+
+    def memory_info(self) -> MemoryInfo:
+        """pfRuntimeGetMemoryInfo: arena bytes, arena bytes in use, device free/total, measured
+        now. Result.INVALID_STATE inside a bubble (on CUDA it queries the device)."""
+        return MemoryInfo(**self._native.memory_info())
 
     def write_trace(self, path: Union[str, "os.PathLike[str]"]) -> None:
         """Writes a Chrome trace (Perfetto / chrome://tracing) of the bubbles and fill slices

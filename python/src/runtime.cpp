@@ -69,6 +69,8 @@ void bind_runtime(nb::module_& m) {
       .def("skip_counts", &Runtime::skip_counts, "pfRuntimeGetSkipCounts: a list by pfSkipCause_t.")
       .def("class_stats", &Runtime::class_stats,
            "pfRuntimeGetClassStats of every class: a list of dicts.")
+      .def("memory_info", &Runtime::memory_info,
+           "pfRuntimeGetMemoryInfo as a dict (arena and device bytes, measured now).")
       .def("write_trace", &Runtime::write_trace, "path"_a, "pfTraceWrite (GIL released).")
       .def("create_sim_ticket_job", &Runtime::create_sim_ticket_job, "name"_a, "priority"_a,
            "items"_a, "item_cost_us"_a, "parallelism"_a, "resident_bytes"_a,

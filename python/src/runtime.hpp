@@ -213,6 +213,23 @@ class Runtime {
     }
     return out;
   }
+  // pfRuntimeGetMemoryInfo as a dict (GIL released: on CUDA it queries the device).
+  nb::dict memory_info() {
+    pfMemoryInfo_t info{};
+    info.size = sizeof info;
+    {
+      nb::gil_scoped_release release;
+      Use use(core_->life, "Runtime");
+      check(pfRuntimeGetMemoryInfo(core_->runtime, &info));
+    }
+    nb::dict d;
+    d["arena_bytes"] = info.arena_bytes;
+    d["arena_used_bytes"] = info.arena_used_bytes;
+    d["arena_largest_free_bytes"] = info.arena_largest_free_bytes;
+    d["device_free_bytes"] = info.device_free_bytes;
+    d["device_total_bytes"] = info.device_total_bytes;
+    return d;
+  }
   void write_trace(const std::string& path) {
     nb::gil_scoped_release release;
     Use use(core_->life, "Runtime");

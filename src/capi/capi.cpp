@@ -414,6 +414,27 @@ PF_API pfResult_t pfRuntimeGetClassStats(pfRuntime_t runtime, size_t index, pfCl
   });
 }
 
+PF_API pfResult_t pfRuntimeGetMemoryInfo(pfRuntime_t runtime, pfMemoryInfo_t* info) {
+  return guarded(__func__, [&] {
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfRuntimeGetMemoryInfo", &rt));
+    if (info == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeGetMemoryInfo: info is NULL");
+    const size_t size = info->size;
+    if (size < sizeof(pfMemoryInfo_t)) {
+      return fail(pfErrorInvalidArgument,
+                  "pfRuntimeGetMemoryInfo: info->size = {} is below the first layout ({} bytes); "
+                  "set it to sizeof(pfMemoryInfo_t)",
+                  size, sizeof(pfMemoryInfo_t));
+    }
+    pfMemoryInfo_t one{};
+    PF_TRY(rt->memory_info(&one));
+    std::memcpy(info, &one, sizeof one);
+    // Fields of a newer header this library does not know read 0.
+    if (size > sizeof one) std::memset(reinterpret_cast<char*>(info) + sizeof one, 0, size - sizeof one);
+    return pfSuccess;
+  });
+}
+
 PF_API pfResult_t pfRuntimeGetFillStreams(pfRuntime_t runtime, void** streams, size_t capacity,
                                           size_t* count) {
   return guarded(__func__, [&] {

@@ -208,6 +208,21 @@ bool Runtime::class_stats(size_t index, pfClassStats_t* out) {
   return true;
 }
 
+pfResult_t Runtime::memory_info(pfMemoryInfo_t* out) {
+  PF_TRY(refuse_inside_bubble("pfRuntimeGetMemoryInfo"));
+  size_t device_free = 0, device_total = 0;
+  PF_TRY(device_->memory_info(&device_free, &device_total));
+  *out = pfMemoryInfo_t{};
+  out->size = sizeof(pfMemoryInfo_t);
+  out->device_free_bytes = device_free;
+  out->device_total_bytes = device_total;
+  MutexLock lock(state_.mu);
+  out->arena_bytes = state_.arena.capacity();
+  out->arena_used_bytes = state_.arena.used_bytes();
+  out->arena_largest_free_bytes = state_.arena.largest_free_block();
+  return pfSuccess;
+}
+
 pfResult_t Runtime::write_trace(const char* path) {
   std::string text;
   {

@@ -77,6 +77,9 @@ class Runtime {
   const std::vector<Stream>& fill_streams() const { return resources_.fill_streams; }
   // False when index is out of range; `out` is this layout's struct (size set).
   bool class_stats(size_t index, pfClassStats_t* out);
+  // The arena's use and the device's memory measured now (`out` is this layout's struct, size
+  // set). pfErrorInvalidState on a thread with a bubble open: the device query may block.
+  pfResult_t memory_info(pfMemoryInfo_t* out);
   pfResult_t write_trace(const char* path);
   pfResult_t async_error() const { return state_.async_error.load(); }
   pfResult_t create_high_priority_stream(void** stream);

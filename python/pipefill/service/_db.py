@@ -82,10 +82,16 @@ def describe(options: Dict[str, Any]) -> str:
 
 
 def connect(options: Dict[str, Any]) -> Any:
-    """An autocommit connection (every service call is one statement, atomic by itself)."""
+    """An autocommit connection (every service call is one statement, atomic by itself).
+
+    No server-side prepared statements (``prepare_threshold=None``): behind PgBouncer in
+    transaction pooling mode consecutive statements may run on different server connections,
+    where a statement prepared on another one does not exist (or clashes by name). The service
+    uses no other session state (no SET, advisory locks or LISTEN), so it runs through such a
+    pooler unchanged (tests/python/service/test_service_pgbouncer.py)."""
     psycopg = _psycopg()
     try:
-        return psycopg.connect(autocommit=True, **options)
+        return psycopg.connect(autocommit=True, prepare_threshold=None, **options)
     except psycopg.OperationalError as error:
         # libpq's text never holds the password, but say only what we know is safe.
         raise ConnectionLost(f"cannot connect to the service database ({describe(options)}): "

@@ -24,11 +24,12 @@ import collections
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import pathlib
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from .. import PipeFillError, Result
 from . import _db, code
@@ -53,6 +54,7 @@ class Lease:
     dataset: str
     output_dir: str
     item_count: int
+    item_cost_us: float
 
 
 @dataclasses.dataclass
@@ -84,6 +86,9 @@ class _HashingFile:
 
     def tell(self) -> int:
         return self.size
+
+    def digest(self) -> str:
+        return self.hash.copy().hexdigest()
 
     def flush(self) -> None:
         self.file.flush()
@@ -126,7 +131,8 @@ class Agent:
         rank: this rank's name in the service (unique per process).
         conninfo / password_file: as :func:`pipefill.service._db.connection_options`
             (default: the PIPEFILL_SERVICE* environment).
-        free_bytes: memory the fill jobs may use (default: the runtime's arena bytes).
+        free_bytes: memory a fill job may use (default: measured, the largest free block of the
+            runtime's arena, ``Runtime.memory_info()``).
         prefetch: leases held ready beyond the running one (0 or 1).
         poll_s: sleep between empty claims.
         reconnect_budget_s: how long one database call may spend reconnecting.
@@ -147,8 +153,9 @@ class Agent:
         self.rank = rank
         self.db = _db.Reconnecting(_db.connection_options(conninfo, password_file=password_file),
                                    budget_s=reconnect_budget_s)
-        arena = getattr(getattr(runtime, "config", None), "arena_bytes", None)
-        self.free_bytes = int(free_bytes if free_bytes is not None else (arena or 0))
+        self.fixed_free_bytes = None if free_bytes is None else int(free_bytes)
+        self.free_bytes = self.fixed_free_bytes or 0
+        """What the last advertisement said a job may use (bytes)."""
         self.prefetch = prefetch
         self.poll_s = poll_s
         self.capacity_interval_s = capacity_interval_s
@@ -162,8 +169,10 @@ class Agent:
         # Capacity, measured from the runtime's statistics on the agent thread.
         self._last_stats: Any = None
         self._last_stats_time = 0.0
-        self._bubble_means: Deque[float] = collections.deque(maxlen=64)
-        self._bubbles_per_iteration = 0.0
+        self.classes: List[Dict[str, Any]] = []
+        """The bubble classes last measured: {"key", "p10_us", "per_iteration"} each."""
+        self.memory: Any = None
+        """The runtime's last :class:`pipefill.MemoryInfo` (None before the first)."""
         self._iterations_per_s = 0.0
         self._advertised_at = 0.0
         self.last_activity = time.monotonic()
@@ -225,6 +234,9 @@ class Agent:
                 self._run(lease)
         except BaseException as error:  # noqa: BLE001 - the agent ends, the trainer goes on
             self.error = error
+            logging.getLogger("pipefill").warning(
+                "pipefill: the fill-job service agent of rank %s stopped (the trainer goes on): "
+                "%s", self.rank, error)
         finally:
             try:
                 while self._ready:
@@ -240,26 +252,30 @@ class Agent:
         return self.db.call(lambda conn: conn.execute(sql, args).fetchone()[0])
 
     def _measure(self) -> None:
+        """Per bubble class: the runtime's p10 duration and the class's bubbles per iteration
+        (over the last interval, or since the start at the first measurement); the arena's
+        largest free block and the device's memory (pfRuntimeGetMemoryInfo)."""
         now = time.monotonic()
         stats = self.runtime.stats()
+        self.memory = self.runtime.memory_info()
+        if self.fixed_free_bytes is None:
+            self.free_bytes = self.memory.arena_largest_free_bytes
         last, self._last_stats = self._last_stats, stats
         elapsed, self._last_stats_time = now - self._last_stats_time, now
-        if last is None:
-            return
-        bubbles = stats.bubbles - last.bubbles
-        iterations = stats.iterations - last.iterations
-        if bubbles > 0:
-            self._bubble_means.append((stats.bubble_time_us - last.bubble_time_us) / bubbles)
-        if iterations > 0:
-            self._bubbles_per_iteration = bubbles / iterations
+        before = {c.key: c.bubbles for c in last.classes} if last is not None else {}
+        iterations = stats.iterations - (last.iterations if last is not None else 0)
+        if last is not None and iterations > 0:
             self._iterations_per_s = iterations / elapsed
+        if iterations <= 0:
+            return  # no iteration ended in the interval: keep the last classes
+        self.classes = [
+            {"key": c.key, "p10_us": float(c.p10_us),
+             "per_iteration": (c.bubbles - before.get(c.key, 0)) / iterations}
+            for c in stats.classes if c.p10_us > 0 and c.bubbles_timed > 0]
 
     def bubble_p10_us(self) -> float:
-        """10th percentile (nearest rank) of the recent per-interval mean bubble durations."""
-        if not self._bubble_means:
-            return 0.0
-        ordered = sorted(self._bubble_means)
-        return ordered[max(0, -(-len(ordered) // 10) - 1)]
+        """The longest p10 duration of the bubble classes that occur (0 before a measurement)."""
+        return max((c["p10_us"] for c in self.classes if c["per_iteration"] > 0), default=0.0)
 
     def _advertise_if_due(self) -> None:
         now = time.monotonic()
@@ -267,20 +283,21 @@ class Agent:
             return
         self._measure()
         self._advertised_at = now
-        if self._bubble_means:
-            self._call("select pipefill.pf_advertise(%s, %s, %s, %s, %s)",
-                       (self.rank, self.free_bytes, self.bubble_p10_us(),
-                        self._bubbles_per_iteration, self._iterations_per_s))
+        if self.classes:
+            memory = self.memory
+            self._call("select pipefill.pf_advertise(%s, %s, %s::jsonb, %s, %s, %s, %s)",
+                       (self.rank, self.free_bytes, json.dumps(self.classes),
+                        self._iterations_per_s, memory.arena_bytes, memory.device_free_bytes,
+                        memory.device_total_bytes))
 
     def _next_lease(self) -> Optional[Lease]:
         if self._ready:
             return self._ready.popleft()
-        p10 = self.bubble_p10_us()
-        if p10 <= 0:
+        if self.bubble_p10_us() <= 0:
             return None  # no bubble measured yet: nothing can be said to fit
         rows = self.db.call(lambda conn: conn.execute(
-            "select * from pipefill.pf_claim(%s, %s, %s, %s)",
-            (self.rank, self.free_bytes, p10, 1 + self.prefetch)).fetchall())
+            "select * from pipefill.pf_claim(%s, %s, %s::jsonb, %s)",
+            (self.rank, self.free_bytes, json.dumps(self.classes), 1 + self.prefetch)).fetchall())
         leases = [Lease(*row) for row in rows]
         self.counts.claimed += len(leases)
         if not leases:
@@ -335,10 +352,12 @@ class Agent:
         out = _HashingFile(partial)
         last_checkpoint: List[Optional[Dict[str, Any]]] = [lease.checkpoint]
 
-        def checkpoint(next_item: int) -> None:
-            out.sync()
-            state = {"next": int(next_item), "path": str(partial), "bytes": out.tell(),
-                     "sha256": out.hash.copy().hexdigest()}
+        def checkpoint(next_item: int, durable: Optional[Tuple[int, str]] = None) -> None:
+            if durable is None:
+                out.sync()
+                durable = (out.tell(), out.digest())
+            state = {"next": int(next_item), "path": str(partial), "bytes": int(durable[0]),
+                     "sha256": str(durable[1])}
             if self._stop.is_set():
                 last_checkpoint[0] = state
                 raise Stopping()
@@ -359,7 +378,10 @@ class Agent:
                 runtime=self.runtime, job_id=lease.job_id, shard=lease.shard,
                 item_start=lease.item_start, item_end=lease.item_end, resume_item=resume,
                 params=lease.params, output=out, checkpoint=checkpoint,  # type: ignore[arg-type]
-                create_job=lambda spec: self._job_request(lambda rt: rt.create_job(spec)),
+                item_cost_us=float(lease.item_cost_us),
+                create_job=lambda spec: self._job_request(
+                    spec if callable(spec) and not hasattr(spec, "_create")
+                    else lambda rt: rt.create_job(spec)),
                 close_job=lambda job: self._job_request(lambda rt: job.close()),
                 stopping=self._stop)
             runner.run(ctx)

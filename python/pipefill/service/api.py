@@ -180,10 +180,12 @@ class Service:
 
     def ranks(self) -> List[Dict[str, Any]]:
         rows = self._execute("select rank, free_bytes, bubble_p10_us, bubbles_per_iteration,"
-                             " iterations_per_s, extract(epoch from now() - seen_at)"
+                             " iterations_per_s, extract(epoch from now() - seen_at), classes,"
+                             " arena_bytes, device_free_bytes, device_total_bytes"
                              " from pipefill.ranks order by rank").fetchall()
         keys = ("rank", "free_bytes", "bubble_p10_us", "bubbles_per_iteration",
-                "iterations_per_s", "seen_s_ago")
+                "iterations_per_s", "seen_s_ago", "classes", "arena_bytes", "device_free_bytes",
+                "device_total_bytes")
         return [dict(zip(keys, r)) for r in rows]
 
     def shards(self, job_id: int) -> List[Dict[str, Any]]:

@@ -105,10 +105,13 @@ def load_factory(name: str, version: str, sha256: str, entry_point: str) -> Any:
 def load_runner(name: str, version: str, sha256: str, entry_point: str,
                 params: Mapping[str, Any]) -> Any:
     """Verifies, loads and calls the entry point with the job's parameters; checks the result."""
+    from .torch_runner import wrap
     factory = load_factory(name, version, sha256, entry_point)
-    runner = factory(dict(params))
-    if not callable(getattr(runner, "run", None)):
+    made = factory(dict(params))
+    runner = wrap(made)
+    if runner is None:
         raise PipeFillError(Result.INVALID_ARGUMENT,
-                            f"entry point {entry_point!r} of {name!r} returned {runner!r}, which "
-                            "has no run(context) method (see pipefill.service.runner.ShardRunner)")
+                            f"entry point {entry_point!r} of {name!r} returned {made!r}, which "
+                            "has no run(context) method (see pipefill.service.runner.ShardRunner)"
+                            " and no model + dataset (a torch inference job)")
     return runner

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import signal
 import sys
 import time
@@ -21,12 +22,20 @@ from typing import List, Optional
 
 import pipefill as pf
 
+from ._db import ENV_CONNECTION
 from .agent import Agent
 
 
 def host_runtime() -> "pf.Runtime":
-    return pf.Runtime(backend="host", reserved_sms=0, safety_margin_us=0.0,
-                      safety_margin_fraction=0.0, min_samples=1000000)
+    """The stand-in stage's runtime. PIPEFILL_SERVICE is hidden while it is made: the caller
+    makes its Agent itself (with its rank name), so the runtime must not start a second one."""
+    hidden = os.environ.pop(ENV_CONNECTION, None)
+    try:
+        return pf.Runtime(backend="host", reserved_sms=0, safety_margin_us=0.0,
+                          safety_margin_fraction=0.0, min_samples=1000000)
+    finally:
+        if hidden is not None:
+            os.environ[ENV_CONNECTION] = hidden
 
 
 def run_rank(rank: str, *, bubble_us: float, compute_us: float, iterations: int,

@@ -19,16 +19,16 @@ which must never happen inside a bubble) and ``ctx.close_job(job)`` likewise.
 :class:`ItemRunner` is the runner the package ships today: each item is one item of a
 :class:`pipefill.jobs.GraphJob` (on the host or simulated backend a timed stand-in for a CUDA
 graph run, on CUDA a captured graph), and as items complete inside bubbles it writes each one's
-``compute(item)`` record. Issue 18's streaming ``pipefill.torch.inference_job(..., resume=)``
-plugs in at the same place: a runner whose ``run`` creates that job for
-``[ctx.resume_item, ctx.item_end)`` through ``ctx.create_job`` and writes its outputs.
+``compute(item)`` record. A torch model + dataset job runs as issue 18's streaming
+``pipefill.torch.inference_job(..., resume=)`` through
+:class:`pipefill.service.torch_runner.TorchInferenceRunner`.
 """
 from __future__ import annotations
 
 import dataclasses
 import threading
 import time
-from typing import Any, BinaryIO, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 try:
     from typing import Protocol
@@ -58,13 +58,21 @@ class ShardContext:
     resume_item: int
     """First item this attempt must produce (item_start, or the last durable checkpoint)."""
     params: Mapping[str, Any]
-    output: BinaryIO
-    """This attempt's own file, positioned after the resumed prefix; write records in order."""
-    checkpoint: Callable[[int], None]
-    """checkpoint(next_item): fsyncs output and renews the lease; raises LeaseLost/Stopping."""
+    output: Any
+    """This attempt's own file, positioned after the resumed prefix; write records in order.
+    Besides ``write`` it has ``tell()``, ``sync()`` (flush + fsync) and ``digest()`` (sha256 hex
+    of everything written, prefix included)."""
+    checkpoint: Callable[..., None]
+    """checkpoint(next_item, durable=None): renews the lease with the output prefix that holds
+    the items before next_item - by default all of output (fsynced here), or ``durable=(bytes,
+    sha256)`` of a prefix the runner already fsynced; raises LeaseLost/Stopping."""
     create_job: Callable[[Any], Any]
+    """create_job(spec): ``runtime.create_job(spec)`` on the trainer thread between iterations;
+    ``spec`` may also be a callable ``make(runtime) -> job`` (e.g. a streaming torch job)."""
     close_job: Callable[[Any], None]
     stopping: threading.Event
+    item_cost_us: float = 0.0
+    """The job's declared duration of one item (its JobSpec.item_cost_us; 0: not declared)."""
     deadline_s: float = 600.0
     """Bound on one attempt's time (a runner must not wait longer)."""
 

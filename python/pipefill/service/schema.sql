@@ -101,7 +101,11 @@ CREATE TABLE IF NOT EXISTS pipefill.attempts (
 );
 CREATE INDEX IF NOT EXISTS attempts_by_shard ON pipefill.attempts (job_id, shard);
 
--- Each rank's advertised capacity (what its bubbles can take).
+-- Each rank's advertised capacity (what its bubbles can take): per bubble class its p10
+-- duration and count per iteration (`classes`, a JSON array of {"key", "p10_us",
+-- "per_iteration"}), the arena bytes a new job can get (free_bytes) and the device's memory,
+-- measured by the rank's runtime. bubble_p10_us / bubbles_per_iteration summarise the classes
+-- (the longest class p10, the sum of the counts) for dashboards.
 CREATE TABLE IF NOT EXISTS pipefill.ranks (
   rank          text PRIMARY KEY,
   free_bytes    bigint NOT NULL,
@@ -110,6 +114,10 @@ CREATE TABLE IF NOT EXISTS pipefill.ranks (
   iterations_per_s double precision NOT NULL,
   seen_at       timestamptz NOT NULL DEFAULT now()
 );
+ALTER TABLE pipefill.ranks ADD COLUMN IF NOT EXISTS classes jsonb NOT NULL DEFAULT '[]';
+ALTER TABLE pipefill.ranks ADD COLUMN IF NOT EXISTS arena_bytes bigint;
+ALTER TABLE pipefill.ranks ADD COLUMN IF NOT EXISTS device_free_bytes bigint;
+ALTER TABLE pipefill.ranks ADD COLUMN IF NOT EXISTS device_total_bytes bigint;
 
 -- Submitters: their own jobs only.
 ALTER TABLE pipefill.jobs ENABLE ROW LEVEL SECURITY;
@@ -169,33 +177,70 @@ BEGIN
   RETURN true;
 END $$;
 
+-- The capacity classes a rank sends: a JSON array of objects with a finite p10_us >= 0 and
+-- per_iteration >= 0 (anything else is refused, naming the value).
+CREATE OR REPLACE FUNCTION pipefill.check_classes(p_classes jsonb) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pipefill, pg_temp AS $$
+DECLARE
+  c jsonb;
+BEGIN
+  IF p_classes IS NULL OR jsonb_typeof(p_classes) <> 'array' THEN
+    RAISE EXCEPTION 'capacity classes must be a JSON array of {"key", "p10_us", '
+      '"per_iteration"}, got %', left(coalesce(p_classes::text, 'NULL'), 200);
+  END IF;
+  FOR c IN SELECT * FROM jsonb_array_elements(p_classes) LOOP
+    IF jsonb_typeof(c) <> 'object' OR jsonb_typeof(c -> 'p10_us') <> 'number'
+       OR jsonb_typeof(c -> 'per_iteration') <> 'number'
+       OR (c ->> 'p10_us')::double precision < 0
+       OR (c ->> 'per_iteration')::double precision < 0 THEN
+      RAISE EXCEPTION 'capacity class % needs numbers p10_us >= 0 and per_iteration >= 0',
+        left(c::text, 200);
+    END IF;
+  END LOOP;
+END $$;
+
+DROP FUNCTION IF EXISTS pipefill.pf_advertise(text, bigint, double precision, double precision,
+  double precision);
 CREATE OR REPLACE FUNCTION pipefill.pf_advertise(p_rank text, p_free_bytes bigint,
-    p_bubble_p10_us double precision, p_bubbles_per_iteration double precision,
-    p_iterations_per_s double precision) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pipefill, pg_temp AS $$
-  INSERT INTO ranks VALUES (p_rank, p_free_bytes, p_bubble_p10_us, p_bubbles_per_iteration,
-                            p_iterations_per_s, now())
+    p_classes jsonb, p_iterations_per_s double precision, p_arena_bytes bigint,
+    p_device_free_bytes bigint, p_device_total_bytes bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pipefill, pg_temp AS $$
+BEGIN
+  PERFORM check_classes(p_classes);
+  INSERT INTO ranks (rank, free_bytes, bubble_p10_us, bubbles_per_iteration, iterations_per_s,
+                     seen_at, classes, arena_bytes, device_free_bytes, device_total_bytes)
+  SELECT p_rank, p_free_bytes,
+         coalesce(max((c ->> 'p10_us')::double precision), 0),
+         coalesce(sum((c ->> 'per_iteration')::double precision), 0),
+         p_iterations_per_s, now(), p_classes, p_arena_bytes, p_device_free_bytes,
+         p_device_total_bytes
+    FROM jsonb_array_elements(p_classes) AS c
   ON CONFLICT (rank) DO UPDATE SET free_bytes = EXCLUDED.free_bytes,
     bubble_p10_us = EXCLUDED.bubble_p10_us,
     bubbles_per_iteration = EXCLUDED.bubbles_per_iteration,
-    iterations_per_s = EXCLUDED.iterations_per_s, seen_at = now();
-$$;
+    iterations_per_s = EXCLUDED.iterations_per_s, seen_at = now(), classes = EXCLUDED.classes,
+    arena_bytes = EXCLUDED.arena_bytes, device_free_bytes = EXCLUDED.device_free_bytes,
+    device_total_bytes = EXCLUDED.device_total_bytes;
+END $$;
 
--- Claim up to p_limit shards that fit (memory, one item within the p10 bubble) from running,
--- allowlisted jobs: pending ones, or leased ones whose lease expired. SKIP LOCKED: concurrent
--- claimers never wait on each other's rows. Each claim gets a new fencing token.
+-- Claim up to p_limit shards that fit (memory, and one item within the p10 duration of one of
+-- the rank's bubble classes that occurs every iteration or so) from running, allowlisted jobs:
+-- pending ones, or leased ones whose lease expired. SKIP LOCKED: concurrent claimers never wait
+-- on each other's rows. Each claim gets a new fencing token.
+DROP FUNCTION IF EXISTS pipefill.pf_claim(text, bigint, double precision, integer);
 CREATE OR REPLACE FUNCTION pipefill.pf_claim(p_rank text, p_free_bytes bigint,
-    p_bubble_p10_us double precision, p_limit integer)
+    p_classes jsonb, p_limit integer)
 RETURNS TABLE (job_id bigint, shard integer, token bigint, item_start bigint, item_end bigint,
                checkpoint jsonb, lease_ttl_s double precision, dist_name text,
                dist_version text, dist_sha256 text, entry_point text, params jsonb,
-               dataset text, output_dir text, item_count bigint)
+               dataset text, output_dir text, item_count bigint, item_cost_us double precision)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pipefill, pg_temp AS $$
 #variable_conflict use_column
 BEGIN
   IF p_limit < 1 OR p_limit > 1000 THEN
     RAISE EXCEPTION 'claim limit % is outside [1, 1000]', p_limit;
   END IF;
+  PERFORM check_classes(p_classes);
   RETURN QUERY
   WITH picked AS (
     SELECT s.job_id, s.shard, s.state AS old_state
@@ -203,7 +248,9 @@ BEGIN
      WHERE j.state = 'running'
        AND (s.state = 'pending' OR (s.state = 'leased' AND s.lease_expires < now()))
        AND j.memory_bytes <= p_free_bytes
-       AND j.item_cost_us <= p_bubble_p10_us
+       AND EXISTS (SELECT 1 FROM jsonb_array_elements(p_classes) c
+                    WHERE (c ->> 'p10_us')::double precision >= j.item_cost_us
+                      AND (c ->> 'per_iteration')::double precision > 0)
        AND EXISTS (SELECT 1 FROM allowlist a WHERE a.dist_name = j.dist_name
                    AND a.dist_version = j.dist_version AND a.sha256 = j.dist_sha256)
      ORDER BY j.priority DESC, j.deadline ASC NULLS LAST, s.job_id, s.shard
@@ -218,7 +265,7 @@ BEGIN
      WHERE s.job_id = p.job_id AND s.shard = p.shard AND j.id = s.job_id
     RETURNING s.job_id, s.shard, s.lease_token, s.item_start, s.item_end, s.checkpoint,
               j.lease_ttl_s, j.dist_name, j.dist_version, j.dist_sha256, j.entry_point,
-              j.params, j.dataset, j.output_dir, j.item_count),
+              j.params, j.dataset, j.output_dir, j.item_count, j.item_cost_us),
   expired AS (
     UPDATE attempts a SET outcome = 'fenced', ended_at = now(),
            message = 'lease expired; shard re-claimed by ' || p_rank
@@ -339,17 +386,17 @@ BEGIN
   RETURN true;
 END $$;
 
-REVOKE ALL ON FUNCTION pipefill.pf_cancel(bigint), pipefill.pf_advertise(text, bigint,
-  double precision, double precision, double precision),
-  pipefill.pf_claim(text, bigint, double precision, integer),
+REVOKE ALL ON FUNCTION pipefill.pf_cancel(bigint), pipefill.pf_advertise(text, bigint, jsonb,
+  double precision, bigint, bigint, bigint),
+  pipefill.pf_claim(text, bigint, jsonb, integer),
   pipefill.pf_renew(bigint, integer, bigint, jsonb),
   pipefill.pf_commit(bigint, integer, bigint, text, text, bigint),
   pipefill.pf_release(bigint, integer, bigint, jsonb),
   pipefill.pf_fail(bigint, integer, bigint, text), pipefill.pf_manifest(bigint),
   pipefill.job_inserted() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pipefill.pf_cancel(bigint) TO pf_submitter;
-GRANT EXECUTE ON FUNCTION pipefill.pf_advertise(text, bigint, double precision,
-  double precision, double precision), pipefill.pf_claim(text, bigint, double precision, integer),
+GRANT EXECUTE ON FUNCTION pipefill.pf_advertise(text, bigint, jsonb, double precision, bigint,
+  bigint, bigint), pipefill.pf_claim(text, bigint, jsonb, integer),
   pipefill.pf_renew(bigint, integer, bigint, jsonb),
   pipefill.pf_commit(bigint, integer, bigint, text, text, bigint),
   pipefill.pf_release(bigint, integer, bigint, jsonb),

@@ -81,6 +81,7 @@ def world():
             owner.init_schema()  # idempotent: a second run changes nothing and does not fail
             owner.allow("pfsvc-testjobs")
             owner.allow("pfsvc-marker")
+            owner.allow("pfsvc-torchjobs")
         for user, role in (("alice", "pf_submitter"), ("bob", "pf_submitter"),
                            ("rank1", "pf_rank")):
             w.passwords[user] = pg.create_login(user, role, f"secret-{user}-7f3a")

@@ -60,6 +60,36 @@ def runner(params):
 '''
 
 
+TORCH_MODULE = '''"""Test torch fill job for the service: a seeded model over a seeded dataset."""
+import torch
+
+
+def make_model(seed):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    return model.eval()
+
+
+def make_dataset(seed, samples):
+    generator = torch.Generator().manual_seed(seed + 1)
+    return [torch.randn(8, generator=generator) for _ in range(samples)]
+
+
+class Inference:
+    """What the entry point returns: a model and a dataset (the agent runs it as
+    pipefill.torch.inference_job shards)."""
+
+    def __init__(self, params):
+        self.model = make_model(params["seed"])
+        self.dataset = make_dataset(params["seed"], params["samples"])
+        self.batch_size = params["batch_size"]
+
+
+def inference(params):
+    return Inference(params)
+'''
+
+
 def _record_line(root: pathlib.Path, relative: str) -> str:
     data = (root / relative).read_bytes()
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
@@ -90,7 +120,9 @@ def install_test_distributions(root: pathlib.Path) -> Dict[str, pathlib.Path]:
                                  "poisoned": "pfsvc_testjobs:poisoned"})
     marker = install_distribution(root, "pfsvc-marker", "2.0", "pfsvc_marker", MARKER_MODULE,
                                   {"runner": "pfsvc_marker:runner"})
-    return {"jobs": jobs, "marker": marker}
+    torch_jobs = install_distribution(root, "pfsvc-torchjobs", "1.0", "pfsvc_torchjobs",
+                                      TORCH_MODULE, {"inference": "pfsvc_torchjobs:inference"})
+    return {"jobs": jobs, "marker": marker, "torch": torch_jobs}
 
 
 def expected_record(seed: object, item: int) -> bytes:
@@ -198,15 +230,16 @@ def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.1):
 
 
 def run_in_process_rank(world, rank: str, until, timeout_s: float, *, bubble_us: float = 2000.0,
-                        compute_us: float = 500.0):
+                        compute_us: float = 500.0, conninfo: Optional[str] = None):
     """A trainer loop in this process (host backend) with an Agent, until ``until()`` holds
-    (checked every 10 iterations) or ``timeout_s``; returns (agent, reached)."""
+    (checked every 10 iterations) or ``timeout_s``; returns (agent, reached). ``conninfo``:
+    rank1's connection (default: directly to the server)."""
     import pipefill as pf
     from pipefill.service import Agent
     from pipefill.service.rank import host_runtime
     rt = host_runtime()
     stream = rt.high_priority_stream()
-    agent = Agent(rt, rank, conninfo=world.conninfo("rank1"),
+    agent = Agent(rt, rank, conninfo=conninfo or world.conninfo("rank1"),
                   password_file=str(world.passwords["rank1"]), poll_s=0.02).start()
     reached = False
     deadline = time.monotonic() + timeout_s
@@ -220,6 +253,8 @@ def run_in_process_rank(world, rank: str, until, timeout_s: float, *, bubble_us:
             agent.on_iteration_end()
             pf.host_stream_synchronize(stream)
             iteration += 1
+            if not agent.running:
+                break  # the agent ended (its error is the caller's to report)
             if iteration % 10 == 0 and until():
                 reached = True
                 break

@@ -10,6 +10,9 @@ import pytest
 import pipefill as pf
 from service_fixtures import run_in_process_rank
 
+# A capacity class every test job fits (pf_claim's classes argument).
+ANY_CLASS = '[{"key": "any", "p10_us": 1e9, "per_iteration": 1}]'
+
 
 def raw(world, user):
     import psycopg
@@ -45,8 +48,8 @@ def test_rank_role_cannot_create_read_or_cancel_jobs(world):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(sql, args)
         # What it may do: claim (through the fencing function), renew, give back.
-        rows = conn.execute("select job_id, shard, token from pipefill.pf_claim('r', 0, 1e9, 1)"
-                            ).fetchall()
+        rows = conn.execute("select job_id, shard, token from pipefill.pf_claim('r', 0, %s, 1)",
+                            (ANY_CLASS,)).fetchall()
         assert len(rows) == 1 and rows[0][0] == job_id
         _, shard, token = rows[0]
         assert conn.execute("select pipefill.pf_renew(%s, %s, %s, NULL)",
@@ -65,7 +68,7 @@ def test_submitter_role_cannot_claim_commit_or_touch_others_jobs(world):
     job_id = submit_digest(world, "alice", "submitter-test")
     with raw(world, "bob") as conn:
         for sql, args in [
-            ("select * from pipefill.pf_claim('b', 0, 1e9, 1)", ()),
+            ("select * from pipefill.pf_claim('b', 0, %s, 1)", (ANY_CLASS,)),
             ("select pipefill.pf_commit(%s, 0, 1, '/x', repeat('0', 64), 1)", (job_id,)),
             ("select pipefill.pf_renew(%s, 0, 1, NULL)", (job_id,)),
             ("update pipefill.jobs set state = 'completed' where id = %s", (job_id,)),
@@ -143,7 +146,8 @@ def test_a_stale_token_cannot_commit_or_renew_after_its_lease_was_taken(world):
     import time
     job_id = submit_digest(world, "alice", "fencing", lease_ttl_s=0.3)
     with raw(world, "rank1") as a, raw(world, "rank1") as b:
-        claim = "select shard, token from pipefill.pf_claim(%s, 0, 1e9, 1) where job_id = %s"
+        claim = ("select shard, token from pipefill.pf_claim(%s, 0, '" + ANY_CLASS
+                 + "', 1) where job_id = %s")
         shard, stale = a.execute(claim, ("A", job_id)).fetchone()
         deadline = time.monotonic() + 10
         row = None
@@ -171,24 +175,46 @@ def test_a_stale_token_cannot_commit_or_renew_after_its_lease_was_taken(world):
 
 
 def test_claims_take_only_shards_that_fit_the_rank(world):
-    """pf_claim filters by the job's memory need and item duration against the rank's free
-    bytes and p10 bubble; a second claimer gets only what the first did not lease (concurrent
-    claimers: the fault-injection test and the benchmark's 16 processes)."""
+    """pf_claim filters by the job's memory need against the rank's free bytes and its item
+    duration against the p10 of each of the rank's bubble classes (one class that occurs in
+    iterations and is long enough suffices); a second claimer gets only what the first did not
+    lease (concurrent claimers: the fault-injection test and the benchmark's 16 processes)."""
+    import json
     from pipefill.service import JobSpec
     with world.service("alice") as alice:
         job_id = alice.submit(JobSpec(
             name="fit", dist_name="pfsvc-testjobs", entry_point="digest", dataset="d",
             item_count=6, shard_items=1, output_dir=str(world.out_root),
             memory_bytes=1 << 20, item_cost_us=500.0))
+
+    def classes(*pairs):
+        return json.dumps([{"key": f"#{i}", "p10_us": p10, "per_iteration": n}
+                           for i, (p10, n) in enumerate(pairs)])
+
     claim = ("select shard from pipefill.pf_claim(%s, %s, %s, %s) where job_id = %s")
     with raw(world, "rank1") as a, raw(world, "rank1") as b:
-        assert a.execute(claim, ("small-memory", (1 << 20) - 1, 1e6, 3, job_id)).fetchall() == []
-        assert a.execute(claim, ("short-bubbles", 1 << 30, 499.0, 3, job_id)).fetchall() == []
-        first = [r[0] for r in a.execute(claim, ("fits-a", 1 << 20, 500.0, 3, job_id))]
-        second = [r[0] for r in b.execute(claim, ("fits-b", 1 << 30, 900.0, 5, job_id))]
+        roomy = classes((1e6, 1.0))
+        assert a.execute(claim, ("small-memory", (1 << 20) - 1, roomy, 3, job_id)).fetchall() == []
+        assert a.execute(claim, ("short-bubbles", 1 << 30, classes((499.0, 1.0), (200.0, 3.0)),
+                                 3, job_id)).fetchall() == []
+        assert a.execute(claim, ("no-classes", 1 << 30, "[]", 3, job_id)).fetchall() == []
+        # A long class that never occurs (0 per iteration) does not count.
+        assert a.execute(claim, ("never-occurs", 1 << 30, classes((900.0, 0.0)), 3,
+                                 job_id)).fetchall() == []
+        first = [r[0] for r in a.execute(claim, ("fits-a", 1 << 20,
+                                                 classes((100.0, 4.0), (500.0, 1.0)), 3, job_id))]
+        second = [r[0] for r in b.execute(claim, ("fits-b", 1 << 30, classes((900.0, 0.5)), 5,
+                                                  job_id))]
         assert sorted(first) == [0, 1, 2] and sorted(second) == [3, 4, 5]
         import psycopg
         with pytest.raises(psycopg.errors.RaiseException, match="claim limit 0 is outside"):
-            a.execute(claim, ("bad", 0, 1.0, 0, job_id))
+            a.execute(claim, ("bad", 0, roomy, 0, job_id))
+        with pytest.raises(psycopg.errors.RaiseException, match="must be a JSON array"):
+            a.execute(claim, ("bad", 0, '{"p10_us": 5}', 1, job_id))
+        with pytest.raises(psycopg.errors.RaiseException, match="needs numbers p10_us >= 0"):
+            a.execute(claim, ("bad", 0, '[{"p10_us": "long"}]', 1, job_id))
+        with pytest.raises(psycopg.errors.RaiseException, match="needs numbers p10_us >= 0"):
+            a.execute("select pipefill.pf_advertise('bad', 0, %s, 1.0, 0, 0, 0)",
+                      ('[{"p10_us": 5, "per_iteration": -1}]',))
     with world.service("alice") as alice:
         assert alice.cancel(job_id) is True

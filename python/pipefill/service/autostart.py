@@ -1,0 +1,53 @@
+"""``PIPEFILL_SERVICE`` set: a :class:`pipefill.Runtime` joins the fill-job service by itself.
+
+:class:`pipefill.Runtime` calls :func:`start_from_environment` when it is created with
+``PIPEFILL_SERVICE`` in the environment, serves the agent's job requests after each
+``iteration_end()`` and drains the agent in ``close()``. The rank's name is
+``PIPEFILL_SERVICE_RANK`` when set, else ``<host>-<pid>-<n>`` (n counts the runtimes of the
+process). The password comes from ``PIPEFILL_SERVICE_PASSWORD_FILE`` / ``PIPEFILL_SERVICE_PASSWORD``
+as for every service connection; log lines and warnings name host, port, database and user only.
+
+A bad value (not a libpq connection string, a password inside it, psycopg missing, an unreadable
+password file) is a RuntimeWarning naming the variable, and the runtime goes on without an
+agent: a fill service must never stop a training job.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import socket
+import warnings
+from typing import Any, Optional
+
+from .. import PipeFillError, Result
+from . import _db
+
+ENV_RANK = "PIPEFILL_SERVICE_RANK"
+_log = logging.getLogger("pipefill")
+_runtimes = itertools.count()
+
+
+def start_from_environment(runtime: Any) -> Optional[Any]:
+    """The started :class:`pipefill.service.Agent` of ``runtime``, or None (warned) when
+    ``PIPEFILL_SERVICE`` is unusable. Does nothing (None) when the variable is not set."""
+    conninfo = os.environ.get(_db.ENV_CONNECTION)
+    if conninfo is None:
+        return None
+    serial = next(_runtimes)
+    try:
+        if not conninfo.strip():
+            raise PipeFillError(Result.INVALID_ARGUMENT, f"{_db.ENV_CONNECTION} is set but "
+                                "empty (unset it, or give a libpq connection string)")
+        options = _db.connection_options(conninfo)
+        rank = os.environ.get(ENV_RANK) or f"{socket.gethostname()}-{os.getpid()}-{serial}"
+        from .agent import Agent
+        agent = Agent(runtime, rank, conninfo=conninfo).start()
+    except PipeFillError as error:
+        warnings.warn(f"pipefill: {_db.ENV_CONNECTION} is set but this runtime did not join the "
+                      f"fill-job service: {error.message}", RuntimeWarning, stacklevel=3)
+        return None
+    _log.info("pipefill: rank %s joined the fill-job service at %s (%s); its agent thread "
+              "connects and claims work in the background", rank, _db.describe(options),
+              _db.ENV_CONNECTION)
+    return agent
