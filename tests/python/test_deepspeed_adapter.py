@@ -58,14 +58,21 @@ def test_every_blocking_receive_is_one_bubble(runs):
             assert r["engine"] == "PipelineEngine"
             assert r["receives_per_batch"] == [MICRO_BATCHES] * STEPS, r["rank"]
             assert r["kinds"] == r["expected_kinds"], r["rank"]  # from TrainSchedule's order
-        else:  # DualPipeVEngine: the CommitP2P batches that carry receives
+        else:  # DualPipeVEngine: the receive handles its CommitP2P batches wait, one by one
             assert r["engine"] == "DualPipeVEngine"
             assert r["receives_per_batch"][0] > 0
             assert r["receives_per_batch"] == [r["receives_per_batch"][0]] * STEPS, r["rank"]
+            assert r["commit_receive_handles"] == sum(r["receives_per_batch"]), r["rank"]
+            assert sum(r["receives_per_batch"]) >= r["commits_with_receives"] > 0, r["rank"]
+        assert r["comm_restored"], r["rank"]  # DualPipeV's dist global is deepspeed.comm again
         assert r["batch_bubbles"] == r["receives_per_batch"], r["rank"]
         assert r["runtime_bubbles"] == sum(r["receives_per_batch"]), r["rank"]
         assert r["iterations"] == STEPS  # every train_batch ended an iteration
         assert not r["in_bubble_after"] and r["errors"] == [] and r["bubble_failures"] == 0
+    if pipe == "dualpipev":
+        # Commits that wait several receive handles exist, so one bubble per commit would not
+        # pass the equality above.
+        assert any(sum(r["receives_per_batch"]) > r["commits_with_receives"] for r in results)
 
 
 def test_optimizer_step_is_a_bubble_only_when_asked(runs):
