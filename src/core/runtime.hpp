@@ -78,6 +78,8 @@ class Runtime {
   // False when index is out of range; `out` is this layout's struct (size set).
   bool class_stats(size_t index, pfClassStats_t* out);
   pfResult_t write_trace(const char* path);
+  // pfRuntimeSetSliceObserver (host backend only; fn nullptr removes).
+  pfResult_t set_slice_observer(pfSliceObserverFn fn, void* user);
   pfResult_t async_error() const { return state_.async_error.load(); }
   pfResult_t create_high_priority_stream(void** stream);
   pfResult_t destroy_stream(void* stream);
