@@ -363,15 +363,16 @@ SliceLauncher::Launched SliceLauncher::launch(RuntimeState& s, BubbleRecord& bub
   if (r != pfSuccess) return not_queued(r, "waiting for the begin event");
   const uint64_t first_item_hint =
       job.kind == pfJobOpaque ? job.next_opaque_item : job.items_completed + job.items_in_flight;
-  // The slice observer's start call runs once the bubble began, before the slice's work.
+  r = device_.record_event(resources_.slice_start_events[slot], fill);
+  if (r != pfSuccess) return not_queued(r, "recording the slice start");
+  // The slice observer's start call runs once the bubble began, before the slice's work. Queued
+  // last before the callback: no failure after it can leave it queued with its slot still free.
   const auto [start_call, end_call] = prepare_observer_calls(s, slot, job_ptr, bubble.id, stream,
                                                              first_item_hint, plan.items);
   if (start_call != nullptr) {
     r = device_.host_func(fill, &run_observer_call, start_call);
     if (r != pfSuccess) return not_queued(r, "queuing the slice observer's start call");
   }
-  r = device_.record_event(resources_.slice_start_events[slot], fill);
-  if (r != pfSuccess) return not_queued(r, "recording the slice start");
 
   pfSliceDesc_t slice{};
   slice.job = job.handle;

@@ -3,7 +3,7 @@
 A real pipeline (torch.distributed.pipelining 1F1B over gloo, 2 ranks, pipefill.torch, the
 host backend, a graph fill job) under torch.profiler recording every thread: each rank's
 exported trace has one ``fill slice <job>`` range per slice the runtime launched (its own
-count), on the fill threads, each starting inside a ``bubble`` range of that rank, and
+count), on the fill threads, each starting at or after the start of its bubble's range, and
 pipefill-analyze reads them as that process's fill work. Without a profiler that covers every
 thread, or on the simulated backend, the runtime says once why no slice is in the trace.
 """
@@ -63,23 +63,37 @@ def test_every_launched_slice_is_a_range_in_the_torch_trace(pipeline):
     assert sum(r["slices_launched"] for r in results) > 0
 
 
-def test_each_slice_range_starts_inside_a_bubble_range_of_its_rank(pipeline):
+def test_each_slice_range_starts_in_its_bubble_on_a_fill_thread(pipeline):
+    """The torch ranges matched one to one, in start order, with the slices of the runtime's own
+    trace (which name their bubble): each range is on a fill stream's thread and starts at or
+    after the start of its bubble's range (the k-th bubble range is bubble id k: one runtime,
+    one training thread). Only that order is structural: the slice waits for its bubble's begin,
+    which follows the range's start. When a slice starts (the executor's reaction, the GIL for
+    the call) and when it ends (its last item) are real-time figures a loaded machine stretches,
+    so they are printed, not asserted."""
     tmp, results = pipeline
     for rank in range(WORLD):
         bubbles, slices = _spans(tmp / f"torch-rank{rank}.json")
+        own = json.loads((tmp / f"pipefill-rank{rank}.json").read_text())["traceEvents"]
+        own_slices = sorted((e["ts"], e["args"]["bubble"], e["args"]["items"]) for e in own
+                            if e.get("ph") == "X" and e.get("cat") == "fill")
         bubble_threads = {b["tid"] for b in bubbles}
-        intervals = sorted((b["ts"], b["ts"] + b["dur"]) for b in bubbles)
-        for s in slices:
-            # On a fill stream's thread, not the training thread that marks the bubbles.
+        bubble_starts = sorted(b["ts"] for b in bubbles)
+        ranges = sorted(slices, key=lambda e: e["ts"])
+        assert len(ranges) == len(own_slices)
+        for s, (_, bubble_id, items) in zip(ranges, own_slices):
             assert s["tid"] not in bubble_threads, s
-            # A slice waits for its bubble's begin, which follows the bubble range's start; its
-            # end may pass the bubble's (the gate stops it after the item in progress).
-            assert any(begin <= s["ts"] <= end for begin, end in intervals), (rank, s)
+            bubble_start = bubble_starts[bubble_id - 1]
+            assert s["ts"] >= bubble_start, (rank, bubble_id, s)
+            print(f"rank {rank} bubble {bubble_id}: slice range starts "
+                  f"{s['ts'] - bubble_start:.0f} us after the bubble range, lasts "
+                  f"{s['dur']:.0f} us, {items} items")
 
 
 def test_pipefill_analyze_reads_the_slice_ranges_as_fill(pipeline):
     analyzer = _analyzer()
     tmp, results = pipeline
+    in_bubbles = []
     for rank, r in enumerate(results):
         _, slices = _spans(tmp / f"torch-rank{rank}.json")
         done = subprocess.run([str(analyzer), str(tmp / f"torch-rank{rank}.json"), "--json", "-"],
@@ -88,8 +102,9 @@ def test_pipefill_analyze_reads_the_slice_ranges_as_fill(pipeline):
         (device,) = json.loads(done.stdout)["devices"]
         assert device["device"] == r["pid"] and device["explicit_bubbles"] is True
         assert device["fill_kernels"] == len(slices), rank
-        if slices:
-            assert device["fill_in_bubbles_us"] > 0.0, rank
+        in_bubbles.append(device["fill_in_bubbles_us"])
+    # Fill liveness over the ranks: some slice range overlaps a bubble range.
+    assert sum(in_bubbles) > 0.0, in_bubbles
 
 
 def _one_bubble_run(rt: "pf.Runtime", profile_kwargs: dict) -> list:
