@@ -130,7 +130,7 @@ class SliceTracking:
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
-            warnings.warn(message, RuntimeWarning, stacklevel=5)
+            warnings.warn(message, RuntimeWarning, stacklevel=6)  # the user's bubble call
 
     def before_bubble(self) -> None:
         torch = sys.modules.get("torch")
