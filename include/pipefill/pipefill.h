@@ -588,9 +588,11 @@ typedef struct pfSliceEvent_t {
 typedef void (*pfSliceObserverFn)(void* user, const pfSliceEvent_t* event);
 
 /* Sets (fn != NULL) or removes (fn NULL) the slice observer; slices launched afterwards call it
- * twice each. The observer runs on a fill stream's thread and the fill stream waits for it: it
- * must return soon and call nothing of the runtime. `user` must stay valid until the runtime was
- * synchronized (pfRuntimeSynchronize) after a removal. Host backend only: pfErrorNotSupported
+ * twice each (also a slice whose launch callback failed: it ran nothing; a device error that
+ * drops a slice's tail drops its end call). The observer runs on a fill stream's thread and the
+ * fill stream waits for it: it must return soon and call nothing of the runtime. `user` must
+ * stay valid until the runtime was synchronized (pfRuntimeSynchronize) after a removal, or
+ * destroyed. Host backend only: pfErrorNotSupported
  * on the others, naming the backend (CUDA: fill kernels are in the profiler's GPU trace through
  * CUPTI already; simulated: slices run in virtual time, inside pfSimRunUntilIdle). */
 PF_API pfResult_t pfRuntimeSetSliceObserver(pfRuntime_t runtime, pfSliceObserverFn fn,
