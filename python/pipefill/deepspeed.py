@@ -47,9 +47,8 @@ A failed bubble instruction never stops training: it is counted in
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional
-
 import threading
+from typing import Any, Callable, Dict, List, Optional
 
 from . import BubbleKind, Runtime
 from ._bubbles import (BubbleEmitter, BubbleRequest, EmitterCounters, OpenBubble, _RequestGroup,
@@ -121,6 +120,8 @@ def _dualpipev_problems(engine_class: type) -> List[str]:
     import importlib
     problems: List[str] = []
     commit = getattr(engine_class, "_exec_commit_p2p", None)
+    if not callable(commit):
+        return ["_exec_commit_p2p is missing"]
     names = getattr(getattr(commit, "__code__", None), "co_names", ())
     for name in ("batch_isend_irecv", "wait", "_p2p_ops"):
         if name not in names:

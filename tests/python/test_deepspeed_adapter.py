@@ -152,6 +152,48 @@ def test_refuses_an_engine_whose_instruction_map_lacks_the_receives():
             pfds.instrument(OldEngine.__new__(OldEngine), rt)
 
 
+def test_refuses_a_dualpipev_engine_whose_commit_posts_differently():
+    from deepspeed.runtime.pipe.dualpipev import DualPipeVEngine
+
+    class ChangedCommit(DualPipeVEngine):
+        def _exec_commit_p2p(self):  # waits some other way: no batch_isend_irecv to hook
+            for op in self._p2p_ops:
+                op.tensor.zero_()
+
+        def __init__(self):
+            pass
+
+    with pf.Runtime(backend="sim") as rt:
+        with pytest.raises(RuntimeError, match="ChangedCommit of DeepSpeed 0.19.8: "
+                                               "_exec_commit_p2p does not refer to "
+                                               "batch_isend_irecv; _exec_commit_p2p does not "
+                                               "refer to wait"):
+            pfds.instrument(ChangedCommit.__new__(ChangedCommit), rt)
+
+
+def test_dualpipev_proxy_lives_as_long_as_the_handles():
+    import deepspeed.comm
+    from deepspeed.runtime.pipe import dualpipev
+    engines = [dualpipev.DualPipeVEngine.__new__(dualpipev.DualPipeVEngine) for _ in range(2)]
+    with pf.Runtime(backend="sim") as rt:
+        first = pfds.instrument(engines[0], rt)
+        proxy = dualpipev.dist
+        assert proxy is not deepspeed.comm
+        assert proxy.get_rank is deepspeed.comm.get_rank  # everything else passes through
+        second = pfds.instrument(engines[1], rt)
+        assert dualpipev.dist is proxy  # one proxy for both handles
+        first.remove()
+        assert dualpipev.dist is proxy  # the second handle still needs it
+        dualpipev.dist = "replaced by someone else"
+        with pytest.raises(RuntimeError, match="dualpipev.dist is now"):
+            second.remove()  # refused: nothing touched
+        assert type(engines[1]) is not dualpipev.DualPipeVEngine
+        dualpipev.dist = proxy
+        second.remove()
+        assert dualpipev.dist is deepspeed.comm
+        assert type(engines[1]) is dualpipev.DualPipeVEngine
+
+
 def bare_engine():
     """A PipelineEngine object without DeepSpeed's initialisation: enough for the class-level
     parts of the adapter (instrument / remove), no training."""
