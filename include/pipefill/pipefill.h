@@ -582,6 +582,40 @@ typedef struct pfMemoryInfo_t {
  * thread that has a bubble open. */
 PF_API pfResult_t pfRuntimeGetMemoryInfo(pfRuntime_t runtime, pfMemoryInfo_t* info);
 
+/* ---- Fill-slice observer (a framework profiler's view of the fill slices) ----------------- */
+/* So that fill slices appear in a framework's own profiler (torch.profiler: a record_function
+ * range on the thread that runs them, python/pipefill/_profiler.py), the real-time host backend
+ * calls an observer on the fill stream's thread when each slice starts (after its bubble's
+ * begin, before its work) and when it ends (after its work, before the runtime's end record,
+ * so the slice is harvested only once the end call returned). */
+typedef enum pfSlicePhase_t {
+  pfSliceStart = 0,
+  pfSliceEnd = 1
+} pfSlicePhase_t;
+
+typedef struct pfSliceEvent_t {
+  size_t size;          /* sizeof(pfSliceEvent_t) of the library: read no field beyond it */
+  int phase;            /* pfSlicePhase_t */
+  int fill_stream;      /* index of the fill stream (pfRuntimeGetFillStreams order) */
+  uint64_t bubble_id;   /* the bubble the slice fills (ids as in pfTraceWrite's trace) */
+  uint64_t first_item;  /* the job's next item when the slice was launched (a hint) */
+  uint64_t max_items;   /* the slice's item budget */
+  const char* job_name; /* valid during the call only */
+} pfSliceEvent_t;
+
+typedef void (*pfSliceObserverFn)(void* user, const pfSliceEvent_t* event);
+
+/* Sets (fn != NULL) or removes (fn NULL) the slice observer; slices launched afterwards call it
+ * twice each (also a slice whose launch callback failed: it ran nothing; a device error that
+ * drops a slice's tail drops its end call). The observer runs on a fill stream's thread and the
+ * fill stream waits for it: it must return soon and call nothing of the runtime. `user` must
+ * stay valid until the runtime was synchronized (pfRuntimeSynchronize) after a removal, or
+ * destroyed. Host backend only: pfErrorNotSupported
+ * on the others, naming the backend (CUDA: fill kernels are in the profiler's GPU trace through
+ * CUPTI already; simulated: slices run in virtual time, inside pfSimRunUntilIdle). */
+PF_API pfResult_t pfRuntimeSetSliceObserver(pfRuntime_t runtime, pfSliceObserverFn fn,
+                                            void* user);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Simulated backend: drive a whole simulated pipeline from C                                  */
 /* ------------------------------------------------------------------------------------------ */

@@ -542,10 +542,20 @@ class Runtime:
 
     def _begin(self, stream: int, kind: int, label: Optional[str], expected_us: float,
                lent_bytes: int, lent_memory: int) -> None:
-        self._native.bubble_begin(stream, kind, label, expected_us, lent_bytes, lent_memory)
+        # Before the begin: it (inline launch mode) or the executor right after it launches the
+        # bubble's slices, whose profiler ranges need the slice observer in place (_profiler).
+        _profiler.before_bubble(self)
+        # The range opens first: a slice (and its fill-slice range) starts only after the begin,
+        # so it always starts inside its bubble's range. A begin that fails closes it at once.
         key = label if label else f"#{self._bubble_index}"
+        scope = _profiler.open_range(key)
+        try:
+            self._native.bubble_begin(stream, kind, label, expected_us, lent_bytes, lent_memory)
+        except BaseException:
+            _profiler.close_range(scope)
+            raise
         self._bubble_index += 1
-        self._profiler_scope = _profiler.open_range(key)
+        self._profiler_scope = scope
 
     def _end(self, stream: int) -> None:
         scope, self._profiler_scope = self._profiler_scope, None

@@ -25,10 +25,19 @@ before the batch's first ``BackwardPass`` is WARMUP, a ``RecvGrad`` after the ba
 ``ReduceGrads``, ``OptimizerStep``) are one bubble of kind OPTIMIZER (the runtime leaves those
 unfilled unless its ``fill_optimizer_bubbles`` is set).
 
-``DualPipeVEngine`` (DeepSpeed 0.19) queues its receives and waits for them in one
-``CommitP2P`` instruction (``batch_isend_irecv`` then ``wait()`` on each request); there a
-commit that carries receives is one bubble (the waits of one batch end together; NCCL returns
-one coalesced request for the batch anyway).
+``DualPipeVEngine`` (DeepSpeed 0.19) only queues its receives in ``RecvActivation`` /
+``RecvGrad`` and posts them in one ``CommitP2P`` instruction (``_exec_commit_p2p``:
+``dist.batch_isend_irecv(self._p2p_ops)``, then ``req.wait()`` on each returned request in
+turn). There each receive handle's wait is its own bubble: while the handle lives, the
+``dist`` global of ``deepspeed.runtime.pipe.dualpipev`` (the ``deepspeed.comm`` module) is a
+pass-through proxy whose ``batch_isend_irecv`` calls ``deepspeed.comm.batch_isend_irecv``
+and, only inside an instrumented engine's ``CommitP2P``, returns the receive requests wrapped
+so that each ``wait()`` is a bubble (send requests untouched). When the requests cannot be
+matched to the queued ops (a backend that coalesces the batch into fewer requests, as NCCL
+does), every wait of the batch is one bubble, begun at the first and ended after the last:
+one coalesced handle waited is one bubble. :func:`check_engine` verifies that
+``_exec_commit_p2p`` still calls ``batch_isend_irecv`` and ``wait`` by name and that the
+module has its ``dist`` global.
 
 Streams: CUDA: the current torch stream at each receive (DeepSpeed's compute stream); the
 simulated and host backends: a high-priority stream of the runtime (no ``torch.cuda`` call is
@@ -38,10 +47,12 @@ A failed bubble instruction never stops training: it is counted in
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Dict, List, Optional
 
 from . import BubbleKind, Runtime
-from ._bubbles import BubbleEmitter, EmitterCounters, OpenBubble
+from ._bubbles import (BubbleEmitter, BubbleRequest, EmitterCounters, OpenBubble, _RequestGroup,
+                       wrap_requests)
 
 TESTED_DEEPSPEED = ("0.19.8",)
 """DeepSpeed versions the adapter was run against (tests/python/test_deepspeed_adapter.py)."""
@@ -94,11 +105,90 @@ def check_engine(engine: Any) -> Any:
     for name in ("train_batch", "_exec_schedule"):
         if not callable(getattr(engine, name, None)):
             problems.append(f"{name} is missing")
+    commit = getattr(schedule, "CommitP2P", None)
+    if not problems and commit is not None and commit in table:
+        problems.extend(_dualpipev_problems(type(engine)))
     if problems:
         raise RuntimeError(f"pipefill.deepspeed cannot instrument {type(engine).__name__} of "
                            f"DeepSpeed {_deepspeed_version()}: " + "; ".join(problems)
                            + f" (tested: {', '.join(TESTED_DEEPSPEED)})")
     return schedule
+
+
+def _dualpipev_problems(engine_class: type) -> List[str]:
+    """What DualPipeVEngine's per-handle bubbles rely on and the engine class lacks."""
+    import importlib
+    problems: List[str] = []
+    commit = getattr(engine_class, "_exec_commit_p2p", None)
+    if not callable(commit):
+        return ["_exec_commit_p2p is missing"]
+    names = getattr(getattr(commit, "__code__", None), "co_names", ())
+    for name in ("batch_isend_irecv", "wait", "_p2p_ops"):
+        if name not in names:
+            problems.append(f"_exec_commit_p2p does not refer to {name}")
+    module = importlib.import_module(_commit_module(engine_class))
+    if not callable(getattr(getattr(module, "dist", None), "batch_isend_irecv", None)):
+        problems.append(f"{module.__name__}.dist.batch_isend_irecv is missing")
+    return problems
+
+
+def _commit_module(engine_class: type) -> str:
+    """The module whose code runs the engine's CommitP2P (its ``dist`` global is used)."""
+    commit = getattr(engine_class, "_exec_commit_p2p")
+    return commit.__module__
+
+
+class _CommProxy:
+    """Stands for ``deepspeed.comm`` as the ``dist`` global of DualPipeV's module while a handle
+    lives: every attribute is the real module's; ``batch_isend_irecv`` calls the real one
+    (looked up at each call) and, inside an instrumented commit on this thread, wraps the
+    receive requests (:meth:`EngineBubbles._wrap_commit_requests`)."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self._current = threading.local()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def batch_isend_irecv(self, p2p_op_list: Any, *args: Any, **kwargs: Any) -> Any:
+        requests = self._real.batch_isend_irecv(p2p_op_list, *args, **kwargs)
+        adapter = getattr(self._current, "adapter", None)
+        if adapter is None:
+            return requests
+        return adapter._wrap_commit_requests(list(p2p_op_list), requests)
+
+
+_PROXIES: Dict[str, List[Any]] = {}  # module name -> [proxy, real dist, handles using it]
+_PROXY_LOCK = threading.Lock()
+
+
+def _install_proxy(module_name: str) -> _CommProxy:
+    import importlib
+    with _PROXY_LOCK:
+        entry = _PROXIES.get(module_name)
+        if entry is None:
+            module = importlib.import_module(module_name)
+            proxy = _CommProxy(module.dist)
+            entry = _PROXIES[module_name] = [proxy, module.dist, 0]
+            module.dist = proxy
+        entry[2] += 1
+        return entry[0]
+
+
+def _release_proxy(module_name: str) -> None:
+    import importlib
+    with _PROXY_LOCK:
+        entry = _PROXIES[module_name]
+        module = importlib.import_module(module_name)
+        if entry[2] == 1 and module.dist is not entry[0]:
+            raise RuntimeError(f"pipefill.deepspeed: {module_name}.dist is now "
+                               f"{module.dist!r}, not the proxy instrument() set; remove the "
+                               "later change first")
+        entry[2] -= 1
+        if entry[2] == 0:
+            module.dist = entry[1]
+            del _PROXIES[module_name]
 
 
 class EngineBubbles(EmitterCounters):
@@ -127,7 +217,16 @@ class EngineBubbles(EmitterCounters):
         self._micro_batches = 0
         self._optimizer_bubble: Optional[OpenBubble] = None
         self._original_class = type(engine)
+        self._proxy: Optional[_CommProxy] = None
+        self._proxy_module = ""
+        self.commit_receive_handles = 0
+        """DualPipeVEngine: receive requests returned to an instrumented CommitP2P (each one's
+        wait a bubble; with a coalescing backend, the batch's requests)."""
+        self._uses_commit = False
         self._class = self._make_class(schedule)
+        if self._uses_commit:
+            self._proxy_module = _commit_module(self._original_class)
+            self._proxy = _install_proxy(self._proxy_module)
         engine.__class__ = self._class
         self._installed = True
 
@@ -139,6 +238,7 @@ class EngineBubbles(EmitterCounters):
         if commit is not None and commit in table:
             # DualPipeVEngine: RecvActivation / RecvGrad only queue; CommitP2P waits.
             table[commit] = self._commit(table[commit])
+            self._uses_commit = True
         else:
             for name in ("RecvActivation", "RecvGrad"):
                 cls = getattr(schedule, name)
@@ -187,12 +287,36 @@ class EngineBubbles(EmitterCounters):
 
         def commit(engine: Any, *args: Any, **kwargs: Any) -> Any:
             ops = getattr(engine, "_p2p_ops", None) or []
-            if not any(_is_receive(op) for op in ops):
+            proxy = adapter._proxy
+            if proxy is None or not any(_is_receive(op) for op in ops):
                 return original(engine, *args, **kwargs)
-            return adapter.emitter.around(lambda: original(engine, *args, **kwargs),
-                                          BubbleKind.OTHER)
+            # The requests this commit posts come back through the proxy, which wraps the
+            # receive ones for this thread only.
+            outer = getattr(proxy._current, "adapter", None)
+            proxy._current.adapter = adapter
+            try:
+                return original(engine, *args, **kwargs)
+            finally:
+                proxy._current.adapter = outer
         commit.__wrapped__ = original  # type: ignore[attr-defined]
         return commit
+
+    def _wrap_commit_requests(self, ops: List[Any], requests: Any) -> Any:
+        """The requests of a CommitP2P's batch, each receive request's wait a bubble of its own
+        (matched to the queued ops in order); when the backend returned fewer requests than
+        ops (coalesced), all the batch's waits are one bubble."""
+        listed = list(requests) if isinstance(requests, (list, tuple)) else None
+        if listed is None or len(listed) != len(ops):
+            self.commit_receive_handles += len(listed) if listed is not None else 1
+            return wrap_requests(requests, self.emitter, kind=BubbleKind.OTHER)
+        wrapped = []
+        for op, request in zip(ops, listed):
+            if _is_receive(op):
+                self.commit_receive_handles += 1
+                request = BubbleRequest(request, _RequestGroup(self.emitter, 1, BubbleKind.OTHER,
+                                                               None))
+            wrapped.append(request)
+        return type(requests)(wrapped)
 
     def _optimizer(self, original: Callable[..., Any], *, last: bool) -> Callable[..., Any]:
         adapter = self
@@ -243,6 +367,9 @@ class EngineBubbles(EmitterCounters):
             raise RuntimeError(f"pipefill.deepspeed: the engine's class is now "
                                f"{type(self.engine).__qualname__}, not the one instrument() set; "
                                "remove the later change first")
+        if self._proxy is not None:
+            _release_proxy(self._proxy_module)  # raises (nothing touched) if replaced since
+            self._proxy = None
         self.engine.__class__ = self._original_class
         self._installed = False
 

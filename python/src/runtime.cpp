@@ -72,6 +72,13 @@ void bind_runtime(nb::module_& m) {
       .def("memory_info", &Runtime::memory_info,
            "pfRuntimeGetMemoryInfo as a dict (arena and device bytes, measured now).")
       .def("write_trace", &Runtime::write_trace, "path"_a, "pfTraceWrite (GIL released).")
+      .def("set_slice_observer", &Runtime::set_slice_observer, "fn"_a.none(),
+           "pfRuntimeSetSliceObserver: fn(phase, job_name, bubble_id, fill_stream, first_item, "
+           "max_items) on the fill stream's thread (host backend); None removes it.")
+      .def("slice_observer_error", &Runtime::slice_observer_error,
+           "The current slice observer's first exception (later calls skipped), or None.")
+      .def("slice_observer_calls", &Runtime::slice_observer_calls,
+           "Calls of the current slice observer that returned normally.")
       .def("create_sim_ticket_job", &Runtime::create_sim_ticket_job, "name"_a, "priority"_a,
            "items"_a, "item_cost_us"_a, "parallelism"_a, "resident_bytes"_a,
            "workspace_bytes_per_item"_a, "configs"_a, "kind"_a, "fail_at_slice"_a,

@@ -8,6 +8,7 @@
 
 #include "common.hpp"
 #include "jobs.hpp"
+#include "slice_observer.hpp"
 #include "sim_world.hpp"
 
 namespace pfpy {
@@ -51,8 +52,13 @@ class Runtime {
   }
 
   void close() {
-    nb::gil_scoped_release release;
-    close_core(/*raise_errors=*/true);
+    {
+      nb::gil_scoped_release release;
+      close_core(/*raise_errors=*/true);
+    }
+    // The runtime is gone, so no observer call is left: drop the callables (and their cycles).
+    current_observer_.reset();
+    observers_.clear();
   }
   bool closed() {
     std::shared_lock<std::shared_mutex> lock(core_->life.mutex);
@@ -235,6 +241,35 @@ class Runtime {
     Use use(core_->life, "Runtime");
     check(pfTraceWrite(core_->runtime, path.c_str()));
   }
+  // pfRuntimeSetSliceObserver with a Python callable (None removes it). Every observer set is
+  // kept until the runtime object goes (calls already queued on a fill stream may still run).
+  void set_slice_observer(nb::object fn) {
+    Use use(core_->life, "Runtime");
+    if (fn.is_none()) {
+      check(pfRuntimeSetSliceObserver(core_->runtime, nullptr, nullptr));
+      current_observer_ = nullptr;
+      return;
+    }
+    if (!PyCallable_Check(fn.ptr())) {
+      throw CallError{static_cast<int>(pfErrorInvalidArgument),
+                      "Runtime.set_slice_observer: fn is not callable (a " +
+                          std::string(nb::type_name(fn.type()).c_str()) + ")"};
+    }
+    auto observer = std::make_shared<PySliceObserver>();
+    observer->fn = std::move(fn);
+    check(pfRuntimeSetSliceObserver(core_->runtime, &PySliceObserver::observe, observer.get()));
+    observers_.push_back(observer);
+    current_observer_ = std::move(observer);
+  }
+  // The first exception of the current observer (its later calls were skipped), or None.
+  std::optional<std::string> slice_observer_error() {
+    if (current_observer_ == nullptr || !current_observer_->failed.load()) return std::nullopt;
+    std::lock_guard<std::mutex> lock(current_observer_->mutex);
+    return current_observer_->error;
+  }
+  uint64_t slice_observer_calls() {
+    return current_observer_ != nullptr ? current_observer_->calls.load() : 0;
+  }
 
   // Job factories (defined in jobs.cpp).
   // configs: (name, item_cost_us, parallelism, resident_bytes, workspace_bytes_per_item,
@@ -266,6 +301,8 @@ class Runtime {
   }
 
  private:
+  std::vector<std::shared_ptr<PySliceObserver>> observers_;  // every one set (see above)
+  std::shared_ptr<PySliceObserver> current_observer_;
   Job attach(std::shared_ptr<JobCore> job) {
     std::lock_guard<std::mutex> lock(core_->jobs_mutex);
     core_->jobs.erase(std::remove_if(core_->jobs.begin(), core_->jobs.end(),

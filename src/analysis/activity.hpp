@@ -67,4 +67,9 @@ inline constexpr int kHostDevice = -1;
 inline constexpr const char* kBubbleMarkerPrefix = "bubble ";
 bool is_bubble_marker(const ActivityRecord& record);
 
+// A CPU range whose name starts with this is a fill slice PipeFill ran ("fill slice <job name>"): what
+// pipefill._profiler puts into a torch.profiler trace on the host backend (a user_annotation on
+// the fill stream's thread), read as fill activity of the process, next to its bubble markers.
+inline constexpr const char* kFillSpanPrefix = "fill slice ";
+
 }  // namespace pipefill

@@ -71,6 +71,9 @@ EventClass classify_complete(const JsonField& cat_field, std::string_view name,
       // _profiler.py): bubble markers of the process (pid as the device), like PipeFill's own
       // trace, so a CPU-only torch trace has its bubbles too.
       if (name.starts_with(kBubbleMarkerPrefix)) return EventClass::DeviceMarker;
+      // Its fill slices (host backend, "fill slice <job>" on a fill stream thread): fill activity
+      // of the same process, so they are measured against those bubbles.
+      if (name.starts_with(kFillSpanPrefix)) return EventClass::Fill;
       return EventClass::HostMarker;
     }
   }

@@ -463,4 +463,13 @@ PF_API pfResult_t pfTraceWrite(pfRuntime_t runtime, const char* path) {
   });
 }
 
+PF_API pfResult_t pfRuntimeSetSliceObserver(pfRuntime_t runtime, pfSliceObserverFn fn,
+                                            void* user) {
+  return guarded(__func__, [&] {
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfRuntimeSetSliceObserver", &rt));
+    return rt->set_slice_observer(fn, user);
+  });
+}
+
 }  // extern "C"

@@ -24,6 +24,7 @@ struct SliceTail {
   const uint64_t* cursor = nullptr;
   size_t slot = 0;                 // slice slot: host word and end event
   uint64_t sequence = 0;           // the slice's SliceRecord::sequence
+  void* observer_end_call = nullptr;  // the slice observer's end call (SliceObserverCall), if any
 };
 
 // The tails of the open bubble (at most one slice per fill stream), kept by the tracker between

@@ -233,6 +233,25 @@ pfResult_t Runtime::write_trace(const char* path) {
   return write_text_file(path, text);
 }
 
+pfResult_t Runtime::set_slice_observer(pfSliceObserverFn fn, void* user) {
+  // Other backends have no thread a slice runs on in real time that an observer could annotate:
+  // CUDA's fill kernels reach profilers through CUPTI, the simulator's run in virtual time.
+  if (device_->backend() != pfBackendHost) {
+    return fail(pfErrorNotSupported,
+                "pfRuntimeSetSliceObserver: the slice observer needs the host backend (the "
+                "runtime's is the {}): CUDA fill kernels are in a profiler's GPU trace through "
+                "CUPTI, simulated slices run in virtual time",
+                device_->name());
+  }
+  MutexLock lock(state_.mu);
+  // Made at the first observer, before any slice can use them (never resized afterwards).
+  if (fn != nullptr && state_.observer_calls.empty()) {
+    state_.observer_calls.resize(2 * options_.slice_slots);
+  }
+  state_.slice_observer = SliceObserver{fn, fn != nullptr ? user : nullptr};
+  return pfSuccess;
+}
+
 pfResult_t Runtime::create_high_priority_stream(void** stream) {
   int lowest = 0, highest = 0;
   PF_TRY(device_->priority_range(&lowest, &highest));

@@ -81,6 +81,8 @@ class Runtime {
   // set). pfErrorInvalidState on a thread with a bubble open: the device query may block.
   pfResult_t memory_info(pfMemoryInfo_t* out);
   pfResult_t write_trace(const char* path);
+  // pfRuntimeSetSliceObserver (host backend only; fn nullptr removes).
+  pfResult_t set_slice_observer(pfSliceObserverFn fn, void* user);
   pfResult_t async_error() const { return state_.async_error.load(); }
   pfResult_t create_high_priority_stream(void** stream);
   pfResult_t destroy_stream(void* stream);

@@ -95,6 +95,21 @@ struct ClassCounters {
   std::array<uint64_t, PF_SKIP_CAUSE_COUNT> skips{};
 };
 
+// pfRuntimeSetSliceObserver's observer, and what one of its calls passes (slice_launcher.cpp).
+struct SliceObserver {
+  pfSliceObserverFn fn = nullptr;
+  void* user = nullptr;
+};
+// One observer call queued on a fill stream: filled under the state lock when the slice is
+// launched, read by the fill stream's thread when the call runs. Two per slice slot (start, end)
+// made at creation, so a launch allocates nothing; a slot is reused only after its slice was
+// harvested, which waits for the end call (it runs before the slice's end event).
+struct SliceObserverCall {
+  SliceObserver observer;
+  pfSliceEvent_t event{};
+  std::shared_ptr<JobState> job;  // keeps job_name valid (the slice record keeps it too)
+};
+
 // A bubble whose Begin message the executor handled, until it is harvested.
 struct BubbleRecord {
   uint64_t id = 0;
@@ -142,6 +157,10 @@ struct RuntimeState {
   std::vector<ClassCounters> classes GUARDED_BY(mu);  // in order of their first harvest
   std::unordered_map<std::string, size_t> class_index GUARDED_BY(mu);  // key -> classes[i]
   TraceRecords trace GUARDED_BY(mu);
+  SliceObserver slice_observer GUARDED_BY(mu);
+  // [2 * slot]: the start call of the slice in that slot, [2 * slot + 1]: its end call. Sized
+  // at creation; each entry is written under the lock at launch and read on the fill stream.
+  std::vector<SliceObserverCall> observer_calls;
   uint64_t calibration_iteration GUARDED_BY(mu) = 0;
   bool calibration_available GUARDED_BY(mu) = true;
 

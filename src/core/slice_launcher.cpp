@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <utility>
 
 #include "common/callback_scope.hpp"
 #include "common/error.hpp"
@@ -299,6 +300,39 @@ int SliceLauncher::launch_slice_work(const JobState& job, const pfSliceDesc_t& s
   return result;
 }
 
+namespace {
+
+// A queued pfRuntimeSetSliceObserver call, run by the fill stream's thread.
+void run_observer_call(void* user) {
+  const SliceObserverCall& call = *static_cast<const SliceObserverCall*>(user);
+  call.observer.fn(call.observer.user, &call.event);
+}
+
+// Fills the slot's start and end calls for a slice about to be launched; returns them, or
+// {nullptr, nullptr} when no observer is set.
+std::pair<SliceObserverCall*, SliceObserverCall*> prepare_observer_calls(
+    RuntimeState& s, size_t slot, const std::shared_ptr<JobState>& job, uint64_t bubble_id,
+    int stream, uint64_t first_item, uint64_t max_items) REQUIRES(s.mu) {
+  if (s.slice_observer.fn == nullptr) return {nullptr, nullptr};
+  SliceObserverCall* calls = &s.observer_calls[2 * slot];
+  for (int phase : {pfSliceStart, pfSliceEnd}) {
+    SliceObserverCall& call = calls[phase];
+    call.observer = s.slice_observer;
+    call.job = job;
+    call.event = pfSliceEvent_t{};
+    call.event.size = sizeof(pfSliceEvent_t);
+    call.event.phase = phase;
+    call.event.fill_stream = stream;
+    call.event.bubble_id = bubble_id;
+    call.event.first_item = first_item;
+    call.event.max_items = max_items;
+    call.event.job_name = job->name.c_str();
+  }
+  return {&calls[pfSliceStart], &calls[pfSliceEnd]};
+}
+
+}  // namespace
+
 SliceLauncher::Launched SliceLauncher::launch(RuntimeState& s, BubbleRecord& bubble,
                                               const std::shared_ptr<JobState>& job_ptr,
                                               const SlicePlan& plan, int stream,
@@ -327,15 +361,24 @@ SliceLauncher::Launched SliceLauncher::launch(RuntimeState& s, BubbleRecord& bub
   if (r != pfSuccess) return not_queued(r, "zeroing the budget counter");
   r = device_.stream_wait_event(fill, resources_.begin_event(bubble.id));
   if (r != pfSuccess) return not_queued(r, "waiting for the begin event");
+  const uint64_t first_item_hint =
+      job.kind == pfJobOpaque ? job.next_opaque_item : job.items_completed + job.items_in_flight;
   r = device_.record_event(resources_.slice_start_events[slot], fill);
   if (r != pfSuccess) return not_queued(r, "recording the slice start");
+  // The slice observer's start call runs once the bubble began, before the slice's work. Queued
+  // last before the callback: no failure after it can leave it queued with its slot still free.
+  const auto [start_call, end_call] = prepare_observer_calls(s, slot, job_ptr, bubble.id, stream,
+                                                             first_item_hint, plan.items);
+  if (start_call != nullptr) {
+    r = device_.host_func(fill, &run_observer_call, start_call);
+    if (r != pfSuccess) return not_queued(r, "queuing the slice observer's start call");
+  }
 
   pfSliceDesc_t slice{};
   slice.job = job.handle;
   slice.config_index = plan.config_index;
   slice.bubble_id = bubble.id;
-  slice.first_item_hint =
-      job.kind == pfJobOpaque ? job.next_opaque_item : job.items_completed + job.items_in_flight;
+  slice.first_item_hint = first_item_hint;
   slice.max_items = plan.items;
   slice.total_items = job.item_count;
   slice.max_blocks = plan.workers;
@@ -398,11 +441,13 @@ SliceLauncher::Launched SliceLauncher::launch(RuntimeState& s, BubbleRecord& bub
 
   if (tails != nullptr) {
     // Inline mode: the tail comes from pfBubbleEnd, after the gate write (inline_fill.hpp).
-    tails->items[tails->count++] = SliceTail{stream, job.cursor, slot, record.sequence};
+    tails->items[tails->count++] = SliceTail{stream, job.cursor, slot, record.sequence, end_call};
     bubble.slices.push_back(std::move(record));
     return failed ? Launched::No : Launched::Yes;
   }
   r = device_.copy_word_to_host(fill, job.cursor, &resources_.host_words[slot]);
+  // The observer's end call precedes the end event: the slot is reused only after it returned.
+  if (r == pfSuccess && end_call != nullptr) r = device_.host_func(fill, &run_observer_call, end_call);
   // The end event follows the read-back, so a completed end event means the host word is valid.
   if (r == pfSuccess) r = device_.record_event(resources_.slice_end_events[slot], fill);
   if (r != pfSuccess) {
@@ -424,6 +469,9 @@ std::vector<FailedTail> SliceLauncher::enqueue_tails(const SliceTails& tails) {
     const SliceTail& t = tails.items[i];
     const Stream fill = resources_.fill_streams[static_cast<size_t>(t.stream)];
     pfResult_t r = device_.copy_word_to_host(fill, t.cursor, &resources_.host_words[t.slot]);
+    if (r == pfSuccess && t.observer_end_call != nullptr) {
+      r = device_.host_func(fill, &run_observer_call, t.observer_end_call);
+    }
     if (r == pfSuccess) r = device_.record_event(resources_.slice_end_events[t.slot], fill);
     if (r != pfSuccess) failed.push_back(FailedTail{t.slot, last_error_message()});
   }

@@ -16,10 +16,11 @@
 //   write_word(budget_counter, 0)          -- the per-slice claim counter
 //   stream_wait_event(begin_event[k])      -- never before the bubble starts
 //   record slice_start
+//   host function: observer start call     -- only with a slice observer (host backend)
 //   launch_slice_work(...)                 -- the job's launch callback (the kind-specific part)
 //   copy_word_to_host(cursor -> host word of the slice)     } the slice's tail: right after it
-//   record slice_end                       -- done => word valid } (executor mode) or from
-//                                                               } pfBubbleEnd (inline mode)
+//   host function: observer end call       -- (observer only)  } (executor mode) or from
+//   record slice_end                       -- done => word valid } pfBubbleEnd (inline mode)
 //
 // Gated (ticket) work may be sized from the hint's expected duration: the gate bounds it to one
 // item past the bubble end. Ungated (opaque) work only from measured history, and never once the

@@ -204,6 +204,17 @@ class Device {
     return create_stream(lowest, out);
   }
 
+  // ---- Host functions (optional) ---------------------------------------------------------
+  // Enqueues fn(user) on `stream`: it runs on the thread that executes the stream when the stream
+  // reaches it, and what follows on the stream waits for it to return (the host device;
+  // pfRuntimeSetSliceObserver's calls). pfErrorNotSupported (the default) names the device.
+  virtual pfResult_t host_func(Stream stream, void (*fn)(void*), void* user) {
+    (void)stream;
+    (void)fn;
+    (void)user;
+    return fail(pfErrorNotSupported, "the {} runs no host functions on its streams", name());
+  }
+
   // ---- Capabilities (optional) -----------------------------------------------------------
   // Non-null for a device whose clock is driven by the caller (the simulator).
   virtual DrivenClock* driven_clock() { return nullptr; }

@@ -33,6 +33,10 @@ class HostDevice final : public EngineDevice<HostDevice, Engine> {
                                  std::unique_ptr<GraphItems>* out) override;
   pfResult_t launch_graph_items(GraphItems& items, const pfSliceDesc_t& slice,
                                 Stream stream) override;
+  // The engine's host function (pfHostLaunchHostFunc): runs on the stream's thread.
+  pfResult_t host_func(Stream stream, void (*fn)(void*), void* user) override {
+    return engine_->host_func(stream, fn, user);
+  }
 
  private:
   std::shared_ptr<Engine> engine_;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/activity.hpp"
 #include "analysis/bubbles.hpp"
 #include "analysis/chrome_trace.hpp"
 #include "common/error.hpp"
@@ -37,6 +38,41 @@ TEST(TorchProfilerBubbles, BubbleRangesOfATorchTraceAreTheBubbles) {
   std::vector<std::string> labels;
   for (const auto& c : a.classes) labels.push_back(c.label);
   EXPECT_EQ(labels, (std::vector<std::string>{"#0", "#1", "fwd:s1:mb0"}));
+}
+
+// The host backend's fill slices in a torch trace ("fill slice <job>" ranges on the fill stream
+// threads of the same process, python/pipefill/_profiler.py) are fill activity of that process:
+// measured against its bubble ranges, an overrun past a bubble's end counted outside.
+TEST(TorchProfilerBubbles, FillSliceRangesAreFillActivityOfTheProcess) {
+  const std::string json = R"json({"traceEvents": [
+    {"ph": "X", "cat": "user_annotation", "name": "bubble #0", "pid": 4242, "tid": 1, "ts": 100, "dur": 200},
+    {"ph": "X", "cat": "user_annotation", "name": "fill slice mlp", "pid": 4242, "tid": 9, "ts": 120, "dur": 150},
+    {"ph": "X", "cat": "user_annotation", "name": "bubble #1", "pid": 4242, "tid": 1, "ts": 400, "dur": 300},
+    {"ph": "X", "cat": "user_annotation", "name": "fill slice mlp", "pid": 4242, "tid": 9, "ts": 410, "dur": 320},
+    {"ph": "X", "cat": "user_annotation", "name": "fill slice other", "pid": 4242, "tid": 10, "ts": 500, "dur": 100},
+    {"ph": "X", "cat": "user_annotation", "name": "filler range of the user", "pid": 4242, "tid": 1, "ts": 800, "dur": 50}
+  ]})json";
+  ImportedTrace t;
+  ASSERT_EQ(import_chrome_trace(json, "torch.json", ImportOptions{}, &t), pfSuccess)
+      << last_error_message();
+  size_t fills = 0;
+  for (const auto& r : t.records) {
+    if (r.kind == ActivityKind::Fill) {
+      ++fills;
+      EXPECT_EQ(r.device, 4242) << r.name;
+    }
+  }
+  EXPECT_EQ(fills, 3u);
+  DeviceAnalysis a;
+  ASSERT_EQ(analyze_device(t.records, 4242, AnalysisOptions{}, &a), pfSuccess)
+      << last_error_message();
+  EXPECT_TRUE(a.explicit_bubbles);
+  ASSERT_EQ(a.bubbles.size(), 2u);
+  EXPECT_EQ(a.fill_kernels, 3u);
+  EXPECT_DOUBLE_EQ(a.bubbles[0].fill_us, 150.0);
+  EXPECT_DOUBLE_EQ(a.bubbles[1].fill_us, 290.0);  // 410..700 (the union with 500..600)
+  EXPECT_DOUBLE_EQ(a.fill_in_bubbles_us, 440.0);
+  EXPECT_DOUBLE_EQ(a.fill_outside_bubbles_us, 30.0);  // 700..730: the overrun
 }
 
 TEST(TorchProfilerBubbles, OtherUserAnnotationsStayHostMarkers) {

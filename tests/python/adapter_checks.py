@@ -106,6 +106,23 @@ def recording_kinds(runtime, kinds: list) -> None:
     runtime.bubble_begin = recorded
 
 
+def failure_report(runtime, handle, out: dict) -> None:
+    """The end of a failure scenario on a rank whose training raised: whether a bubble was left
+    open, the adapter handle's bubbles and interrupted waits, then the handle removed and
+    whether the runtime closes (refused while a bubble is open) - into `out`."""
+    import pipefill as pf
+    out["in_bubble_after_failure"] = runtime.in_bubble
+    out["bubbles"] = handle.bubbles
+    out["interrupted_waits"] = handle.interrupted_waits
+    handle.remove()
+    try:
+        runtime.close()
+        out["runtime_closed"] = runtime.closed
+    except pf.PipeFillError as error:
+        out["runtime_closed"] = False
+        out["close_error"] = str(error)
+
+
 def identical(a, b) -> bool:
     import torch
     if len(a) != len(b):

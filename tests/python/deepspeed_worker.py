@@ -70,13 +70,16 @@ class ReceiveCounter:
     """Counts the blocking receives DeepSpeed's engine makes, independently of the adapter:
     PipelineEngine: p2p.recv called from _exec_recv_activations / _exec_recv_grads (the
     one-time shape exchange is not counted), by wrapping deepspeed.runtime.pipe.p2p.recv;
-    DualPipeVEngine: batches of deepspeed.comm.batch_isend_irecv that carry a receive (their
-    requests are waited back to back), by wrapping that function."""
+    DualPipeVEngine: the receive requests of deepspeed.comm.batch_isend_irecv whose wait() the
+    engine calls (each counted at its wait; when the backend returns fewer requests than ops,
+    each request of a batch that carries a receive), by wrapping that function and the
+    requests it returns."""
 
     def __init__(self, pipe: str) -> None:
         import deepspeed.comm
         from deepspeed.runtime.pipe import p2p
         self.count = 0
+        self.commits = 0  # DualPipeVEngine: batches that carry a receive
         counter = self
         if pipe == "dualpipev":
             self.module, self.name = deepspeed.comm, "batch_isend_irecv"
@@ -89,14 +92,37 @@ class ReceiveCounter:
                 counter.count += 1
             return original(*args, **kwargs)
 
-        def batch_isend_irecv(ops, *args, **kwargs):
-            if any(op.op == "irecv" for op in ops):
+        class CountedWait:
+            def __init__(self, request):
+                self.request = request
+
+            def wait(self, *args, **kwargs):
                 counter.count += 1
-            return original(ops, *args, **kwargs)
+                return self.request.wait(*args, **kwargs)
+
+            def __getattr__(self, name):
+                return getattr(self.request, name)
+
+        def batch_isend_irecv(ops, *args, **kwargs):
+            requests = original(ops, *args, **kwargs)
+            if any(op.op == "irecv" for op in ops):
+                counter.commits += 1
+            if len(requests) == len(ops):
+                return [CountedWait(r) if op.op == "irecv" else r for op, r in zip(ops, requests)]
+            if any(op.op == "irecv" for op in ops):
+                return [CountedWait(r) for r in requests]
+            return requests
         setattr(self.module, self.name, batch_isend_irecv if pipe == "dualpipev" else recv)
 
     def close(self) -> None:
         setattr(self.module, self.name, self.original)
+
+
+def comm_restored() -> bool:
+    """DualPipeV's module uses deepspeed.comm itself again (the adapter's proxy is gone)."""
+    import deepspeed.comm
+    from deepspeed.runtime.pipe import dualpipev
+    return dualpipev.dist is deepspeed.comm
 
 
 def train(engine, steps: int, counter=None):
@@ -171,6 +197,8 @@ def equivalence(rank: int, world: int, backend: str, pipe: str, out: dict) -> No
             grads_seen=sum(len(g) for g in base[1]),
             losses=[float(l[0]) for l in filled[0]],
             receives_per_batch=filled[2], batch_bubbles=bubbles.batch_bubbles,
+            commits_with_receives=counter.commits, comm_restored=comm_restored(),
+            commit_receive_handles=bubbles.commit_receive_handles,
             engine=engine_class.__name__, kinds=kinds,
             expected_kinds=expected_kinds(engine) * STEPS if pipe == "train" else None,
             restored=(type(engine) is engine_class and set(vars(engine)) == base_vars
@@ -207,16 +235,7 @@ def failure(rank: int, world: int, out: dict) -> None:
         out["error"] = None
     except Exception as error:  # noqa: BLE001 - reported to the test
         out["error"] = f"{type(error).__name__}: {error}"
-    out["in_bubble_after_failure"] = runtime.in_bubble
-    out["bubbles"] = bubbles.bubbles
-    out["interrupted_waits"] = bubbles.interrupted_waits
-    bubbles.remove()
-    try:
-        runtime.close()
-        out["runtime_closed"] = runtime.closed
-    except pf.PipeFillError as error:
-        out["runtime_closed"] = False
-        out["close_error"] = str(error)
+    checks.failure_report(runtime, bubbles, out)
 
 
 def main() -> None:

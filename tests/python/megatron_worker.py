@@ -247,16 +247,7 @@ def failure(rank: int, world: int, out: dict) -> None:
         out["error"] = None
     except Exception as error:  # noqa: BLE001 - reported to the test
         out["error"] = f"{type(error).__name__}: {error}"
-    out["in_bubble_after_failure"] = runtime.in_bubble
-    out["bubbles"] = bubbles.bubbles
-    out["interrupted_waits"] = bubbles.interrupted_waits
-    bubbles.remove()
-    try:
-        runtime.close()
-        out["runtime_closed"] = runtime.closed
-    except pf.PipeFillError as error:
-        out["runtime_closed"] = False
-        out["close_error"] = str(error)
+    checks.failure_report(runtime, bubbles, out)
 
 
 def main() -> None:

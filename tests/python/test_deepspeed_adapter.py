@@ -58,14 +58,21 @@ def test_every_blocking_receive_is_one_bubble(runs):
             assert r["engine"] == "PipelineEngine"
             assert r["receives_per_batch"] == [MICRO_BATCHES] * STEPS, r["rank"]
             assert r["kinds"] == r["expected_kinds"], r["rank"]  # from TrainSchedule's order
-        else:  # DualPipeVEngine: the CommitP2P batches that carry receives
+        else:  # DualPipeVEngine: the receive handles its CommitP2P batches wait, one by one
             assert r["engine"] == "DualPipeVEngine"
             assert r["receives_per_batch"][0] > 0
             assert r["receives_per_batch"] == [r["receives_per_batch"][0]] * STEPS, r["rank"]
+            assert r["commit_receive_handles"] == sum(r["receives_per_batch"]), r["rank"]
+            assert sum(r["receives_per_batch"]) >= r["commits_with_receives"] > 0, r["rank"]
+        assert r["comm_restored"], r["rank"]  # DualPipeV's dist global is deepspeed.comm again
         assert r["batch_bubbles"] == r["receives_per_batch"], r["rank"]
         assert r["runtime_bubbles"] == sum(r["receives_per_batch"]), r["rank"]
         assert r["iterations"] == STEPS  # every train_batch ended an iteration
         assert not r["in_bubble_after"] and r["errors"] == [] and r["bubble_failures"] == 0
+    if pipe == "dualpipev":
+        # Commits that wait several receive handles exist, so one bubble per commit would not
+        # pass the equality above.
+        assert any(sum(r["receives_per_batch"]) > r["commits_with_receives"] for r in results)
 
 
 def test_optimizer_step_is_a_bubble_only_when_asked(runs):
@@ -143,6 +150,48 @@ def test_refuses_an_engine_whose_instruction_map_lacks_the_receives():
         with pytest.raises(RuntimeError, match="OldEngine of DeepSpeed 0.19.8: "
                                                "_INSTRUCTION_MAP has no entry for RecvGrad"):
             pfds.instrument(OldEngine.__new__(OldEngine), rt)
+
+
+def test_refuses_a_dualpipev_engine_whose_commit_posts_differently():
+    from deepspeed.runtime.pipe.dualpipev import DualPipeVEngine
+
+    class ChangedCommit(DualPipeVEngine):
+        def _exec_commit_p2p(self):  # waits some other way: no batch_isend_irecv to hook
+            for op in self._p2p_ops:
+                op.tensor.zero_()
+
+        def __init__(self):
+            pass
+
+    with pf.Runtime(backend="sim") as rt:
+        with pytest.raises(RuntimeError, match="ChangedCommit of DeepSpeed 0.19.8: "
+                                               "_exec_commit_p2p does not refer to "
+                                               "batch_isend_irecv; _exec_commit_p2p does not "
+                                               "refer to wait"):
+            pfds.instrument(ChangedCommit.__new__(ChangedCommit), rt)
+
+
+def test_dualpipev_proxy_lives_as_long_as_the_handles():
+    import deepspeed.comm
+    from deepspeed.runtime.pipe import dualpipev
+    engines = [dualpipev.DualPipeVEngine.__new__(dualpipev.DualPipeVEngine) for _ in range(2)]
+    with pf.Runtime(backend="sim") as rt:
+        first = pfds.instrument(engines[0], rt)
+        proxy = dualpipev.dist
+        assert proxy is not deepspeed.comm
+        assert proxy.get_rank is deepspeed.comm.get_rank  # everything else passes through
+        second = pfds.instrument(engines[1], rt)
+        assert dualpipev.dist is proxy  # one proxy for both handles
+        first.remove()
+        assert dualpipev.dist is proxy  # the second handle still needs it
+        dualpipev.dist = "replaced by someone else"
+        with pytest.raises(RuntimeError, match="dualpipev.dist is now"):
+            second.remove()  # refused: nothing touched
+        assert type(engines[1]) is not dualpipev.DualPipeVEngine
+        dualpipev.dist = proxy
+        second.remove()
+        assert dualpipev.dist is deepspeed.comm
+        assert type(engines[1]) is dualpipev.DualPipeVEngine
 
 
 def bare_engine():
