@@ -36,6 +36,7 @@ def main() -> int:
         return 0
     import pipefill as pf
     import pipefill.torch as pft
+    from gpu_stage import stage_iteration
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     try:
@@ -47,19 +48,10 @@ def main() -> int:
 
     main_stream = torch.cuda.Stream(priority=-1)
     a = torch.randn(2048, 2048, device="cuda")
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(10_000_000)
-    stop.record()
-    stop.synchronize()
-    cycles_per_us = 10_000_000 / (start.elapsed_time(stop) * 1000.0)
+    stage = stage_iteration(rt, main_stream, a, args.bubble_us)
 
     def iteration() -> None:
-        with torch.cuda.stream(main_stream):
-            torch.mm(a, a)  # the stage's compute
-            with rt.bubble(main_stream, expected_us=args.bubble_us):
-                torch.cuda._sleep(int(args.bubble_us * cycles_per_us))  # the receive wait
-        rt.iteration_end()
+        stage()
         main_stream.synchronize()
 
     def run(done) -> int:

@@ -37,6 +37,7 @@ def main() -> int:
         return 0
     import pipefill as pf
     import pipefill.torch as pft
+    from gpu_stage import sleep_cycles_per_us, stage_iteration
     try:
         rt = pf.Runtime(backend="cuda", stage_id=0, stage_count=1, min_samples=2)
     except pf.PipeFillError as error:
@@ -53,20 +54,8 @@ def main() -> int:
                            for i in range(0, args.samples, args.batch)])
     main_stream = torch.cuda.Stream(priority=-1)
     a = torch.randn(4096, 4096, device="cuda")
-    # torch.cuda._sleep spins a number of GPU cycles: calibrate cycles per microsecond.
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(10_000_000)
-    stop.record()
-    stop.synchronize()
-    cycles_per_us = 10_000_000 / (start.elapsed_time(stop) * 1000.0)
-
-    def iteration() -> None:
-        with torch.cuda.stream(main_stream):
-            torch.mm(a, a)  # the stage's compute
-            with rt.bubble(main_stream, expected_us=args.bubble_us):
-                torch.cuda._sleep(int(args.bubble_us * cycles_per_us))  # the receive wait
-        rt.iteration_end()
+    cycles_per_us = sleep_cycles_per_us()
+    iteration = stage_iteration(rt, main_stream, a, args.bubble_us, cycles_per_us)
 
     def timed(n: int) -> list:
         times = []

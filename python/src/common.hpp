@@ -102,6 +102,16 @@ inline std::string to_hex(uintptr_t value) {
   return buffer;
 }
 
+// A native thread (a fill stream's, a host worker's) calling into Python must not take the GIL
+// while the interpreter shuts down: it would block or crash.
+inline bool interpreter_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
 inline void* as_pointer(uintptr_t handle) { return reinterpret_cast<void*>(handle); }
 inline uintptr_t as_handle(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer); }
 

@@ -3,16 +3,6 @@
 
 namespace pfpy {
 
-namespace {
-bool interpreter_finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing() != 0;
-#else
-  return _Py_IsFinalizing() != 0;
-#endif
-}
-}  // namespace
-
 void PySliceObserver::observe(void* user, const pfSliceEvent_t* event) {
   auto* self = static_cast<PySliceObserver*>(user);
   if (self->failed.load() || interpreter_finalizing()) return;

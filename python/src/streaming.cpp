@@ -8,16 +8,6 @@ namespace pfpy {
 
 using namespace nb::literals;
 
-namespace {
-bool interpreter_finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing() != 0;
-#else
-  return _Py_IsFinalizing() != 0;
-#endif
-}
-}  // namespace
-
 void PyItemRecord::on_item(void* user, uint64_t item) {
   auto* self = static_cast<PyItemRecord*>(user);
   if (self->failed.load() || self->stopped.load() || interpreter_finalizing()) return;

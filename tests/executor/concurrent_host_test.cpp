@@ -113,14 +113,7 @@ struct BothRan {
 
 TEST(ConcurrentHostFill, TwoJobsRunSideBySideInOneBubbleExactlyOnce) {
   setenv("PIPEFILL_HOST_SMS", "65", 1);
-  pfConfig_t c = PF_CONFIG_INITIALIZER;
-  c.backend = pfBackendHost;
-  c.reserved_sms = 0;
-  c.safety_margin_us = 0.0;
-  c.safety_margin_fraction = 0.0;
-  c.arena_bytes = size_t{1} << 20;
-  c.log_level = pfLogWarn;
-  c.min_samples = 1000000;  // every bubble planned from its hint: plans independent of timing
+  pfConfig_t c = host_test_config();  // plans from the hints: independent of timing
   c.policy = pfPolicyFifo;
   c.fill_streams = 4;
   pfRuntime_t rt = nullptr;

@@ -58,14 +58,7 @@ class SliceObserver : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
     setenv("PIPEFILL_HOST_SMS", "2", 1);
-    pfConfig_t c = PF_CONFIG_INITIALIZER;
-    c.backend = pfBackendHost;
-    c.reserved_sms = 0;
-    c.safety_margin_us = 0.0;
-    c.safety_margin_fraction = 0.0;
-    c.arena_bytes = size_t{1} << 20;
-    c.log_level = pfLogWarn;
-    c.min_samples = 1000000;  // every bubble planned from its hint
+    pfConfig_t c = host_test_config();  // every bubble planned from its hint
     c.launch_mode = GetParam();
     PF_ASSERT_OK(pfRuntimeCreate(&c, &rt_));
     PF_ASSERT_OK(pfStreamCreateHighPriority(rt_, &main_));

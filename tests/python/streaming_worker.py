@@ -27,6 +27,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed import pipelining as pp
 
+import eager_reference
 import pipefill as pf
 import pipefill.torch as pft
 
@@ -55,9 +56,7 @@ class Samples:
 
 
 def eager_outputs(module: nn.Module, data: Samples):
-    samples = list(data)
-    with torch.no_grad():
-        return [module(torch.stack(samples[k:k + BATCH])) for k in range(0, len(samples), BATCH)]
+    return eager_reference.eager_outputs(module, data, BATCH)
 
 
 def training_data():
@@ -69,16 +68,7 @@ def training_data():
 def eager_training(steps: int):
     module = fill_model(3)
     opt = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9)
-    data = training_data()
-    losses = []
-    for k in range(steps):
-        x, y = data[k % len(data)]
-        opt.zero_grad(set_to_none=True)
-        loss = nn.functional.mse_loss(module(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-    return losses, module.state_dict()
+    return eager_reference.eager_steps(module, opt, training_data(), steps)
 
 
 class Stage(nn.Module):

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+import eager_reference
 import pipefill as pf
 import pipefill.torch as pft
 from pipefill import torch_cuda_jobs as tcj
@@ -427,16 +428,7 @@ def _eager_sgd(steps, data):
     """(losses, state after each step) of the same steps run eagerly."""
     module = model(3).train()
     opt = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9)
-    losses, states = [], []
-    for k in range(steps):
-        x, y = data[k % len(data)]
-        opt.zero_grad(set_to_none=True)
-        loss = nn.functional.mse_loss(module(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-        states.append({n: v.clone() for n, v in module.state_dict().items()})
-    return losses, states
+    return eager_reference.eager_steps(module, opt, data, steps, keep_states=True)
 
 
 def _train_on_fake(rt, job, fake, module, budget=2, deadline_s=60.0):

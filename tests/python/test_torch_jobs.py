@@ -16,6 +16,7 @@ import pytest
 import torch
 from torch import nn
 
+import eager_reference
 import pipefill as pf
 import pipefill.torch as pft
 
@@ -70,12 +71,7 @@ def run_bubbles(rt: pf.Runtime, done, max_bubbles: int = 3000, bubble_us: float 
 
 
 def eager_outputs(module: nn.Module, data: Samples):
-    out = []
-    samples = list(data)
-    with torch.no_grad():
-        for k in range(0, len(samples), BATCH):
-            out.append(module(torch.stack(samples[k:k + BATCH])))
-    return out
+    return eager_reference.eager_outputs(module, data, BATCH)
 
 
 def test_host_inference_outputs_equal_eager_in_order_exactly_once():
@@ -239,15 +235,7 @@ def training_data(steps: int):
 def eager_training(steps: int, data):
     module = model(3).train()
     opt = torch.optim.Adam(module.parameters(), lr=0.01)
-    losses = []
-    for k in range(steps):
-        x, y = data[k % len(data)]
-        opt.zero_grad(set_to_none=True)
-        loss = nn.functional.mse_loss(module(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-    return losses, module.state_dict()
+    return eager_reference.eager_steps(module, opt, data, steps)
 
 
 def test_host_training_equals_eager_and_resumes_bit_identically(tmp_path):
