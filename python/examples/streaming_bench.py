@@ -1,6 +1,6 @@
 """Throughput and memory of pipefill.torch.inference_job on the real-time host backend.
 
-  python python/examples/streaming_bench.py [--items 400] [--bubble-us 4000] [--compute-us 4000]
+  python python/examples/streaming_bench.py [--items 400] [--bubble-us 4000] [--compute-us 4000] [--slots 16]
 
 Prints, from one run on this machine:
   1. items/s of the job alone: the same module over the same batches in a plain loop (no
@@ -52,7 +52,7 @@ def alone(items: int) -> float:
         return items / (time.perf_counter() - t0)
 
 
-def in_bubbles(items: int, bubble_us: float, compute_us: float):
+def in_bubbles(items: int, bubble_us: float, compute_us: float, slots: int = 16):
     rt = pf.Runtime(backend="host", reserved_sms=0, safety_margin_us=0.0,
                     safety_margin_fraction=0.0, min_samples=1000000)
     done = [0]
@@ -60,7 +60,7 @@ def in_bubbles(items: int, bubble_us: float, compute_us: float):
     def sink(i, y):
         done[0] += 1
 
-    job = pft.inference_job(rt, model(), samples(items * BATCH), batch_size=BATCH, slots=4,
+    job = pft.inference_job(rt, model(), samples(items * BATCH), batch_size=BATCH, slots=slots,
                             sink=sink)
     stream = rt.high_priority_stream()
     bubbles = 0
@@ -117,10 +117,13 @@ def main() -> None:
     parser.add_argument("--bubble-us", type=float, default=4000.0)
     parser.add_argument("--compute-us", type=float, default=4000.0)
     parser.add_argument("--memory-items", type=int, default=100)
+    parser.add_argument("--slots", type=int, default=16,
+                        help="the job's ring (4 held 4000 us bubbles to ~6 items here: the feeder "
+                             "waits for the drainer)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rate_alone = alone(args.items)
-    rate, bubbles, seconds, cost = in_bubbles(args.items, args.bubble_us, args.compute_us)
+    rate, bubbles, seconds, cost = in_bubbles(args.items, args.bubble_us, args.compute_us, args.slots)
     share = args.bubble_us / (args.bubble_us + args.compute_us)
     print(f"model {DIM}->{HIDDEN}->{OUT}, batch {BATCH}, {args.items} items, torch threads 1")
     print(f"alone:          {rate_alone:10.1f} items/s")
