@@ -4,7 +4,8 @@
 ``PIPEFILL_SERVICE`` in the environment, serves the agent's job requests after each
 ``iteration_end()`` and drains the agent in ``close()``. The rank's name is
 ``PIPEFILL_SERVICE_RANK`` when set, else ``<host>-<pid>-<n>`` (n counts the runtimes of the
-process). The password comes from ``PIPEFILL_SERVICE_PASSWORD_FILE`` / ``PIPEFILL_SERVICE_PASSWORD``
+process); ``PIPEFILL_SERVICE_CAPACITY_INTERVAL_S`` sets how often it advertises its capacity
+(default 0.5 s; raise it on a cluster). The password comes from ``PIPEFILL_SERVICE_PASSWORD_FILE`` / ``PIPEFILL_SERVICE_PASSWORD``
 as for every service connection; log lines and warnings name host, port, database and user only.
 
 A bad value (not a libpq connection string, a password inside it, psycopg missing, an unreadable
@@ -24,6 +25,10 @@ from .. import PipeFillError, Result
 from . import _db
 
 ENV_RANK = "PIPEFILL_SERVICE_RANK"
+# Seconds between the agent's capacity advertisements (one UPDATE each): the default suits one
+# machine; at thousands of ranks it is the service's main write load (docs/service.md, Scale).
+ENV_CAPACITY_INTERVAL = "PIPEFILL_SERVICE_CAPACITY_INTERVAL_S"
+DEFAULT_CAPACITY_INTERVAL_S = 0.5
 _log = logging.getLogger("pipefill")
 _runtimes = itertools.count()
 
@@ -42,7 +47,8 @@ def start_from_environment(runtime: Any) -> Optional[Any]:
         options = _db.connection_options(conninfo)
         rank = os.environ.get(ENV_RANK) or f"{socket.gethostname()}-{os.getpid()}-{serial}"
         from .agent import Agent
-        agent = Agent(runtime, rank, conninfo=conninfo).start()
+        agent = Agent(runtime, rank, conninfo=conninfo,
+                      capacity_interval_s=_capacity_interval_s()).start()
     except PipeFillError as error:
         warnings.warn(f"pipefill: {_db.ENV_CONNECTION} is set but this runtime did not join the "
                       f"fill-job service: {error.message}", RuntimeWarning, stacklevel=3)
@@ -51,3 +57,22 @@ def start_from_environment(runtime: Any) -> Optional[Any]:
               "connects and claims work in the background", rank, _db.describe(options),
               _db.ENV_CONNECTION)
     return agent
+
+
+def _capacity_interval_s() -> float:
+    """PIPEFILL_SERVICE_CAPACITY_INTERVAL_S, or the default. A bad value is warned about (naming
+    the variable and the value) and the default used: a tuning knob must not cost the rank its
+    agent."""
+    text = os.environ.get(ENV_CAPACITY_INTERVAL)
+    if text is None:
+        return DEFAULT_CAPACITY_INTERVAL_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (0.0 < value < float("inf")):
+        warnings.warn(f"pipefill: {ENV_CAPACITY_INTERVAL}={text!r} is not a positive number of "
+                      f"seconds; the agent advertises every {DEFAULT_CAPACITY_INTERVAL_S} s",
+                      RuntimeWarning, stacklevel=4)
+        return DEFAULT_CAPACITY_INTERVAL_S
+    return value

@@ -121,3 +121,33 @@ def test_an_unreachable_service_ends_the_agent_with_a_clear_error_never_the_trai
     assert agent.error is not None
     text = str(agent.error)
     assert "unreachable" in text and f"host={tmp_path}" in text and "never-shown" not in text
+
+
+@pytest.mark.parametrize("value, expected, warned", [
+    ("30", 30.0, False),
+    ("0", 0.5, True),
+    ("soon", 0.5, True),
+])
+def test_the_capacity_interval_comes_from_the_environment(monkeypatch, tmp_path, value, expected,
+                                                          warned):
+    pytest.importorskip("psycopg")
+    monkeypatch.setenv("PIPEFILL_SERVICE", f"host={tmp_path} port=1 dbname=none user=nobody")
+    monkeypatch.setenv("PIPEFILL_SERVICE_PASSWORD", "never-shown-7d1")
+    monkeypatch.setenv("PIPEFILL_SERVICE_CAPACITY_INTERVAL_S", value)
+    import warnings as _warnings
+    with _warnings.catch_warnings(record=True) as caught:
+        _warnings.simplefilter("always")
+        rt = host_runtime()
+    agent = rt._service_agent
+    agent.db.budget_s = 0.3  # unreachable on purpose: give up quickly
+    try:
+        assert agent.capacity_interval_s == expected
+        named = [str(w.message) for w in caught
+                 if "PIPEFILL_SERVICE_CAPACITY_INTERVAL_S" in str(w.message)]
+        if warned:
+            assert len(named) == 1 and repr(value) in named[0], named
+        else:
+            assert not named
+    finally:
+        train(rt, lambda: not agent.running, 30.0)
+        rt.close()
