@@ -56,6 +56,17 @@ def launch(tmp: pathlib.Path, worker: str, args: list, world: int = 2,
 
 # ---- worker side ----------------------------------------------------------------------------
 
+def join_gloo(rank: int, world: int, timeout_s: float) -> None:
+    """This worker joins the test's gloo group (a file store in PIPEFILL_TEST_OUT, which
+    launch() sets), with ``timeout_s`` for every collective."""
+    import datetime
+
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{os.environ['PIPEFILL_TEST_OUT']}/store",
+                            rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+
+
 def fill_job(runtime, backend: str):
     """A fill job that is always pending: simulated ticket items, or host-device graph items
     whose start times are recorded on the trace's clock."""

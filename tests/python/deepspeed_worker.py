@@ -249,9 +249,7 @@ def main() -> None:
     torch.set_num_threads(1)
     out: dict = {"rank": rank}
     try:
-        dist.init_process_group("gloo", init_method=f"file://{os.environ['PIPEFILL_TEST_OUT']}/store",
-                                rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=args.timeout))
+        checks.join_gloo(rank, world, args.timeout)
         import deepspeed
         import deepspeed.ops
         # DeepSpeed would compile its CPU shared-memory op at the first start (~150 s).

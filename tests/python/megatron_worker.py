@@ -22,7 +22,6 @@ Writes <out>/rank<r>.json and leaves with os._exit.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import traceback
 
@@ -261,9 +260,7 @@ def main() -> None:
     torch.set_num_threads(1)
     out: dict = {"rank": rank}
     try:
-        dist.init_process_group("gloo", init_method=f"file://{os.environ['PIPEFILL_TEST_OUT']}/store",
-                                rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=args.timeout))
+        checks.join_gloo(rank, world, args.timeout)
         torch.cuda.current_device = lambda: "cpu"  # CPU shim (harness only)
         with CpuDevices():
             if args.scenario == "equivalence":

@@ -5,7 +5,6 @@ every thread. Exports the torch trace (<out>/torch-rank<r>.json) and PipeFill's 
 (<out>/pipefill-rank<r>.json) and reports the runtime's counters in <out>/rank<r>.json."""
 from __future__ import annotations
 
-import datetime
 import os
 import traceback
 
@@ -53,9 +52,7 @@ def main() -> None:
     torch.set_num_threads(1)
     out: dict = {"rank": rank}
     try:
-        dist.init_process_group("gloo", init_method=f"file://{os.environ['PIPEFILL_TEST_OUT']}/store",
-                                rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=60))
+        checks.join_gloo(rank, world, 60.0)
         run(rank, world, out)
     except Exception as error:  # noqa: BLE001 - reported to the test
         out["fatal"] = "".join(traceback.format_exception(error))
