@@ -445,11 +445,7 @@ SliceLauncher::Launched SliceLauncher::launch(RuntimeState& s, BubbleRecord& bub
     bubble.slices.push_back(std::move(record));
     return failed ? Launched::No : Launched::Yes;
   }
-  r = device_.copy_word_to_host(fill, job.cursor, &resources_.host_words[slot]);
-  // The observer's end call precedes the end event: the slot is reused only after it returned.
-  if (r == pfSuccess && end_call != nullptr) r = device_.host_func(fill, &run_observer_call, end_call);
-  // The end event follows the read-back, so a completed end event means the host word is valid.
-  if (r == pfSuccess) r = device_.record_event(resources_.slice_end_events[slot], fill);
+  r = enqueue_slice_end(fill, job.cursor, slot, end_call);
   if (r != pfSuccess) {
     record_async_error(s, r,
                        fmt::format("fill slice of job '{}' in bubble {}: its end cannot be "
@@ -463,16 +459,24 @@ SliceLauncher::Launched SliceLauncher::launch(RuntimeState& s, BubbleRecord& bub
   return failed ? Launched::No : Launched::Yes;
 }
 
+pfResult_t SliceLauncher::enqueue_slice_end(Stream fill, const uint64_t* cursor, size_t slot,
+                                            void* observer_end_call) {
+  pfResult_t r = device_.copy_word_to_host(fill, cursor, &resources_.host_words[slot]);
+  // The observer's end call precedes the end event: the slot is reused only after it returned.
+  if (r == pfSuccess && observer_end_call != nullptr) {
+    r = device_.host_func(fill, &run_observer_call, observer_end_call);
+  }
+  // The end event follows the read-back, so a completed end event means the host word is valid.
+  if (r == pfSuccess) r = device_.record_event(resources_.slice_end_events[slot], fill);
+  return r;
+}
+
 std::vector<FailedTail> SliceLauncher::enqueue_tails(const SliceTails& tails) {
   std::vector<FailedTail> failed;
   for (size_t i = 0; i < tails.count; ++i) {
     const SliceTail& t = tails.items[i];
     const Stream fill = resources_.fill_streams[static_cast<size_t>(t.stream)];
-    pfResult_t r = device_.copy_word_to_host(fill, t.cursor, &resources_.host_words[t.slot]);
-    if (r == pfSuccess && t.observer_end_call != nullptr) {
-      r = device_.host_func(fill, &run_observer_call, t.observer_end_call);
-    }
-    if (r == pfSuccess) r = device_.record_event(resources_.slice_end_events[t.slot], fill);
+    const pfResult_t r = enqueue_slice_end(fill, t.cursor, t.slot, t.observer_end_call);
     if (r != pfSuccess) failed.push_back(FailedTail{t.slot, last_error_message()});
   }
   return failed;

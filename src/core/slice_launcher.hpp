@@ -119,6 +119,11 @@ class SliceLauncher {
   // int: a callback may return a value outside pfResult_t) and, on failure, why.
   int launch_slice_work(const JobState& job, const pfSliceDesc_t& slice, Stream stream,
                         std::string* why);
+  // A slice's tail on its fill stream (launch in executor mode, enqueue_tails in inline mode):
+  // the cursor read back into the slot's host word, the slice observer's end call if any, then
+  // the slot's end event - so a completed end event means the word is valid and the call returned.
+  pfResult_t enqueue_slice_end(Stream fill, const uint64_t* cursor, size_t slot,
+                               void* observer_end_call);
 
   const RuntimeOptions& options_;
   Device& device_;
