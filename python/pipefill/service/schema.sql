@@ -16,8 +16,9 @@
 --
 -- Claims cost the same whatever the queue's length: the running jobs are walked in priority
 -- order (index jobs_running) and fit-filtered per job, then each job's pending shards are taken
--- in shard order from the partial index shards_pending (LIMIT before anything else, SKIP
+-- in shard order from the partial index shards_pending_by_job (LIMIT before anything else, SKIP
 -- LOCKED); expired leases are put back to pending by a sweep that runs at most every 250 ms.
+-- docs/service.md shows the plans (EXPLAIN ANALYZE at 10^6 shards).
 
 DO $$ BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pf_submitter') THEN
@@ -130,11 +131,16 @@ ALTER TABLE pipefill.shards ADD COLUMN IF NOT EXISTS lease_secret_sha256 bytea;
 -- An earlier release's index over pending and leased shards together: a claim had to sort all
 -- of them. Replaced by one index per use.
 DROP INDEX IF EXISTS pipefill.shards_claimable;
--- Claims: a job's pending shards in shard order.
-CREATE INDEX IF NOT EXISTS shards_pending ON pipefill.shards (job_id, shard)
-  WHERE state = 'pending';
+-- Claims: a job's pending shards in shard order. The key is an expression (the job id while
+-- pending, else NULL) that only this index serves: with a plain (job_id, shard) key the
+-- planner, seeing most rows pending, may as well walk the primary key and filter out every
+-- committed shard at the job's head (a claim's cost would grow with the shards done). Queries
+-- name the same expression and ORDER BY shard LIMIT, so no other plan competes.
+CREATE INDEX IF NOT EXISTS shards_pending_by_job ON pipefill.shards
+  ((CASE WHEN state = 'pending' THEN job_id END), shard) WHERE state = 'pending';
 -- The expiry sweep and the "is anything of this job still leased" check at its last commits.
-CREATE INDEX IF NOT EXISTS shards_leased ON pipefill.shards (job_id) WHERE state = 'leased';
+CREATE INDEX IF NOT EXISTS shards_leased_by_job ON pipefill.shards
+  ((CASE WHEN state = 'leased' THEN job_id END)) WHERE state = 'leased';
 -- A queue's shards change state at the head of these partial indexes; the dead entries claims
 -- step over until VACUUM removes them grow with the claims since the last vacuum, so vacuum
 -- this table after a fixed number of changes instead of a fifth of the table.
@@ -280,6 +286,23 @@ BEGIN
   END LOOP;
 END $$;
 
+-- Whether job p_job has a pending (leased) shard: one probe of shards_pending_by_job
+-- (shards_leased_by_job), never a scan of the job's shards.
+CREATE OR REPLACE FUNCTION pipefill.has_pending(p_job bigint) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pipefill, pg_temp AS $$
+  SELECT EXISTS (SELECT 1 FROM (
+    SELECT s.shard FROM shards s
+     WHERE (CASE WHEN s.state = 'pending' THEN s.job_id END) = p_job AND s.state = 'pending'
+     ORDER BY s.shard LIMIT 1) AS first);
+$$;
+CREATE OR REPLACE FUNCTION pipefill.has_leased(p_job bigint) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pipefill, pg_temp AS $$
+  SELECT EXISTS (SELECT 1 FROM (
+    SELECT 1 FROM shards s
+     WHERE (CASE WHEN s.state = 'leased' THEN s.job_id END) = p_job AND s.state = 'leased'
+     ORDER BY (CASE WHEN s.state = 'leased' THEN s.job_id END) LIMIT 1) AS first);
+$$;
+
 -- The sha256 of a lease secret given as 64 hex digits (NULL for anything else: matches nothing).
 CREATE OR REPLACE FUNCTION pipefill.secret_sha256(p_secret text) RETURNS bytea
 LANGUAGE sql IMMUTABLE SET search_path = pipefill, pg_temp AS $$
@@ -352,6 +375,7 @@ BEGIN
   WITH expired AS (
     SELECT s.job_id, s.shard FROM shards s
      WHERE s.state = 'leased' AND s.lease_expires < now()
+     ORDER BY (CASE WHEN s.state = 'leased' THEN s.job_id END)  -- the leased shards only
      LIMIT 10000 FOR UPDATE SKIP LOCKED),
   requeued AS (
     UPDATE shards s SET state = 'pending', expirations = s.expirations + 1,
@@ -364,8 +388,7 @@ BEGIN
   -- Per running job two index probes (a NOT EXISTS join could be planned as a scan of every
   -- pending shard).
   FOR v_job IN SELECT j.id FROM jobs j WHERE j.state = 'running' LOOP
-    CONTINUE WHEN EXISTS (SELECT 1 FROM shards s WHERE s.job_id = v_job AND s.state = 'pending')
-               OR EXISTS (SELECT 1 FROM shards s WHERE s.job_id = v_job AND s.state = 'leased');
+    CONTINUE WHEN has_pending(v_job) OR has_leased(v_job);
     UPDATE jobs j SET state = 'completed', finished_at = now()
      WHERE j.id = v_job AND j.state = 'running';
     IF FOUND THEN
@@ -379,7 +402,7 @@ END $$;
 -- the rank's bubble classes that occurs every iteration or so) from running, allowlisted jobs,
 -- in the order priority, deadline, job, shard. The fit is decided per job: a job that does not
 -- fit costs one row of jobs, never a scan of its shards. Each job's pending shards come from
--- the index shards_pending in order (LIMIT, then SKIP LOCKED: concurrent claimers never wait on
+-- the index shards_pending_by_job in order (LIMIT, then SKIP LOCKED: concurrent claimers never wait on
 -- each other's rows), so a claim costs the same with 10^3 or 10^6 shards queued. Each lease
 -- gets a new fencing token and a random 256-bit secret (two gen_random_uuid(), 244 random
 -- bits), returned here only; the shard stores its sha256 and the claiming login.
@@ -438,7 +461,8 @@ BEGIN
     WITH picked AS (
       SELECT s.shard, uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()) AS secret
         FROM shards s
-       WHERE s.job_id = v_job.id AND s.state = 'pending'
+       WHERE (CASE WHEN s.state = 'pending' THEN s.job_id END) = v_job.id
+         AND s.state = 'pending'
        ORDER BY s.shard
        LIMIT v_left
        FOR UPDATE SKIP LOCKED),
@@ -558,8 +582,7 @@ BEGIN
   -- The last shard: nothing of the job pending or leased any more (two index probes, not a
   -- scan of the job's shards). Two last commits running at the same time may each still see
   -- the other's shard leased: the sweep completes such a job.
-  IF NOT EXISTS (SELECT 1 FROM shards WHERE job_id = p_job AND state = 'pending')
-     AND NOT EXISTS (SELECT 1 FROM shards WHERE job_id = p_job AND state = 'leased') THEN
+  IF NOT has_pending(p_job) AND NOT has_leased(p_job) THEN
     UPDATE jobs SET state = 'completed', finished_at = now()
      WHERE id = p_job AND state = 'running';
     IF FOUND THEN
@@ -633,6 +656,7 @@ REVOKE ALL ON FUNCTION pipefill.pf_cancel(bigint), pipefill.pf_advertise(text, b
   pipefill.pf_release(bigint, integer, bigint, text, jsonb),
   pipefill.pf_fail(bigint, integer, bigint, text, text), pipefill.pf_manifest(bigint),
   pipefill.job_inserted(), pipefill.sweep(), pipefill.bind_rank(text),
+  pipefill.has_pending(bigint), pipefill.has_leased(bigint),
   pipefill.secret_sha256(text), pipefill.check_classes(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pipefill.pf_cancel(bigint) TO pf_submitter;
 GRANT EXECUTE ON FUNCTION pipefill.pf_advertise(text, bigint, jsonb, double precision, bigint,
