@@ -55,24 +55,25 @@ class JobSpec:
     def from_file(cls, path: "str | pathlib.Path") -> "JobSpec":
         """The spec in a JSON job file (UTF-8, at most JOB_FILE_MAX_BYTES), validated."""
         path = pathlib.Path(path)
+        where = shown(str(path), 400)
         try:
             if not stat.S_ISREG(os.stat(path).st_mode):
-                raise UsageError(f"job file {shown(str(path))} is not a regular file")
+                raise UsageError(f"job file {where} is not a regular file")
             with open(path, "rb") as file:
                 data = file.read(limits.JOB_FILE_MAX_BYTES + 1)
         except OSError as error:
-            raise UsageError(f"cannot read job file {shown(str(path))}: "
+            raise UsageError(f"cannot read job file {where}: "
                              f"{error.strerror or error}") from None
         if len(data) > limits.JOB_FILE_MAX_BYTES:
-            raise UsageError(f"job file {shown(str(path))} is larger than "
+            raise UsageError(f"job file {where} is larger than "
                              f"{limits.JOB_FILE_MAX_BYTES} bytes (params are limited to "
                              f"{limits.PARAMS_MAX_BYTES} bytes of JSON)")
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as error:
-            raise UsageError(f"job file {shown(str(path))} is not UTF-8 text (byte "
+            raise UsageError(f"job file {where} is not UTF-8 text (byte "
                              f"0x{data[error.start]:02x} at offset {error.start})") from None
-        return cls.from_json(text, source=f"job file {shown(str(path))}")
+        return cls.from_json(text, source=f"job file {where}")
 
     @classmethod
     def from_json(cls, text: str, *, source: str = "job file") -> "JobSpec":
@@ -240,11 +241,12 @@ class Service:
             user = self.options.get("user") or "this login"
             if isinstance(error, psycopg.errors.InsufficientPrivilege):
                 raise PipeFillError(Result.INVALID_STATE,
-                                    f"pipefill init needs the service's owner role (one that "
-                                    f"may create roles and the schema pipefill, or owns it); "
-                                    f"{user} may not: {_sql_error(error).message}") from None
-            raise PipeFillError(Result.INVALID_STATE, f"pipefill init as {user} failed, nothing "
-                                f"was changed: {_sql_error(error).message}") from None
+                                    f"only the service's owner role (one that may create roles "
+                                    f"and the schema pipefill, or owns it) may apply the "
+                                    f"schema; {user} may not, nothing was changed: "
+                                    f"{_sql_error(error).message}") from None
+            raise PipeFillError(Result.INVALID_STATE, f"applying the schema as {user} failed, "
+                                f"nothing was changed: {_sql_error(error).message}") from None
 
     def allow(self, dist_name: str, dist_version: Optional[str] = None,
               sha256: Optional[str] = None) -> tuple:

@@ -386,8 +386,8 @@ def test_a_lease_needs_its_secret_and_the_login_that_claimed_it(world):
 
 
 def test_secrets_are_random_per_lease(world):
-    """Every lease of a batch claim gets its own 256-bit secret (no two alike, none derived
-    from the token)."""
+    """Every lease of a batch claim gets its own 256-bit secret (64 hex digits, no two
+    alike)."""
     job_id = submit_digest(world, "alice", "secrets")
     with raw(world, "rank1") as conn:
         rows = conn.execute("select token, secret from pipefill.pf_claim('secrets-1', 0, %s, 4)"
@@ -395,7 +395,6 @@ def test_secrets_are_random_per_lease(world):
     secrets = [r[1] for r in rows]
     assert len(rows) == 4 and len(set(secrets)) == 4
     assert all(len(s) == 64 and s == s.lower() for s in secrets)
-    assert all(str(token) not in secret for token, secret in rows)
     with world.service("alice") as alice:
         assert alice.cancel(job_id) is True
 
