@@ -5,14 +5,16 @@ The agent runs on its own background thread. The trainer's thread only calls
 pops at most two queued job create/close requests (job creation may allocate and load modules,
 which must never happen inside a bubble); nothing of the agent runs on the bubble path.
 
-Per shard: claim (``pf_claim``: fit-filtered, ``FOR UPDATE SKIP LOCKED``, a fresh fencing token;
-one extra lease is prefetched), load the job's code only after its allowlist check
-(:mod:`pipefill.service.code`), write this attempt's own file ``shard-N.attempt-TOKEN.partial``
-(resuming from the last checkpoint's durable prefix, verified by hash), renew at each durable
-checkpoint (``pf_renew``: refused when the token is no longer current -> :class:`LeaseLost`),
-then fsync, rename to ``shard-N.attempt-TOKEN`` and ``pf_commit`` with the token. A refused
-commit deletes the attempt's file: a fenced attempt's output is never canonical. The attempt
-that completes the job writes ``manifest.json`` and collects the losing attempts' files.
+Per shard: claim (``pf_claim``: fit-filtered, ``FOR UPDATE SKIP LOCKED``, a fresh fencing token
+and a random secret known only to this session; one extra lease is prefetched), load the job's
+code only after its allowlist check, from a verified copy (:mod:`pipefill.service.code`), write
+this attempt's own file ``shard-N.attempt-TOKEN.partial`` (resuming from the last checkpoint's
+durable prefix, an earlier attempt's file of the same shard verified by hash), renew at each
+durable checkpoint (``pf_renew`` with token and secret: refused when the lease is no longer
+current -> :class:`LeaseLost`), then fsync, rename to ``shard-N.attempt-TOKEN`` and
+``pf_commit`` with token and secret. A refused commit deletes the attempt's file: a fenced
+attempt's output is never canonical. The attempt that completes the job (or the claim whose
+sweep completed it) writes ``manifest.json`` and collects the losing attempts' files.
 
 Failures: the job's code raising -> ``pf_fail`` (the job fails after its max_failures); a
 drain (:meth:`Agent.drain`, trainer restart) -> ``pf_release``, a preemption, not a failure; a

@@ -235,12 +235,32 @@ _copies_root: List[pathlib.Path] = []
 _lock = threading.Lock()
 
 
+_COPY_PREFIX = "pipefill-code-"
+
+
 def _private_root() -> pathlib.Path:
+    """This process's folder of verified copies (0700, removed at exit). A rank killed with
+    SIGKILL cannot remove its own: the next process removes the folders of this user whose
+    process is gone (their names carry the pid)."""
     if not _copies_root:
-        root = pathlib.Path(tempfile.mkdtemp(prefix="pipefill-code-"))  # 0700, this process's
+        _remove_stale_copies()
+        root = pathlib.Path(tempfile.mkdtemp(prefix=f"{_COPY_PREFIX}{os.getpid()}-"))
         atexit.register(shutil.rmtree, root, True)
         _copies_root.append(root)
     return _copies_root[0]
+
+
+def _remove_stale_copies() -> None:
+    for folder in pathlib.Path(tempfile.gettempdir()).glob(f"{_COPY_PREFIX}*-*"):
+        try:
+            pid = int(folder.name[len(_COPY_PREFIX):].split("-", 1)[0])
+            if folder.lstat().st_uid != os.getuid() or pid == os.getpid():
+                continue
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except (ValueError, OSError):
+            continue  # not one of ours, or a live process of another user
 
 
 def _install_copy(name: str, version: str, sha256: str) -> metadata.Distribution:

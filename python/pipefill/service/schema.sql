@@ -249,15 +249,27 @@ CREATE TRIGGER job_inserted AFTER INSERT ON pipefill.jobs
   FOR EACH ROW EXECUTE FUNCTION pipefill.job_inserted();
 
 -- Cancel: only the job's owner, only a running job; its open leases are fenced by the state.
+-- Lock order as every other writer (a shard, then its job's row: pf_commit completing the job,
+-- pf_fail counting a failure), so a cancel never deadlocks with them; a job that finished
+-- meanwhile is not cancelled and nothing is changed (the subtransaction is rolled back).
 CREATE OR REPLACE FUNCTION pipefill.pf_cancel(p_job bigint) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pipefill, pg_temp AS $$
 BEGIN
-  UPDATE jobs SET state = 'cancelled', finished_at = now(), message = 'cancelled by ' || session_user
-   WHERE id = p_job AND owner = session_user AND state = 'running';
-  IF NOT FOUND THEN
+  IF NOT EXISTS (SELECT 1 FROM jobs WHERE id = p_job AND owner = session_user
+                 AND state = 'running') THEN
     RETURN false;
   END IF;
-  UPDATE shards SET state = 'cancelled' WHERE job_id = p_job AND state IN ('pending', 'leased');
+  BEGIN
+    UPDATE shards SET state = 'cancelled' WHERE job_id = p_job AND state IN ('pending', 'leased');
+    UPDATE jobs SET state = 'cancelled', finished_at = now(),
+           message = 'cancelled by ' || session_user
+     WHERE id = p_job AND owner = session_user AND state = 'running';
+    IF NOT FOUND THEN
+      RAISE EXCEPTION 'job % finished meanwhile', p_job USING ERRCODE = 'no_data_found';
+    END IF;
+  EXCEPTION WHEN no_data_found THEN
+    RETURN false;
+  END;
   RETURN true;
 END $$;
 
@@ -390,7 +402,9 @@ BEGIN
   FOR v_job IN SELECT j.id FROM jobs j WHERE j.state = 'running' LOOP
     CONTINUE WHEN has_pending(v_job) OR has_leased(v_job);
     UPDATE jobs j SET state = 'completed', finished_at = now()
-     WHERE j.id = v_job AND j.state = 'running';
+     WHERE j.id = (SELECT id FROM jobs WHERE id = v_job AND state = 'running'
+                   FOR UPDATE SKIP LOCKED)
+       AND j.state = 'running';
     IF FOUND THEN
       job_id := v_job;
       RETURN NEXT;
@@ -582,9 +596,13 @@ BEGIN
   -- The last shard: nothing of the job pending or leased any more (two index probes, not a
   -- scan of the job's shards). Two last commits running at the same time may each still see
   -- the other's shard leased: the sweep completes such a job.
+  -- The job's row is skipped when locked: by a cancel (the job ends cancelled), a sweep or
+  -- another last commit (either completes it), never waited for (no deadlock with a cancel).
   IF NOT has_pending(p_job) AND NOT has_leased(p_job) THEN
     UPDATE jobs SET state = 'completed', finished_at = now()
-     WHERE id = p_job AND state = 'running';
+     WHERE id = (SELECT id FROM jobs WHERE id = p_job AND state = 'running'
+                 FOR UPDATE SKIP LOCKED)
+       AND state = 'running';
     IF FOUND THEN
       RETURN 'completed';
     END IF;

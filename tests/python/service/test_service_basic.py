@@ -230,3 +230,26 @@ def test_an_unreachable_database_ends_the_agent_within_its_budget_not_the_traine
     assert isinstance(agent.error, ConnectionLost)
     assert "service database unreachable for 1 s" in str(agent.error)
     assert f"host={tmp_path}" in str(agent.error) and "never-shown-3e1d" not in str(agent.error)
+
+
+def test_a_deadlock_aborted_call_is_retried_not_fatal():
+    """The server rolls back a statement chosen as a deadlock victim (e.g. a rank's pf_fail
+    against a cancel of a large job): Reconnecting retries it on the same connection (every
+    pf_* call is idempotent) instead of ending the agent; other database errors still raise."""
+    psycopg = pytest.importorskip("psycopg")
+    from pipefill.service._db import Reconnecting
+    db = Reconnecting({"host": "/nonexistent"}, first_delay_s=0.001)
+    db._conn = type("Open", (), {"closed": False, "close": lambda self: None})()
+    calls = []
+
+    def work(conn):
+        calls.append(conn)
+        if len(calls) < 3:
+            raise (psycopg.errors.DeadlockDetected if len(calls) == 1
+                   else psycopg.errors.SerializationFailure)("victim")
+        return "done"
+
+    assert db.call(work) == "done"
+    assert db.transient == 2 and db.reconnects == 0 and len(set(map(id, calls))) == 1
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        db.call(lambda conn: (_ for _ in ()).throw(psycopg.errors.UniqueViolation("dup")))
