@@ -176,8 +176,9 @@ def _verify(name: str, version: str, sha256: str, *, keep: bool
     _, packages = _top_level(files)
     extra = _unlisted_files(dist, packages, {f.as_posix() for f in dist.files or []})
     if extra:
+        more = f", and {len(extra) - 1} more" if len(extra) > 1 else ""
         raise CodeRefused(f"{name}: {extra[0]} is not listed in RECORD (a file added after "
-                          f"installation{f', and {len(extra) - 1} more' if len(extra) > 1 else ''})")
+                          f"installation{more})")
     return dist, contents
 
 

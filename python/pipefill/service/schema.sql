@@ -416,10 +416,10 @@ END $$;
 -- the rank's bubble classes that occurs every iteration or so) from running, allowlisted jobs,
 -- in the order priority, deadline, job, shard. The fit is decided per job: a job that does not
 -- fit costs one row of jobs, never a scan of its shards. Each job's pending shards come from
--- the index shards_pending_by_job in order (LIMIT, then SKIP LOCKED: concurrent claimers never wait on
--- each other's rows), so a claim costs the same with 10^3 or 10^6 shards queued. Each lease
--- gets a new fencing token and a random 256-bit secret (two gen_random_uuid(), 244 random
--- bits), returned here only; the shard stores its sha256 and the claiming login.
+-- the index shards_pending_by_job in order (LIMIT, then SKIP LOCKED: concurrent claimers never
+-- wait on each other's rows), so a claim costs the same with 10^3 or 10^6 shards queued.
+-- Each lease gets a new fencing token and a random 256-bit secret (two gen_random_uuid(), 244
+-- random bits), returned here only; the shard stores its sha256 and the claiming login.
 -- Rows with shard = -1 (no lease) name jobs the sweep completed: the caller exports their
 -- manifest.
 DROP FUNCTION IF EXISTS pipefill.pf_claim(text, bigint, double precision, integer);

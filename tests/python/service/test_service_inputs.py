@@ -34,10 +34,10 @@ def fingerprint(world):
             " (select count(*) from pipefill.rank_logins), (select count(*) from pipefill.ranks),"
             " (select coalesce(max(id), 0) from pipefill.jobs)").fetchone()
         catalog = conn.execute(
-            "select md5(string_agg(x, ',' order by x)) from (select p.proname::text || p.prosrc as x"
-            " from pg_proc p where p.pronamespace = 'pipefill'::regnamespace union all select"
-            " relname::text || relkind::text from pg_class where relnamespace = 'pipefill'::regnamespace"
-            " union all select conname::text || pg_get_constraintdef(oid) from pg_constraint where"
+            "select md5(string_agg(x, ',' order by x)) from (select p.proname::text || p.prosrc"
+            " as x from pg_proc p where p.pronamespace = 'pipefill'::regnamespace union all"
+            " select relname::text || relkind::text from pg_class where relnamespace ="
+            " 'pipefill'::regnamespace union all select conname::text || pg_get_constraintdef(oid) from pg_constraint where"
             " connamespace = 'pipefill'::regnamespace) q").fetchone()[0]
     return rows, catalog
 
@@ -293,7 +293,8 @@ def test_no_connection_is_one_line(world, cli, monkeypatch, capsys):
     (["--name", ""], "--name = '' must be 1..200 characters"),
     (["--name", "r" * 300], "--name = 'rrrr"),
     (["--name", "bad\nname"], "--name = 'bad\\nname' holds the control character"),
-    (["--name", "r", "--bubble-us", "-5"], "--bubble-us = -5.0 must be a finite number in (0, 1e+07]"),
+    (["--name", "r", "--bubble-us", "-5"],
+     "--bubble-us = -5.0 must be a finite number in (0, 1e+07]"),
     (["--name", "r", "--bubble-us", "0"], "--bubble-us = 0.0"),
     (["--name", "r", "--bubble-us", "nan"], "--bubble-us = nan"),
     (["--name", "r", "--bubble-us", "inf"], "--bubble-us = inf"),
