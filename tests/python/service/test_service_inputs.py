@@ -37,8 +37,9 @@ def fingerprint(world):
             "select md5(string_agg(x, ',' order by x)) from (select p.proname::text || p.prosrc"
             " as x from pg_proc p where p.pronamespace = 'pipefill'::regnamespace union all"
             " select relname::text || relkind::text from pg_class where relnamespace ="
-            " 'pipefill'::regnamespace union all select conname::text || pg_get_constraintdef(oid) from pg_constraint where"
-            " connamespace = 'pipefill'::regnamespace) q").fetchone()[0]
+            " 'pipefill'::regnamespace union all select conname::text ||"
+            " pg_get_constraintdef(oid) from pg_constraint where connamespace ="
+            " 'pipefill'::regnamespace) q").fetchone()[0]
     return rows, catalog
 
 
