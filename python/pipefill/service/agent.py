@@ -388,8 +388,10 @@ class Agent:
             last_checkpoint[0] = state
             self.last_activity = time.monotonic()
             for ready in list(self._ready):  # keep the prefetched lease alive too
-                self._call("select pipefill.pf_renew(%s, %s, %s, %s, NULL)",
-                           (ready.job_id, ready.shard, ready.token, ready.secret))
+                if not self._call("select pipefill.pf_renew(%s, %s, %s, %s, NULL)",
+                                  (ready.job_id, ready.shard, ready.token, ready.secret)):
+                    self._ready.remove(ready)  # expired meanwhile: it would only be fenced
+                    self.counts.fenced += 1
             self._advertise_if_due()
 
         try:
