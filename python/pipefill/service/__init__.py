@@ -19,9 +19,10 @@ from __future__ import annotations
 from .agent import Agent, AgentCounts, Lease
 from .api import JobProgress, JobSpec, Service
 from .code import CodeRefused, distribution_sha256, verify_distribution
+from .limits import UsageError
 from .manifest import verify_manifest
 from .runner import ItemRunner, LeaseLost, ShardContext, ShardRunner, Stopping
 
 __all__ = ["Agent", "AgentCounts", "CodeRefused", "ItemRunner", "JobProgress", "JobSpec",
-           "Lease", "LeaseLost", "Service", "ShardContext", "ShardRunner", "Stopping",
+           "Lease", "LeaseLost", "Service", "ShardContext", "ShardRunner", "Stopping", "UsageError",
            "distribution_sha256", "verify_distribution", "verify_manifest"]

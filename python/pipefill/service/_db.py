@@ -111,13 +111,22 @@ def is_connection_error(error: BaseException) -> bool:
     return isinstance(error, (psycopg.OperationalError, psycopg.InterfaceError, ConnectionLost))
 
 
+def is_transient_error(error: BaseException) -> bool:
+    """The server aborted the statement for a reason a retry clears: a deadlock or a
+    serialization failure (the statement's transaction was rolled back: nothing happened)."""
+    psycopg = _psycopg()
+    return isinstance(error, (psycopg.errors.DeadlockDetected,
+                              psycopg.errors.SerializationFailure))
+
+
 class Reconnecting:
     """One connection that reconnects with bounded exponential backoff when a call loses it.
 
     ``budget_s`` bounds the total time one call spends reconnecting and ``max_attempts`` the
-    tries; past either, :class:`ConnectionLost` is raised. Only calls that are safe to repeat go
-    through :meth:`call` (every pf_* function is: a repeated renew/commit/release with the same
-    token returns the same answer).
+    tries; past either, :class:`ConnectionLost` is raised. A deadlock or serialization failure
+    (the server rolled the statement back) is retried the same way, on the same connection.
+    Only calls that are safe to repeat go through :meth:`call` (every pf_* function is: a
+    repeated renew/commit/release with the same token and secret returns the same answer).
     """
 
     def __init__(self, options: Dict[str, Any], *, budget_s: float = 60.0,
@@ -130,6 +139,8 @@ class Reconnecting:
         self.max_delay_s = max_delay_s
         self.reconnects = 0
         """Connections made after the first (a server restart or a dropped connection)."""
+        self.transient = 0
+        """Calls retried after a deadlock or serialization failure (rolled back by the server)."""
         self._connected_before = False
         self._conn: Any = None
 
@@ -153,10 +164,14 @@ class Reconnecting:
                     self._connected_before = True
                 return work(self._conn)
             except Exception as error:  # noqa: BLE001 - only connection errors are retried
-                if not is_connection_error(error):
+                if is_transient_error(error):
+                    last = str(error).splitlines()[0] if str(error) else type(error).__name__
+                    self.transient += 1
+                elif is_connection_error(error):
+                    last = str(error).splitlines()[0] if str(error) else type(error).__name__
+                    self.close()
+                else:
                     raise
-                last = str(error).splitlines()[0] if str(error) else type(error).__name__
-                self.close()
             if time.monotonic() + delay > deadline:
                 break
             time.sleep(delay * (0.5 + random.random() / 2))

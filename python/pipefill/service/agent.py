@@ -5,14 +5,16 @@ The agent runs on its own background thread. The trainer's thread only calls
 pops at most two queued job create/close requests (job creation may allocate and load modules,
 which must never happen inside a bubble); nothing of the agent runs on the bubble path.
 
-Per shard: claim (``pf_claim``: fit-filtered, ``FOR UPDATE SKIP LOCKED``, a fresh fencing token;
-one extra lease is prefetched), load the job's code only after its allowlist check
-(:mod:`pipefill.service.code`), write this attempt's own file ``shard-N.attempt-TOKEN.partial``
-(resuming from the last checkpoint's durable prefix, verified by hash), renew at each durable
-checkpoint (``pf_renew``: refused when the token is no longer current -> :class:`LeaseLost`),
-then fsync, rename to ``shard-N.attempt-TOKEN`` and ``pf_commit`` with the token. A refused
-commit deletes the attempt's file: a fenced attempt's output is never canonical. The attempt
-that completes the job writes ``manifest.json`` and collects the losing attempts' files.
+Per shard: claim (``pf_claim``: fit-filtered, ``FOR UPDATE SKIP LOCKED``, a fresh fencing token
+and a random secret known only to this session; one extra lease is prefetched), load the job's
+code only after its allowlist check, from a verified copy (:mod:`pipefill.service.code`), write
+this attempt's own file ``shard-N.attempt-TOKEN.partial`` (resuming from the last checkpoint's
+durable prefix, an earlier attempt's file of the same shard verified by hash), renew at each
+durable checkpoint (``pf_renew`` with token and secret: refused when the lease is no longer
+current -> :class:`LeaseLost`), then fsync, rename to ``shard-N.attempt-TOKEN`` and
+``pf_commit`` with token and secret. A refused commit deletes the attempt's file: a fenced
+attempt's output is never canonical. The attempt that completes the job (or the claim whose
+sweep completed it) writes ``manifest.json`` and collects the losing attempts' files.
 
 Failures: the job's code raising -> ``pf_fail`` (the job fails after its max_failures); a
 drain (:meth:`Agent.drain`, trainer restart) -> ``pf_release``, a preemption, not a failure; a
@@ -27,12 +29,13 @@ import json
 import logging
 import os
 import pathlib
+import re
 import threading
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from .. import PipeFillError, Result
-from . import _db, code
+from . import _db, code, limits
 from .runner import LeaseLost, ShardContext, Stopping
 from .manifest import write_manifest
 
@@ -41,7 +44,12 @@ from .manifest import write_manifest
 class Lease:
     job_id: int
     shard: int
+    """The shard; -1: no lease, the job was completed by the claim's sweep and its manifest is
+    this agent's to export."""
     token: int
+    secret: Optional[str]
+    """The lease's random secret (64 hex digits), known only to the session that claimed it;
+    every renew/commit/release/fail passes it with the token."""
     item_start: int
     item_end: int
     checkpoint: Optional[Dict[str, Any]]
@@ -117,6 +125,9 @@ def _fsync_dir(path: pathlib.Path) -> None:
         os.close(fd)
 
 
+_ATTEMPT_FILE = re.compile(r"shard-\d{6,}\.attempt-\d+\.partial")
+
+
 def shard_path(output_dir: str, job_id: int, shard: int, token: int, partial: bool
                ) -> pathlib.Path:
     name = f"shard-{shard:06d}.attempt-{token}" + (".partial" if partial else "")
@@ -146,9 +157,7 @@ class Agent:
         if prefetch not in (0, 1):
             raise PipeFillError(Result.INVALID_ARGUMENT, f"Agent prefetch {prefetch} must be 0 "
                                 "or 1")
-        if not rank or len(rank) > 200:
-            raise PipeFillError(Result.INVALID_ARGUMENT, f"Agent rank name {rank!r} must be "
-                                "1..200 characters")
+        limits.check_text("Agent rank", rank, limits.NAME_MAX_CHARS)
         self.runtime = runtime
         self.rank = rank
         self.db = _db.Reconnecting(_db.connection_options(conninfo, password_file=password_file),
@@ -241,8 +250,8 @@ class Agent:
             try:
                 while self._ready:
                     lease = self._ready.popleft()
-                    self._call("select pipefill.pf_release(%s, %s, %s, NULL)",
-                               (lease.job_id, lease.shard, lease.token))
+                    self._call("select pipefill.pf_release(%s, %s, %s, %s, NULL)",
+                               (lease.job_id, lease.shard, lease.token, lease.secret))
                     self.counts.preempted += 1
             except BaseException as error:  # noqa: BLE001
                 self.error = self.error or error
@@ -299,6 +308,9 @@ class Agent:
             "select * from pipefill.pf_claim(%s, %s, %s::jsonb, %s)",
             (self.rank, self.free_bytes, json.dumps(self.classes), 1 + self.prefetch)).fetchall())
         leases = [Lease(*row) for row in rows]
+        for done in [lease for lease in leases if lease.shard < 0]:
+            self._export_manifest(done.job_id, done.output_dir)
+        leases = [lease for lease in leases if lease.shard >= 0]
         self.counts.claimed += len(leases)
         if not leases:
             return None
@@ -324,7 +336,14 @@ class Agent:
         try:
             next_item = int(ck["next"])
             size = int(ck["bytes"])
-            with open(ck["path"], "rb") as previous:
+            path = pathlib.Path(ck["path"])
+            # Only an earlier attempt's file of this very shard (a checkpoint names a path a
+            # rank chose: never read anything else).
+            own = shard_path(lease.output_dir, lease.job_id, lease.shard, 0, True)
+            if (path.parent != own.parent or not _ATTEMPT_FILE.fullmatch(path.name)
+                    or not path.name.startswith(f"shard-{lease.shard:06d}.")):
+                return lease.item_start
+            with open(path, "rb") as previous:
                 prefix = previous.read(size)
         except (KeyError, TypeError, ValueError, OSError):
             return lease.item_start
@@ -361,15 +380,18 @@ class Agent:
             if self._stop.is_set():
                 last_checkpoint[0] = state
                 raise Stopping()
-            renewed = self._call("select pipefill.pf_renew(%s, %s, %s, %s::jsonb)",
-                                 (lease.job_id, lease.shard, lease.token, json.dumps(state)))
+            renewed = self._call("select pipefill.pf_renew(%s, %s, %s, %s, %s::jsonb)",
+                                 (lease.job_id, lease.shard, lease.token, lease.secret,
+                                  json.dumps(state)))
             if not renewed:
                 raise LeaseLost(f"shard {lease.job_id}/{lease.shard} token {lease.token}")
             last_checkpoint[0] = state
             self.last_activity = time.monotonic()
             for ready in list(self._ready):  # keep the prefetched lease alive too
-                self._call("select pipefill.pf_renew(%s, %s, %s, NULL)",
-                           (ready.job_id, ready.shard, ready.token))
+                if not self._call("select pipefill.pf_renew(%s, %s, %s, %s, NULL)",
+                                  (ready.job_id, ready.shard, ready.token, ready.secret)):
+                    self._ready.remove(ready)  # expired meanwhile: it would only be fenced
+                    self.counts.fenced += 1
             self._advertise_if_due()
 
         try:
@@ -395,8 +417,8 @@ class Agent:
         except Stopping:
             out.close()
             state = last_checkpoint[0]
-            released = self._call("select pipefill.pf_release(%s, %s, %s, %s::jsonb)",
-                                  (lease.job_id, lease.shard, lease.token,
+            released = self._call("select pipefill.pf_release(%s, %s, %s, %s, %s::jsonb)",
+                                  (lease.job_id, lease.shard, lease.token, lease.secret,
                                    None if state is None else json.dumps(state)))
             self.counts.preempted += 1 if released else 0
             self.counts.fenced += 0 if released else 1
@@ -418,22 +440,24 @@ class Agent:
             # file: pf_fail is refused then (token not current) and nothing is counted.
             self._fail(lease, f"publishing the output {final}: {error.strerror}")
             return
-        outcome = self._call("select pipefill.pf_commit(%s, %s, %s, %s, %s, %s)",
-                             (lease.job_id, lease.shard, lease.token, str(final), digest,
-                              out.size))
+        outcome = self._call("select pipefill.pf_commit(%s, %s, %s, %s, %s, %s, %s)",
+                             (lease.job_id, lease.shard, lease.token, lease.secret, str(final),
+                              digest, out.size))
         if outcome == "refused":
             final.unlink(missing_ok=True)  # fenced: never canonical
             self.counts.fenced += 1
             return
         self.counts.committed += 1
         if outcome == "completed":
-            rows = self.db.call(lambda conn: conn.execute(
-                "select * from pipefill.pf_manifest(%s)", (lease.job_id,)).fetchall())
-            write_manifest(pathlib.Path(lease.output_dir) / f"job-{lease.job_id}",
-                           lease.job_id, rows)
-            self.counts.manifests += 1
+            self._export_manifest(lease.job_id, lease.output_dir)
+
+    def _export_manifest(self, job_id: int, output_dir: str) -> None:
+        rows = self.db.call(lambda conn: conn.execute(
+            "select * from pipefill.pf_manifest(%s)", (job_id,)).fetchall())
+        write_manifest(pathlib.Path(output_dir) / f"job-{job_id}", job_id, rows)
+        self.counts.manifests += 1
 
     def _fail(self, lease: Lease, message: str) -> bool:
         self.counts.failed += 1
-        return self._call("select pipefill.pf_fail(%s, %s, %s, %s)",
-                   (lease.job_id, lease.shard, lease.token, message))
+        return self._call("select pipefill.pf_fail(%s, %s, %s, %s, %s)",
+                          (lease.job_id, lease.shard, lease.token, lease.secret, message))

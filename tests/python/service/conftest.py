@@ -83,7 +83,7 @@ def world():
             owner.allow("pfsvc-marker")
             owner.allow("pfsvc-torchjobs")
         for user, role in (("alice", "pf_submitter"), ("bob", "pf_submitter"),
-                           ("rank1", "pf_rank")):
+                           ("rank1", "pf_rank"), ("rank2", "pf_rank")):
             w.passwords[user] = pg.create_login(user, role, f"secret-{user}-7f3a")
         yield w
     finally:

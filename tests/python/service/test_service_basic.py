@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import re
 
 import pytest
 
@@ -121,7 +120,8 @@ def test_cli_submit_status_cancel(world, tmp_path):
     assert line.split()[1:5] == ["cli-job", "running", "5", "0"]
     assert cli("cancel", str(job_id)).returncode == 0
     again = cli("cancel", str(job_id))
-    assert again.returncode == 1 and f"job {job_id} is not a running job of yours" in again.stderr
+    assert again.returncode == 1
+    assert f"job {job_id} is cancelled, not a running job of yours" in again.stderr
     assert "cancelled" in cli("status", str(job_id)).stdout
     job_file.write_text(json.dumps({
         "name": "bad", "dist_name": "pfsvc-testjobs", "dist_sha256": "1" * 64,
@@ -131,7 +131,7 @@ def test_cli_submit_status_cancel(world, tmp_path):
     assert refused.returncode == 1 and "is not allowlisted" in refused.stderr
     job_file.write_text(json.dumps({"name": "x", "colour": "red"}))
     unknown = cli("submit", str(job_file))
-    assert unknown.returncode == 1 and "unknown fields ['colour']" in unknown.stderr
+    assert unknown.returncode == 2 and "unknown fields 'colour' (known: name," in unknown.stderr
     secret = world.passwords["alice"].read_text()
     for result in (done, again, refused, unknown):
         assert secret not in result.stdout + result.stderr
@@ -194,26 +194,6 @@ def test_the_agent_creates_and_closes_fill_jobs_only_on_the_trainer_thread_betwe
     assert job_state(world, job_id) == "completed"
 
 
-@pytest.mark.parametrize("field,value,needle", [
-    ("item_count", 0, "JobSpec.item_count = 0 must be an int >= 1"),
-    ("shard_items", -5, "JobSpec.shard_items = -5 must be an int >= 1"),
-    ("lease_ttl_s", 0.0, "JobSpec.lease_ttl_s = 0.0 must be a finite number > 0"),
-    ("item_cost_us", float("nan"), "JobSpec.item_cost_us = nan must be a finite number >= 0"),
-    ("max_failures", True, "JobSpec.max_failures = True must be an int >= 1"),
-    ("name", "", "JobSpec.name = '' must be a string of 1..200 characters"),
-    ("output_dir", "relative/out", "output_dir 'relative/out' must be an absolute path"),
-])
-def test_bad_job_specs_are_refused_naming_the_field(world, field, value, needle):
-    import dataclasses
-    with world.service("alice") as alice:
-        before = len(alice.jobs())
-        spec = dataclasses.replace(digest_job(world, "bad-spec", 10, 5), **{field: value})
-        with pytest.raises(pf.PipeFillError, match=re.escape(needle)) as error:
-            alice.submit(spec)
-        assert error.value.code == pf.Result.INVALID_ARGUMENT
-        assert len(alice.jobs()) == before
-
-
 def test_an_unreachable_database_ends_the_agent_within_its_budget_not_the_trainer(tmp_path):
     import time
     pytest.importorskip("psycopg")
@@ -250,3 +230,26 @@ def test_an_unreachable_database_ends_the_agent_within_its_budget_not_the_traine
     assert isinstance(agent.error, ConnectionLost)
     assert "service database unreachable for 1 s" in str(agent.error)
     assert f"host={tmp_path}" in str(agent.error) and "never-shown-3e1d" not in str(agent.error)
+
+
+def test_a_deadlock_aborted_call_is_retried_not_fatal():
+    """The server rolls back a statement chosen as a deadlock victim (e.g. a rank's pf_fail
+    against a cancel of a large job): Reconnecting retries it on the same connection (every
+    pf_* call is idempotent) instead of ending the agent; other database errors still raise."""
+    psycopg = pytest.importorskip("psycopg")
+    from pipefill.service._db import Reconnecting
+    db = Reconnecting({"host": "/nonexistent"}, first_delay_s=0.001)
+    db._conn = type("Open", (), {"closed": False, "close": lambda self: None})()
+    calls = []
+
+    def work(conn):
+        calls.append(conn)
+        if len(calls) < 3:
+            raise (psycopg.errors.DeadlockDetected if len(calls) == 1
+                   else psycopg.errors.SerializationFailure)("victim")
+        return "done"
+
+    assert db.call(work) == "done"
+    assert db.transient == 2 and db.reconnects == 0 and len(set(map(id, calls))) == 1
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        db.call(lambda conn: (_ for _ in ()).throw(psycopg.errors.UniqueViolation("dup")))

@@ -56,11 +56,14 @@ def test_two_clients_sharing_one_server_connection_claim_and_commit(world, bounc
         won = []
         for round_ in range(20):
             for name, conn in (("A", a), ("B", b)):
-                row = conn.execute("select shard, token from pipefill.pf_claim(%s, 0, %s::jsonb, 1)"
-                                   " where job_id = %s", (name, ANY_CLASS, job_id)).fetchone()
+                row = conn.execute("select shard, token, secret from pipefill.pf_claim(%s, 0,"
+                                   " %s::jsonb, 1) where job_id = %s",
+                                   (name, ANY_CLASS, job_id)).fetchone()
                 assert row is not None, f"round {round_}: {name} found no shard"
-                outcome = conn.execute("select pipefill.pf_commit(%s, %s, %s, '/x', %s, 0)",
-                                       (job_id, row[0], row[1], "0" * 64)).fetchone()[0]
+                path = f"{world.out_root}/job-{job_id}/shard-{row[0]}"
+                outcome = conn.execute("select pipefill.pf_commit(%s, %s, %s, %s, %s, %s, 0)",
+                                       (job_id, row[0], row[1], row[2], path, "0" * 64)
+                                       ).fetchone()[0]
                 won.append((row[0], outcome))
         # Both clients are connected: the server sees one connection of rank1 (the pool).
         assert server_connections(world.pg, "rank1") == 1

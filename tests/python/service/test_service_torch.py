@@ -86,23 +86,26 @@ def test_a_killed_ranks_shard_resumes_from_its_progress_file_on_another_rank(wor
     job_id, params = torch_job(world, "torch-kill", batches=60, shard_batches=30, ttl_s=1.5,
                                item_cost_us=1500.0)
     ranks = Ranks(world.rank_env(), tmp_path, bubble_us=2000.0, compute_us=40000.0)
+    # One connection for the polls (a new login every 0.1 s beside the rank processes can take
+    # longer than the 5 s connect timeout on a loaded machine).
+    watcher = world.service("alice")
     try:
         ranks.start("torch-A")
 
         def checkpointed():
-            with world.service("pfadmin") as owner:
-                shard = [s for s in owner.shards(job_id) if s["shard"] == 0][0]
+            shard = [s for s in watcher.shards(job_id) if s["shard"] == 0][0]
             ck = shard["checkpoint"] or {}
             return shard["state"] == "leased" and ck.get("next", 0) >= 8 and ck.get("next")
 
         reached = wait_for(checkpointed, 120, "rank A's checkpoint past batch 8 of shard 0")
         ranks.kill("torch-A")
         ranks.start("torch-B")
-        wait_for(lambda: job_state(world, job_id) == "completed", 120,
+        wait_for(lambda: watcher.jobs(job_id)[0].state == "completed", 120,
                  f"the job to complete on rank B; B's log: {ranks.log('torch-B')}")
         summary = ranks.terminate("torch-B")
     finally:
         ranks.close()
+        watcher.close()
     assert summary is not None and summary["error"] is None, summary
     assert summary["resumed"] >= 1 and summary["failed"] == 0, summary
     with world.service("alice") as alice:
