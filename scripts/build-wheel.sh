@@ -55,7 +55,8 @@ if [ -n "$tree" ]; then
   [ -n "$py" ] || py=$(sed -n 's/^Python_EXECUTABLE:[A-Z]*=//p' "$tree/CMakeCache.txt")
   [ -x "$py" ] || die "the tree's Python '$py' is not executable"
   targets=(_pipefill)
-  cmake --build "$tree" --target help | grep -q '_pipefill_stub' && targets+=(_pipefill_stub)
+  listed=$(cmake --build "$tree" --target help 2>/dev/null || true)
+  grep -q '_pipefill_stub' <<<"$listed" && targets+=(_pipefill_stub)
   cmake --build "$tree" --target "${targets[@]}" >/dev/null || die "building ${targets[*]} in $tree failed"
   # What `pip wheel .` installs into the wheel: the python component, stripped (install.strip).
   cmake --install "$tree" --component python --strip --prefix "$work/stage" >/dev/null

@@ -107,7 +107,7 @@ if [ ! -f "$tools_cache/.complete" ]; then
   [ -x "$pip_py" ] || pip_py=python3
   rm -rf "$tools_cache"
   # The GPU image's Python is 3.12; the wheels are pure Python or manylinux1, so any CPython fits.
-  "$pip_py" -m pip download -q --only-binary=:all: --python-version 3.12 --platform manylinux_2_17_x86_64 \
+  "$pip_py" -m pip download -q --only-binary=:all: --python-version 3.12 --platform manylinux1_x86_64 \
     -d "$tools_cache" -r "$root/scripts/wheel-tools.txt" || die "pip download of scripts/wheel-tools.txt failed"
   touch "$tools_cache/.complete"
 fi

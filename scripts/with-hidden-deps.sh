@@ -8,7 +8,7 @@
 #
 # --hide-cuda-toolkit: the CUDA toolkit too (each /usr/local/cuda* folder: nvcc, headers, static
 # and shared libraries, the folder the loader's cache points at). Its shared libraries stay
-# readable at $PIPEFILL_CUDA_LIBS_DIR (exported to the command), a path nothing searches: a program
+# readable at $HIDDEN_CUDA_TOOLKIT_LIBS (exported to the command), a path nothing searches: a program
 # that brings its own CUDA libraries on a GPU node (torch, from its nvidia-* wheels; here torch
 # was installed without them, scripts/test.sh) is pointed there with LD_LIBRARY_PATH.
 #
@@ -70,7 +70,7 @@ if [ $hide_toolkit -eq 1 ]; then
   # its source).
   libs_dir=$(mktemp -d "${TMPDIR:-/tmp}/pipefill-cuda-libs.XXXXXX")
   mount --bind "$(readlink -f "${toolkits[0]}/lib64")" "$libs_dir"
-  export PIPEFILL_CUDA_LIBS_DIR=$libs_dir
+  export HIDDEN_CUDA_TOOLKIT_LIBS=$libs_dir
   hidden_dirs+=("${toolkits[@]}")
   probes+=("${toolkits[0]}/bin/nvcc" "${toolkits[0]}/include/cuda_runtime.h")
 fi
@@ -84,7 +84,7 @@ for probe in "${probes[@]}"; do
 done
 [ ! -s /usr/lib/x86_64-linux-gnu/libfmt.so ] || { echo "with-hidden-deps: still visible: libfmt.so" >&2; exit 3; }
 what="system fmt, spdlog, nlohmann-json, CLI11, GoogleTest, Google Benchmark"
-[ $hide_toolkit -eq 1 ] && what="$what; the CUDA toolkit (${toolkits[*]}; its shared libraries at $PIPEFILL_CUDA_LIBS_DIR)"
+[ $hide_toolkit -eq 1 ] && what="$what; the CUDA toolkit (${toolkits[*]}; its shared libraries at $HIDDEN_CUDA_TOOLKIT_LIBS)"
 echo "hidden: $what"
 set +e
 "$@"

@@ -149,8 +149,8 @@ def main() -> None:
         # ---- 3. with torch ------------------------------------------------------------------------
         if args.torch_from:
             torch_env = dict(env)
-            if os.environ.get("PIPEFILL_CUDA_LIBS_DIR"):  # the hidden toolkit's libraries, for torch
-                torch_env["LD_LIBRARY_PATH"] = os.environ["PIPEFILL_CUDA_LIBS_DIR"]
+            if os.environ.get("HIDDEN_CUDA_TOOLKIT_LIBS"):  # the hidden toolkit's libraries, for torch
+                torch_env["LD_LIBRARY_PATH"] = os.environ["HIDDEN_CUDA_TOOLKIT_LIBS"]
             # Plain path entries, after the venv's own site-packages: the .pth files in those folders
             # (scripts/test.sh's venv points one at its build tree's pipefill) are not read.
             (site / "torch-from.pth").write_text(run(args.torch_from, TORCH_SITE, env=torch_env, cwd=work))
