@@ -63,15 +63,21 @@ try:
     with pf.Runtime(backend="cuda") as rt:
         print("started", rt.stats().bubbles)
 except pf.PipeFillError as error:
-    print("refused", error.code.name, error.message)
+    # The message only on a second line: gpu-check.sh reads "no ... CUDA device" in a failed
+    # step's log as a clean refusal, so a passing line must not carry it.
+    print("refused", error.code.name)
+    print(error.message)
 """
 
 TORCH_FIRST = "import torch, torch.distributed\nimport pipefill as pf\n"
 PIPEFILL_FIRST = "import pipefill as pf\nimport torch, torch.distributed\n"
-# The folders torch (and what it imports) is found in, for another interpreter's path.
+# The folders torch (and what it imports) is found in, for another interpreter's path (found, not
+# imported: the interpreter's torch may need libraries only LD_LIBRARY_PATH gives it).
 TORCH_SITE = """
-import os, site, sysconfig, torch
-folders = [os.path.dirname(os.path.dirname(torch.__file__))] + site.getsitepackages()
+import importlib.util, os, site, sysconfig
+spec = importlib.util.find_spec("torch")
+assert spec is not None, "no torch in this interpreter"
+folders = [os.path.dirname(os.path.dirname(spec.origin))] + site.getsitepackages()
 folders += [sysconfig.get_paths()[k] for k in ("purelib", "platlib")]
 print("\\n".join(dict.fromkeys(f for f in folders if os.path.isdir(f))))
 """
@@ -142,9 +148,9 @@ def main() -> None:
         verdict = run(python, CUDA_BACKEND, env=env, cwd=work).strip()
         if with_cuda == "1":
             expected = "started" if args.gpu else "refused NO_DEVICE"
-            if not verdict.startswith(expected):
+            if not verdict.splitlines()[0].startswith(expected):
                 fail(f"Runtime(backend='cuda'): {verdict!r}, expected {expected!r}")
-            print(f"check_wheel: Runtime(backend='cuda'): {verdict[:160]}", flush=True)
+            print(f"check_wheel: Runtime(backend='cuda'): {verdict.splitlines()[0]}", flush=True)
 
         # ---- 3. with torch ------------------------------------------------------------------------
         if args.torch_from:
