@@ -65,10 +65,10 @@ if [ -n "$tree" ]; then
 else
   py=${py:-python3}
   echo "build-wheel: source build with $py: pip wheel . (compiles the library and the extension: minutes)"
-  # pip -v shows the backend's output: CMake's configure lines and ninja's [n/N] progress lines
-  # are printed, the rest goes to the log.
+  # pip -v shows the backend's output (indented): scikit-build-core's "***" stage lines, CMake's
+  # PipeFill lines and ninja's [n/N] progress lines are printed, the rest goes to the log.
   { "$py" -m pip wheel -v --no-deps --no-build-isolation -w "$work/plain" "$root"; echo $? > "$work/pip.rc"; } 2>&1 |
-    tee "$work/pip-wheel.log" | grep --line-buffered -E '^\[[0-9]+/[0-9]+\]|PipeFill|\*\*\* ' || true
+    tee "$work/pip-wheel.log" | grep --line-buffered -E '^ *\[[0-9]+/[0-9]+\]|PipeFill|\*\*\* ' || true
   if [ "$(cat "$work/pip.rc")" != 0 ] || ! ls "$work"/plain/pipefill-*.whl >/dev/null 2>&1; then
     tail -n 40 "$work/pip-wheel.log"
     die "pip wheel failed (rc $(cat "$work/pip.rc"))"
