@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Runs a command where a GPU node's image would leave it: in a private mount namespace (unshare -m;
-# needs root) in which the system copies of PipeFill's C++ dependencies are hidden - the headers,
-# CMake package folders and /usr/src sources of fmt, spdlog, nlohmann-json, CLI11,
-# GoogleTest/GoogleMock and Google Benchmark under empty read-only tmpfs mounts, their libraries
-# and pkg-config files under /dev/null. Before the command starts it checks that none of them is
+# Runs a command where a GPU node's image would leave it: in a private mount namespace (unshare -m
+# as root, else in a user namespace of its own) in which the system copies of PipeFill's C++
+# dependencies are hidden - the headers, CMake package folders and /usr/src sources of fmt,
+# spdlog, nlohmann-json, CLI11, GoogleTest/GoogleMock and Google Benchmark under empty read-only
+# tmpfs mounts, their libraries and pkg-config files under /dev/null. Before the command starts it checks that none of them is
 # still visible.
 #
 # --hide-cuda-toolkit: the CUDA toolkit too (each /usr/local/cuda* folder: nvcc, headers, static
@@ -27,12 +27,14 @@ done
 [ $# -gt 0 ] || { echo "usage: $0 [--hide-cuda-toolkit] [--] command [args...]" >&2; exit 2; }
 
 if [ "${_PIPEFILL_HIDDEN_NAMESPACE:-}" != "$$" ]; then
-  [ "$(id -u)" -eq 0 ] || { echo "with-hidden-deps: needs root (unshare -m, mounts)" >&2; exit 2; }
   flags=()
   [ $hide_toolkit -eq 1 ] && flags=(--hide-cuda-toolkit)
-  # The same script again, inside the new namespace (exec keeps the pid the marker names).
+  # The same script again, inside the new namespace (exec keeps the pid the marker names). Not
+  # root: in a user namespace of its own, where this user is root and may mount.
+  namespace=(unshare --mount)
+  [ "$(id -u)" -eq 0 ] || namespace+=(--map-root-user)
   export _PIPEFILL_HIDDEN_NAMESPACE=$$
-  exec unshare -m bash "$0" "${flags[@]}" -- "$@"
+  exec "${namespace[@]}" bash "$0" "${flags[@]}" -- "$@"
 fi
 unset _PIPEFILL_HIDDEN_NAMESPACE
 mount --make-rprivate /
