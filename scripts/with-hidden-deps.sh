@@ -3,8 +3,8 @@
 # as root, else in a user namespace of its own) in which the system copies of PipeFill's C++
 # dependencies are hidden - the headers, CMake package folders and /usr/src sources of fmt,
 # spdlog, nlohmann-json, CLI11, GoogleTest/GoogleMock and Google Benchmark under empty read-only
-# tmpfs mounts, their libraries and pkg-config files under /dev/null. Before the command starts it checks that none of them is
-# still visible.
+# tmpfs mounts, their libraries and pkg-config files under /dev/null. Before the command starts
+# it checks that none of them is still visible.
 #
 # --hide-cuda-toolkit: the CUDA toolkit too (each /usr/local/cuda* folder: nvcc, headers, static
 # and shared libraries, the folder the loader's cache points at). Its shared libraries stay
