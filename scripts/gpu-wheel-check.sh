@@ -11,7 +11,9 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:?usage: $0 <build-dir> [python]}
 py=${2:-python3}
-wheel=$(bash "$root/scripts/build-wheel.sh" --build-dir "$build" --out "$build/dist" | tee /dev/stderr | tail -n 1)
+rm -rf "$build/dist"
+bash "$root/scripts/build-wheel.sh" --build-dir "$build" --out "$build/dist"
+wheel=$(ls "$build"/dist/pipefill-*.whl)
 gpu=()
 nvidia-smi -L >/dev/null 2>&1 && gpu=(--gpu)
 "$py" "$root/tests/wheel/check_wheel.py" "$wheel" --expect-cuda 1 --torch-from "$py" "${gpu[@]}"

@@ -57,7 +57,9 @@ step "wheel: packed from the release tree, repaired by auditwheel, installed and
 # symbol); tests/wheel/check_wheel.py installs it into a fresh venv where the Debian dev packages
 # and the CUDA toolkit are hidden (scripts/with-hidden-deps.sh), as on a GPU node: the README
 # snippet, no library of fmt/spdlog/CUDA mapped, import before and after torch.
-wheel=$(bash scripts/build-wheel.sh --build-dir build --out build/dist | tee /dev/stderr | tail -n 1)
+rm -rf build/dist
+bash scripts/build-wheel.sh --build-dir build --out build/dist
+wheel=$(ls build/dist/pipefill-*.whl)
 hide_toolkit=()
 [ $require_cuda -eq 1 ] && hide_toolkit=(--hide-cuda-toolkit)
 bash scripts/with-hidden-deps.sh "${hide_toolkit[@]}" -- \
