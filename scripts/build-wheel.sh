@@ -6,7 +6,8 @@
 #   scripts/build-wheel.sh --build-dir <tree> [--out <dir>]
 #       packages what a build tree configured with -DPIPEFILL_BUILD_PYTHON=ON built (scripts/test.sh's
 #       build/, scripts/gpu-check.sh's tree): no compile beyond bringing that tree up to date, so a
-#       few seconds. The tree's Python (Python_EXECUTABLE in its cache) names the wheel's tag.
+#       few seconds. The tree's Python (Python_EXECUTABLE in its cache) names the wheel's tag and
+#       writes its metadata (scikit-build-core's own hook, from pyproject.toml: scripts/pack-wheel.py).
 #   scripts/build-wheel.sh [--python <python>] [--out <dir>]
 #       source build: `pip wheel .` (scikit-build-core, Release; minutes: ~6 on 2 cores), with
 #       <python> (default python3) and its scikit-build-core and nanobind (--no-build-isolation).
