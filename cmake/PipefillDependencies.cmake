@@ -4,13 +4,22 @@
 # CUDA toolkit, CMake and ninja but none of these packages, and nothing can be installed there.
 # Either way the targets have the same names: fmt::fmt, spdlog::spdlog,
 # nlohmann_json::nlohmann_json, CLI11::CLI11, GTest::gtest/gtest_main/gmock/gmock_main,
-# benchmark::benchmark. A staged package also answers later find_package() calls for it (through
-# CMAKE_FIND_PACKAGE_REDIRECTS_DIR), so subdirectories may keep calling find_package().
+# benchmark::benchmark. A staged package, and fmt and spdlog always, also answer later
+# find_package() calls for it (through CMAKE_FIND_PACKAGE_REDIRECTS_DIR), so subdirectories may
+# keep calling find_package().
 #
-# Staged forms: fmt header-only (FMT_HEADER_ONLY), spdlog header-only on that same external fmt
-# (SPDLOG_FMT_EXTERNAL: never spdlog's bundled copy), nlohmann-json and CLI11 headers, and
-# GoogleTest and Google Benchmark built from source inside this build (EXCLUDE_FROM_ALL: only
-# what a target links is built).
+# fmt and spdlog: only their headers are used, the system's (/usr/include) or the staged copy's.
+# Their compiled parts are built in this build, once, into two static archives with hidden
+# symbols (pipefill_fmt from cmake/compiled-deps/fmt.cpp, pipefill_spdlog - compiled spdlog on
+# that external fmt, never spdlog's bundled copy - from cmake/compiled-deps/spdlog.cpp), so no
+# binary of ours has a DT_NEEDED on libfmt.so or libspdlog.so and none exports their symbols:
+# the Python extension is self-contained (a manylinux wheel; scripts/build-wheel.sh checks it),
+# and our copies never meet the ones a host process carries (torch has its own fmt). Header-only
+# use would do the same at ~5 s (fmt) and ~8 s (spdlog) more per translation unit; it is the
+# fallback only for an fmt other than 9, the version fmt.cpp's instantiations are written for.
+#
+# Other staged forms: nlohmann-json and CLI11 headers, and GoogleTest and Google Benchmark built
+# from source inside this build (EXCLUDE_FROM_ALL: only what a target links is built).
 #
 # PIPEFILL_STAGED_DEPS: AUTO (system first, staged where absent), ON (staged only: what the GPU
 # machine does, and how scripts/gpu-check-hidden-deps.sh proves it), OFF (system only).
@@ -27,7 +36,7 @@ set(PIPEFILL_DEPENDENCY_SOURCES "")
 function(_pipefill_redirect_find_package package version)
   string(TOLOWER "${package}" lower)
   file(WRITE "${CMAKE_FIND_PACKAGE_REDIRECTS_DIR}/${lower}-config.cmake"
-       "# ${package} ${version}: staged copy in ${PIPEFILL_DEPS_DIR}; targets made by PipefillDependencies.cmake\n"
+       "# ${package} ${version}: targets made by PipefillDependencies.cmake\n"
        "set(${package}_FOUND TRUE)\n")
   file(WRITE "${CMAKE_FIND_PACKAGE_REDIRECTS_DIR}/${lower}-config-version.cmake"
        "set(PACKAGE_VERSION \"${version}\")\n"
@@ -75,7 +84,9 @@ endmacro()
 macro(pipefill_dependency name)
   set(_pf_found FALSE)
   if(NOT PIPEFILL_STAGED_DEPS STREQUAL "ON")
-    if("${name}" STREQUAL "GTest")
+    if("${name}" STREQUAL "fmt" OR "${name}" STREQUAL "spdlog")
+      cmake_language(CALL _pipefill_system_${name}_headers _pf_found)
+    elseif("${name}" STREQUAL "GTest")
       find_package(GTest ${ARGN} QUIET)
       if(GTest_FOUND AND TARGET GTest::gtest AND TARGET GTest::gmock)
         set(_pf_found TRUE)
@@ -96,30 +107,88 @@ macro(pipefill_dependency name)
   endif()
 endmacro()
 
+# ---- fmt and spdlog: headers from the system or the staged copy, compiled parts built here ----
+# The system's headers (no find_package: its imported targets are the shared libraries).
+function(_pipefill_system_fmt_headers out)
+  find_path(_pf_fmt_include fmt/format-inl.h NO_CACHE)
+  if(_pf_fmt_include)
+    _pipefill_compiled_fmt("${_pf_fmt_include}")
+  endif()
+  set(${out} ${_pf_fmt_include} PARENT_SCOPE)
+endfunction()
+
+function(_pipefill_system_spdlog_headers out)
+  find_path(_pf_spdlog_include spdlog/spdlog-inl.h NO_CACHE)
+  if(_pf_spdlog_include)
+    _pipefill_compiled_spdlog("${_pf_spdlog_include}")
+  endif()
+  set(${out} ${_pf_spdlog_include} PARENT_SCOPE)
+endfunction()
+
 function(_pipefill_staged_fmt)
   _pipefill_staged_dir(fmt fmt include/fmt/format.h dir)
-  _pipefill_staged_version(fmt version)
-  add_library(pipefill_staged_fmt INTERFACE)
-  target_include_directories(pipefill_staged_fmt SYSTEM INTERFACE "${dir}/include")
-  target_compile_definitions(pipefill_staged_fmt INTERFACE FMT_HEADER_ONLY=1)
-  add_library(fmt::fmt ALIAS pipefill_staged_fmt)
-  add_library(fmt::fmt-header-only ALIAS pipefill_staged_fmt)
-  _pipefill_redirect_find_package(fmt "${version}")
+  _pipefill_compiled_fmt("${dir}/include")
 endfunction()
 
 function(_pipefill_staged_spdlog)
+  _pipefill_staged_dir(spdlog spdlog include/spdlog/spdlog.h dir)
+  _pipefill_compiled_spdlog("${dir}/include")
+endfunction()
+
+# The version the headers declare: FMT_VERSION (90100 -> 9.1.0), SPDLOG_VER_MAJOR/MINOR/PATCH.
+function(_pipefill_header_version include_dir header macros out)
+  set(parts "")
+  foreach(macro IN LISTS macros)
+    file(STRINGS "${include_dir}/${header}" line REGEX "^#define ${macro} [0-9]+")
+    string(REGEX REPLACE "^#define ${macro} ([0-9]+).*" "\\1" number "${line}")
+    list(APPEND parts "${number}")
+  endforeach()
+  if(macros STREQUAL "FMT_VERSION" AND parts MATCHES "^[0-9]+$")
+    math(EXPR major "${parts} / 10000")
+    math(EXPR minor "${parts} / 100 % 100")
+    math(EXPR patch "${parts} % 100")
+    set(parts "${major};${minor};${patch}")
+  endif()
+  list(JOIN parts "." version)
+  set(${out} "${version}" PARENT_SCOPE)
+endfunction()
+
+# fmt::fmt: fmt's compiled part as a static archive with hidden symbols (header-only for an fmt
+# other than 9: cmake/compiled-deps/fmt.cpp lists fmt 9's template instantiations).
+function(_pipefill_compiled_fmt include_dir)
+  _pipefill_header_version("${include_dir}" fmt/core.h FMT_VERSION version)
+  if(version VERSION_GREATER_EQUAL 9 AND version VERSION_LESS 10)
+    message(STATUS "PipeFill: fmt ${version} (${include_dir}) compiled into pipefill_fmt")
+    add_library(pipefill_fmt STATIC ${PROJECT_SOURCE_DIR}/cmake/compiled-deps/fmt.cpp)
+    target_include_directories(pipefill_fmt SYSTEM PUBLIC "${include_dir}")
+    set_target_properties(pipefill_fmt PROPERTIES CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+  else()
+    message(STATUS "PipeFill: fmt ${version} (not 9) is used header-only (FMT_HEADER_ONLY): a slower build")
+    add_library(pipefill_fmt INTERFACE)
+    target_include_directories(pipefill_fmt SYSTEM INTERFACE "${include_dir}")
+    target_compile_definitions(pipefill_fmt INTERFACE FMT_HEADER_ONLY=1)
+  endif()
+  add_library(fmt::fmt ALIAS pipefill_fmt)
+  _pipefill_redirect_find_package(fmt "${version}")
+endfunction()
+
+# spdlog::spdlog: spdlog's compiled part (SPDLOG_COMPILED_LIB) on the fmt above, a static archive
+# with hidden symbols.
+function(_pipefill_compiled_spdlog include_dir)
+  _pipefill_header_version("${include_dir}" spdlog/version.h "SPDLOG_VER_MAJOR;SPDLOG_VER_MINOR;SPDLOG_VER_PATCH" version)
   if(NOT TARGET fmt::fmt)
     message(FATAL_ERROR "PipefillDependencies: resolve fmt before spdlog")
   endif()
-  _pipefill_staged_dir(spdlog spdlog include/spdlog/spdlog.h dir)
-  _pipefill_staged_version(spdlog version)
-  add_library(pipefill_staged_spdlog INTERFACE)
-  target_include_directories(pipefill_staged_spdlog SYSTEM INTERFACE "${dir}/include")
-  # Header-only spdlog on the external fmt above (whichever fmt::fmt is in use), never its own copy.
-  target_compile_definitions(pipefill_staged_spdlog INTERFACE SPDLOG_FMT_EXTERNAL=1)
-  target_link_libraries(pipefill_staged_spdlog INTERFACE fmt::fmt Threads::Threads)
-  add_library(spdlog::spdlog ALIAS pipefill_staged_spdlog)
-  add_library(spdlog::spdlog_header_only ALIAS pipefill_staged_spdlog)
+  if(NOT EXISTS "${include_dir}/spdlog/spdlog-inl.h")
+    message(FATAL_ERROR "spdlog in ${include_dir} has no spdlog-inl.h: PipeFill needs spdlog 1.x's headers")
+  endif()
+  message(STATUS "PipeFill: spdlog ${version} (${include_dir}) compiled into pipefill_spdlog")
+  add_library(pipefill_spdlog STATIC ${PROJECT_SOURCE_DIR}/cmake/compiled-deps/spdlog.cpp)
+  target_include_directories(pipefill_spdlog SYSTEM PUBLIC "${include_dir}")
+  target_compile_definitions(pipefill_spdlog PUBLIC SPDLOG_COMPILED_LIB=1 SPDLOG_FMT_EXTERNAL=1)
+  target_link_libraries(pipefill_spdlog PUBLIC fmt::fmt Threads::Threads)
+  set_target_properties(pipefill_spdlog PROPERTIES CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+  add_library(spdlog::spdlog ALIAS pipefill_spdlog)
   _pipefill_redirect_find_package(spdlog "${version}")
 endfunction()
 

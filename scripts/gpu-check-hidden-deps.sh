@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Proves, on a machine without a GPU, that the GPU check needs nothing the GPU image lacks: runs
-# scripts/gpu-check.sh in a private mount namespace (unshare -m; needs root) in which the system
-# copies of fmt, spdlog, nlohmann-json, CLI11, GoogleTest/GoogleMock and Google Benchmark are
-# hidden - their headers, CMake package folders and /usr/src sources under empty tmpfs mounts,
-# their libraries and pkg-config files under /dev/null - so the build can only use .gpu-deps/
-# (staged first, by scripts/stage-gpu-deps.sh, exactly as before a GPU call). Then it checks:
+# scripts/gpu-check.sh in a private mount namespace (scripts/with-hidden-deps.sh; needs root) in
+# which the system copies of fmt, spdlog, nlohmann-json, CLI11, GoogleTest/GoogleMock and Google
+# Benchmark are hidden - their headers, CMake package folders and /usr/src sources under empty
+# tmpfs mounts, their libraries and pkg-config files under /dev/null - so the build can only use
+# .gpu-deps/ (staged first, by scripts/stage-gpu-deps.sh, exactly as before a GPU call). Then it checks:
 #   - configure took every dependency from the staged copy (none from the system);
 #   - configure and every build step are ok;
 #   - every GPU step skipped ("ok 0p/..s", "skipped (no GPU)", or "skipped (<python> lacks
@@ -28,24 +28,6 @@ out=$(mktemp -d)
 stdout_log=$(mktemp)  # moved to <build>/hidden-deps-stdout.log at the end (kept out of the tree)
 mkdir -p "$(dirname "$build")"
 
-hidden_dirs=(
-  /usr/include/fmt /usr/include/spdlog /usr/include/nlohmann /usr/include/CLI
-  /usr/include/gtest /usr/include/gmock /usr/include/benchmark
-  /usr/lib/x86_64-linux-gnu/cmake/fmt /usr/lib/x86_64-linux-gnu/cmake/spdlog
-  /usr/lib/x86_64-linux-gnu/cmake/GTest /usr/lib/x86_64-linux-gnu/cmake/benchmark
-  /usr/share/cmake/CLI11 /usr/share/cmake/nlohmann_json
-  /usr/src/googletest /usr/src/gtest
-)
-hidden_files=()
-for pattern in 'libfmt.*' 'libspdlog.*' 'libgtest*' 'libgmock*' 'libbenchmark*' \
-               'pkgconfig/fmt.pc' 'pkgconfig/spdlog.pc' 'pkgconfig/gtest*.pc' 'pkgconfig/gmock*.pc' \
-               'pkgconfig/benchmark.pc'; do
-  for f in /usr/lib/x86_64-linux-gnu/$pattern; do [ -e "$f" ] && hidden_files+=("$f"); done
-done
-for f in /usr/share/pkgconfig/CLI11.pc /usr/share/pkgconfig/nlohmann_json.pc; do
-  [ -e "$f" ] && hidden_files+=("$f")
-done
-
 # The Python extension and graph_fill step too, when the test venv exists (scripts/test.sh makes
 # it): python3 here has no torch, which gpu-check.sh reports as a skip, not a failure.
 if [ -z "${GPU_CHECK_PYTHON:-}" ] && [ -x "$root/build-py/venv/bin/python" ]; then
@@ -55,33 +37,13 @@ fi
 if command -v ccache >/dev/null 2>&1; then
   export GPU_CHECK_CMAKE_ARGS="${GPU_CHECK_CMAKE_ARGS:-} -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"
 fi
-echo "gpu-check-hidden-deps: hiding ${#hidden_dirs[@]} folders and ${#hidden_files[@]} files; build in $build"
+echo "gpu-check-hidden-deps: build in $build"
 rm -rf "$build"
 set +e
-unshare -m bash -s -- "$root" "$build" "$out" "${#hidden_dirs[@]}" "${hidden_dirs[@]}" "${hidden_files[@]}" \
-  > "$stdout_log" 2>&1 <<'INNER'
-set -eu
-root=$1 build=$2 out=$3 ndirs=$4
-shift 4
-mount --make-rprivate /
-for ((i = 0; i < ndirs; ++i)); do
-  [ -d "$1" ] && mount -t tmpfs -o size=1m,ro tmpfs "$1"
-  shift
-done
-for f in "$@"; do mount --bind /dev/null "$f"; done
-# Nothing of them is left where a compiler or CMake would look.
-for probe in /usr/include/fmt/format.h /usr/include/spdlog/spdlog.h /usr/include/nlohmann/json.hpp \
-             /usr/include/CLI/CLI.hpp /usr/include/gtest/gtest.h /usr/include/benchmark/benchmark.h \
-             /usr/src/googletest/CMakeLists.txt; do
-  [ ! -e "$probe" ] || { echo "still visible: $probe"; exit 3; }
-done
-[ ! -s /usr/lib/x86_64-linux-gnu/libfmt.so ] || { echo "still visible: libfmt.so"; exit 3; }
-echo "hidden: system fmt, spdlog, nlohmann-json, CLI11, GoogleTest, Google Benchmark"
-set +e
 # AUTO: the build looks for the system packages first and must fall back to .gpu-deps/ itself.
-OUT=$out GPU_CHECK_TIME_SCALE=${GPU_CHECK_TIME_SCALE:-8} GPU_CHECK_BUDGET_S=${GPU_CHECK_BUDGET_S:-7200} \
-  GPU_CHECK_STAGED_DEPS=AUTO bash "$root/scripts/gpu-check.sh" "$build"
-INNER
+bash "$root/scripts/with-hidden-deps.sh" -- env OUT="$out" GPU_CHECK_TIME_SCALE="${GPU_CHECK_TIME_SCALE:-8}" \
+  GPU_CHECK_BUDGET_S="${GPU_CHECK_BUDGET_S:-7200}" GPU_CHECK_STAGED_DEPS=AUTO \
+  bash "$root/scripts/gpu-check.sh" "$build" > "$stdout_log" 2>&1
 rc=$?
 set -e
 cat "$stdout_log"

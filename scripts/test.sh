@@ -2,7 +2,8 @@
 # Builds and runs every test, each build once:
 #  1. the release build (CUDA backend compiled when the toolkit is present; GPU tests skip without
 #     a device) with the Python extension in the same tree, its ctest suite, then the Python
-#     package's pytest suite on that very extension (no second build of the library);
+#     package's pytest suite on that very extension (no second build of the library), then that
+#     extension as a manylinux wheel, installed and run where the dev packages and toolkit are hidden;
 #  2. the whole suite under ASan+UBSan;
 #  3. the executor/runtime/host/graph tests under TSan;
 #  4. clang with -Wthread-safety -Werror=thread-safety over the core (the GUARDED_BY/REQUIRES
@@ -49,6 +50,21 @@ require_cuda=0
 { [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null; } && require_cuda=1
 # PIPEFILL_REQUIRE_SERVICE: the fill-job service tests fail (not skip) without psycopg or PostgreSQL.
 PIPEFILL_REQUIRE_SERVICE=1 PIPEFILL_REQUIRE_CUDA_BUILD=$require_cuda PIPEFILL_PY_BUILD_DIR=build bash python/test-package.sh
+
+step "wheel: packed from the release tree, repaired by auditwheel, installed and run without the dev packages or the toolkit"
+# scripts/build-wheel.sh packs the extension the Python stage just tested (no second compile),
+# makes it a manylinux wheel and checks it (nothing grafted, DT_NEEDED, exports, no fmt/spdlog
+# symbol); tests/wheel/check_wheel.py installs it into a fresh venv where the Debian dev packages
+# and the CUDA toolkit are hidden (scripts/with-hidden-deps.sh), as on a GPU node: the README
+# snippet, no library of fmt/spdlog/CUDA mapped, import before and after torch.
+rm -rf build/dist
+bash scripts/build-wheel.sh --build-dir build --out build/dist
+wheel=$(ls build/dist/pipefill-*.whl)
+hide_toolkit=()
+[ $require_cuda -eq 1 ] && hide_toolkit=(--hide-cuda-toolkit)
+bash scripts/with-hidden-deps.sh "${hide_toolkit[@]}" -- \
+  "$("$py" -c 'import sys; print(sys._base_executable)')" tests/wheel/check_wheel.py "$wheel" \
+  --expect-cuda $require_cuda --torch-from "$py"
 
 step "build (ASan+UBSan, CUDA off)"
 cmake -S . -B build-asan -G Ninja "${launcher[@]}" -DCMAKE_BUILD_TYPE=Debug -DPIPEFILL_ENABLE_CUDA=OFF \
