@@ -289,14 +289,8 @@ int SliceLauncher::launch_slice_work(const JobState& job, const pfSliceDesc_t& s
       CallbackScope scope("launch", const_cast<JobState*>(&job));  // its pfJobCancel
       // The callback launches kernels on the device: its context current for the call only (the
       // caller's thread in inline mode keeps its own context afterwards).
-      const bool entered = device_.enter_launch_context();
-      try {
-        result = static_cast<int>(job.launch(job.user, &slice, stream));
-      } catch (...) {
-        if (entered) device_.leave_launch_context();
-        throw;
-      }
-      if (entered) device_.leave_launch_context();
+      LaunchContextScope device_context(device_);
+      result = static_cast<int>(job.launch(job.user, &slice, stream));
     }
     if (result != pfSuccess) *why = last_error_message();
   } catch (const std::exception& e) {

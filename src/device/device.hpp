@@ -191,9 +191,10 @@ class Device {
   }
 
   // ---- The calling thread's context (optional) --------------------------------------------
-  // Around every job launch callback (on the executor or, inline, on the caller's thread): makes
-  // the device current for the callback, which launches kernels on it (CUDA: pushes the device's
-  // primary context unless it is current). true: leave_launch_context must follow on this thread.
+  // Around every job launch and setup callback (on the executor or on the caller's thread): makes
+  // the device current for the callback, which launches kernels or allocates on it (CUDA: pushes
+  // the device's primary context unless it is current). true: leave_launch_context must follow on
+  // this thread (LaunchContextScope below).
   virtual bool enter_launch_context() { return false; }
   virtual void leave_launch_context() {}
   // pfGraphCaptureContextPush/Pop: makes the context of `stream` (a capture stream of this device)
@@ -262,6 +263,22 @@ class Device {
     (void)out;
     return pfErrorNotSupported;
   }
+};
+
+// Device::enter_launch_context / leave_launch_context for one scope: around a job's callbacks
+// that launch kernels or allocate on the device (launch, setup).
+class LaunchContextScope {
+ public:
+  explicit LaunchContextScope(Device& device) : device_(device), entered_(device.enter_launch_context()) {}
+  ~LaunchContextScope() {
+    if (entered_) device_.leave_launch_context();
+  }
+  LaunchContextScope(const LaunchContextScope&) = delete;
+  LaunchContextScope& operator=(const LaunchContextScope&) = delete;
+
+ private:
+  Device& device_;
+  bool entered_;
 };
 
 // Factories. make_cuda_device returns pfErrorNotSupported when built without CUDA and
