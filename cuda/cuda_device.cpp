@@ -25,7 +25,9 @@
 #include "common/mutex.hpp"
 #include "core/config.hpp"
 #include "cuda_check.hpp"
+#include "clock_alignment.hpp"
 #include "cupti_collector.hpp"
+#include "device_context.hpp"
 #include "driver_api.hpp"
 #include "event_query.hpp"
 #include "fallbacks.hpp"
@@ -33,6 +35,13 @@
 #include "gated_graph.hpp"
 #include "partition.hpp"
 #include "stream_context.hpp"
+
+// The device's primary context current for the rest of the enclosing call, as `need` says
+// (device_context.hpp): never cudaSetDevice, which would leave the caller's thread bound to this
+// device's primary context (issue 24 item 3).
+#define PF_DEVICE_CONTEXT(need)             \
+  DeviceContextScope device_context_scope_; \
+  PF_TRY(device_context_scope_.enter(primary_, cu_device_, need))
 
 namespace pipefill {
 namespace cuda {
@@ -76,9 +85,25 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
  public:
   ~CudaDevice() override { shutdown(); }
 
-  pfResult_t init(const RuntimeOptions& options) {
-    ordinal_ = options.device;
+  // `ordinal`: the device (config.device, or the caller's current one); `source` says which.
+  pfResult_t init(const RuntimeOptions& options, int ordinal, const std::string& source) {
+    ordinal_ = ordinal;
     origin_ = std::chrono::steady_clock::now();  // the device clock's origin (CUPTI aligns to it)
+    // The device's primary context, held for the device's life and pushed per call where a call
+    // needs it (device_context.hpp): the caller's current context and device never change.
+    const DriverApi& api = driver_api();
+    if (api.device_get == nullptr || api.device_primary_ctx_retain == nullptr ||
+        api.device_primary_ctx_release == nullptr || api.ctx_get_current == nullptr ||
+        api.ctx_push_current == nullptr || api.ctx_pop_current == nullptr)
+      return fail(pfErrorNotSupported,
+                  "the CUDA driver ({}) lacks cuDeviceGet, cuDevicePrimaryCtxRetain@7000, "
+                  "cuDevicePrimaryCtxRelease@11000 or the cuCtx push/pop calls: the runtime reaches "
+                  "its device only through the device's primary context, never by changing the "
+                  "caller's current device",
+                  api.driver_version);
+    PF_DRIVER_CHECK(api.device_get(&cu_device_, ordinal_));
+    PF_DRIVER_CHECK(api.device_primary_ctx_retain(&primary_, cu_device_));
+    PF_DEVICE_CONTEXT(ContextNeed::Primary);
     // CUPTI first: activity must be enabled before the work it should see.
     if (options.enable_cupti || env_flag("PIPEFILL_CUPTI")) {
       if (start_cupti_collector([this] { return now_us(); }, &collector_) != pfSuccess) {
@@ -86,7 +111,6 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
         clear_last_error();
       }
     }
-    PF_CUDA_CHECK(cudaSetDevice(ordinal_));
     cudaDeviceProp properties{};
     PF_CUDA_CHECK(cudaGetDeviceProperties(&properties, ordinal_));
     name_ = properties.name;
@@ -98,9 +122,9 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
     PF_TRY(init_gate_write());
     const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
     single_connection_ = connections != nullptr && std::strcmp(connections, "1") == 0;
-    log::info("CUDA device {} '{}': {} SMs, stream priorities {}..{} (lowest..highest), gate write {}, "
-              "CUDA_DEVICE_MAX_CONNECTIONS={}, CUPTI {}",
-              ordinal_, name_, sm_count_, lowest_priority_, highest_priority_,
+    log::info("CUDA device {} '{}' ({}): {} SMs, stream priorities {}..{} (lowest..highest), gate "
+              "write {}, CUDA_DEVICE_MAX_CONNECTIONS={}, CUPTI {}",
+              ordinal_, name_, source, sm_count_, lowest_priority_, highest_priority_,
               gate_write_mode_name(gate_mode_), connections ? connections : "unset",
               collector_ ? "on" : "off");
     return pfSuccess;
@@ -135,7 +159,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
 
   pfResult_t create_fill_stream(Stream* out) override {
     if (out == nullptr) return fail(pfErrorInvalidArgument, "create_fill_stream: out is null");
-    PF_TRY(bind());
+    PF_DEVICE_CONTEXT(ContextNeed::Primary);
     if (!partition_configured()) {  // configure_partition not called: default R
       FillPartition ignored;
       PF_TRY(configure_partition(-1, &ignored));
@@ -174,7 +198,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
       return fail(pfErrorInvalidArgument,
                   "stream priority {} is outside the device's range {} (lowest) .. {} (highest)",
                   priority, lowest_priority_, highest_priority_);
-    PF_TRY(bind());
+    PF_DEVICE_CONTEXT(ContextNeed::Primary);
     cudaStream_t stream = nullptr;
     PF_CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, priority));
     std::lock_guard lock(mutex_);
@@ -189,11 +213,12 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
       std::lock_guard lock(mutex_);
       const bool fill = fill_streams_.erase(cuda_stream) > 0;
       const bool main = main_streams_.erase(cuda_stream) > 0;
+      capture_streams_.erase(cuda_stream);
       if (!fill && !main)
         return fail(pfErrorInvalidArgument, "destroy_stream: stream {} was not created by this device",
                     stream);
     }
-    PF_TRY(bind());
+    PF_DEVICE_CONTEXT(ContextNeed::Primary);
     PF_CUDA_CHECK(cudaStreamDestroy(cuda_stream));
     return pfSuccess;
   }
@@ -206,6 +231,8 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   // cudaStreamIsCapturing: a stream under capture (or, for the legacy NULL stream, any global
   // capture on the device: cudaErrorStreamCaptureImplicit) refuses bubble instructions.
   bool is_capturing(Stream stream) const override {
+    DeviceContextScope scope;
+    if (scope.enter(primary_, cu_device_, ContextNeed::Any) != pfSuccess) clear_last_error();
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     const cudaError_t error = cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status);
     if (error == cudaErrorStreamCaptureImplicit) {
@@ -221,7 +248,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   }
 
   pfResult_t synchronize_stream(Stream stream) override {
-    PF_TRY(bind());
+    PF_DEVICE_CONTEXT(ContextNeed::Any);
     PF_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
     return pfSuccess;
   }
@@ -229,7 +256,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   // ---- Events -------------------------------------------------------------------------------
   pfResult_t create_event(Event* out) override {
     if (out == nullptr) return fail(pfErrorInvalidArgument, "create_event: out is null");
-    PF_TRY(bind());
+    PF_DEVICE_CONTEXT(ContextNeed::Primary);
     cudaEvent_t event = nullptr;
     PF_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDefault));  // timing enabled
     if (per_context_events_) {
@@ -249,6 +276,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
 
   pfResult_t destroy_event(Event event) override {
     if (event == nullptr) return fail(pfErrorInvalidArgument, "destroy_event: event is null");
+    PF_DEVICE_CONTEXT(ContextNeed::Any);
     cudaEvent_t twin = nullptr;
     {
       MutexLock lock(twins_mutex_);
@@ -264,7 +292,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
 
   pfResult_t record_event(Event event, Stream stream) override {
     if (event == nullptr) return fail(pfErrorInvalidArgument, "record_event: event is null");
-    PF_TRY(bind());
+    PF_DEVICE_CONTEXT(ContextNeed::Any);
     auto cuda_event = static_cast<cudaEvent_t>(event);
     if (per_context_events_) {
       const bool fill = is_fill_stream(static_cast<cudaStream_t>(stream));
@@ -280,7 +308,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
 
   pfResult_t stream_wait_event(Stream stream, Event event) override {
     if (event == nullptr) return fail(pfErrorInvalidArgument, "stream_wait_event: event is null");
-    PF_TRY(bind());
+    PF_DEVICE_CONTEXT(ContextNeed::Any);
     // cudaStreamWaitEvent may wait on an event of another context (cuda.h, cuStreamWaitEvent).
     PF_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), latest_of(event).event, 0));
     return pfSuccess;
@@ -289,6 +317,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   pfResult_t query_event(Event event, bool* done, double* time_us) override {
     if (event == nullptr || done == nullptr || time_us == nullptr)
       return fail(pfErrorInvalidArgument, "query_event: null argument (event {})", event);
+    PF_DEVICE_CONTEXT(ContextNeed::Any);
     const LatestRecord latest = latest_of(event);
     auto cuda_event = latest.event;
     cudaError_t error = cudaSuccess;
@@ -317,6 +346,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
 
   pfResult_t synchronize_event(Event event) override {
     if (event == nullptr) return fail(pfErrorInvalidArgument, "synchronize_event: event is null");
+    PF_DEVICE_CONTEXT(ContextNeed::Any);
     PF_CUDA_CHECK(cudaEventSynchronize(latest_of(event).event));
     return pfSuccess;
   }
@@ -325,7 +355,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   pfResult_t allocate_words(size_t count, uint64_t** words) override {
     if (words == nullptr || count == 0)
       return fail(pfErrorInvalidArgument, "allocate_words: count={} (must be > 0) or null output", count);
-    PF_TRY(bind());
+    PF_DEVICE_CONTEXT(ContextNeed::Primary);
     void* memory = nullptr;
     PF_CUDA_CHECK(cudaMalloc(&memory, count * sizeof(uint64_t)));  // 256-byte aligned
     const cudaError_t zero = cudaMemsetAsync(memory, 0, count * sizeof(uint64_t), control_stream_);
@@ -347,7 +377,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
         return fail(pfErrorInvalidArgument, "free_words: {} was not allocated by allocate_words",
                     static_cast<void*>(words));
     }
-    PF_TRY(bind());
+    PF_DEVICE_CONTEXT(ContextNeed::Primary);
     PF_CUDA_CHECK(cudaFree(words));
     return pfSuccess;
   }
@@ -355,7 +385,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   pfResult_t allocate_host_words(size_t count, uint64_t** words) override {
     if (words == nullptr || count == 0)
       return fail(pfErrorInvalidArgument, "allocate_host_words: count={} (must be > 0) or null output", count);
-    PF_TRY(bind());
+    PF_DEVICE_CONTEXT(ContextNeed::Primary);
     void* memory = nullptr;
     PF_CUDA_CHECK(cudaHostAlloc(&memory, count * sizeof(uint64_t), cudaHostAllocPortable));
     std::memset(memory, 0, count * sizeof(uint64_t));
@@ -372,15 +402,14 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
         return fail(pfErrorInvalidArgument, "free_host_words: {} was not allocated by allocate_host_words",
                     static_cast<void*>(words));
     }
+    PF_DEVICE_CONTEXT(ContextNeed::Primary);
     PF_CUDA_CHECK(cudaFreeHost(words));
     return pfSuccess;
   }
 
   pfResult_t write_word(Stream stream, uint64_t* word, uint64_t value) override {
     if (word == nullptr) return fail(pfErrorInvalidArgument, "write_word: word is null");
-    // Also makes this device current on the calling thread (the executor thread's launch
-    // callbacks follow a budget write and launch kernels on this device).
-    PF_TRY(bind());
+    PF_DEVICE_CONTEXT(ContextNeed::Any);
     if (gate_mode_ == GateWriteMode::StreamWriteValue) {
       PF_DRIVER_CHECK(driver_api().stream_write_value64(static_cast<CUstream>(stream),
                                                         reinterpret_cast<CUdeviceptr>(word), value,
@@ -398,7 +427,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
     if (word == nullptr || host == nullptr)
       return fail(pfErrorInvalidArgument, "copy_word_to_host: null word ({}) or host ({}) pointer",
                   static_cast<const void*>(word), static_cast<void*>(host));
-    PF_TRY(bind());
+    PF_DEVICE_CONTEXT(ContextNeed::Any);
     PF_CUDA_CHECK(cudaMemcpyAsync(host, word, sizeof(uint64_t), cudaMemcpyDeviceToHost,
                                   static_cast<cudaStream_t>(stream)));
     return pfSuccess;
@@ -408,7 +437,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   pfResult_t memory_info(size_t* free_bytes, size_t* total_bytes) override {
     if (free_bytes == nullptr || total_bytes == nullptr)
       return fail(pfErrorInvalidArgument, "memory_info: null output pointer");
-    PF_TRY(bind());
+    PF_DEVICE_CONTEXT(ContextNeed::Primary);
     PF_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
     return pfSuccess;
   }
@@ -445,7 +474,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
       if (arenas_.erase(base) == 0)
         return fail(pfErrorInvalidArgument, "free_arena: {} is not an arena of this device", base);
     }
-    PF_TRY(bind());
+    PF_DEVICE_CONTEXT(ContextNeed::Primary);
     PF_CUDA_CHECK(cudaFree(base));
     return pfSuccess;
   }
@@ -472,7 +501,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
         return pfSuccess;
       }
     }
-    PF_TRY(bind());
+    PF_DEVICE_CONTEXT(ContextNeed::Primary);
     destroy_green_context();  // re-partitioning before any fill stream exists
     FillPartition partition;
     partition.total_sms = sm_count_;
@@ -510,8 +539,8 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   // ---- Calibration --------------------------------------------------------------------------
   // ---- Graph fill jobs (cuda/gated_graph.hpp) -------------------------------------------------
   pfResult_t prepare_graph_items(const GraphJobSpec& spec, std::unique_ptr<GraphItems>* out) override {
-    PF_TRY(bind());
-    return make_gated_graph(spec, out);
+    PF_DEVICE_CONTEXT(ContextNeed::Primary);
+    return make_gated_graph(spec, primary_, out);
   }
 
   // The slice's bubble id and budget go to the graph's words in fill-stream order, then one launch.
@@ -527,19 +556,112 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   // A capture stream on the fill partition's context: the green context when there is one.
   pfResult_t create_capture_stream(Stream* out) override {
     if (out == nullptr) return fail(pfErrorInvalidArgument, "create_capture_stream: out is null");
-    PF_TRY(bind());
+    PF_DEVICE_CONTEXT(ContextNeed::Primary);
     if (!partition_configured()) {
       FillPartition ignored;
       PF_TRY(configure_partition(-1, &ignored));
     }
-    if (green_context_ == nullptr) return create_stream(lowest_priority_, out);
-    CUstream raw = nullptr;
-    PF_DRIVER_CHECK(driver_api().green_ctx_stream_create(&raw, green_context_, CU_STREAM_NON_BLOCKING,
-                                                         lowest_priority_));
+    if (green_context_ == nullptr) {
+      PF_TRY(create_stream(lowest_priority_, out));
+    } else {
+      CUstream raw = nullptr;
+      PF_DRIVER_CHECK(driver_api().green_ctx_stream_create(&raw, green_context_, CU_STREAM_NON_BLOCKING,
+                                                           lowest_priority_));
+      std::lock_guard lock(mutex_);
+      main_streams_.insert(reinterpret_cast<cudaStream_t>(raw));  // destroy_stream knows it
+      *out = raw;
+    }
     std::lock_guard lock(mutex_);
-    main_streams_.insert(reinterpret_cast<cudaStream_t>(raw));  // destroy_stream knows it
-    *out = raw;
+    capture_streams_.insert(static_cast<cudaStream_t>(*out));
     return pfSuccess;
+  }
+
+  // pfGraphCaptureContextPush: the capture stream's context (the green context in green-context
+  // mode) pushed on the calling thread until the matching pop - through ScopedStreamContext, so
+  // the push holds the process-wide green-context mutex (stream_context.hpp) like every other.
+  pfResult_t push_capture_context(Stream stream) override {
+    {
+      std::lock_guard lock(mutex_);
+      if (capture_streams_.count(static_cast<cudaStream_t>(stream)) == 0)
+        return fail(pfErrorInvalidArgument,
+                    "pfGraphCaptureContextPush: stream {} is not a capture stream of this runtime "
+                    "(pfGraphCaptureStreamCreate)",
+                    stream);
+    }
+    auto scope = std::make_unique<ScopedStreamContext>();
+    PF_TRY(scope->enter(stream));
+    capture_context_pushes().push_back({this, std::move(scope)});
+    return pfSuccess;
+  }
+
+  pfResult_t pop_capture_context() override {
+    auto& pushes = capture_context_pushes();
+    if (pushes.empty() || pushes.back().device != this)
+      return fail(pfErrorInvalidState,
+                  "pfGraphCaptureContextPop: no pfGraphCaptureContextPush of this runtime is open on "
+                  "the calling thread");
+    pushes.pop_back();  // the scope pops the context it pushed (if it pushed one)
+    return pfSuccess;
+  }
+
+  // ---- Main streams at bubble instructions --------------------------------------------------
+  // A main stream of another context than the device's primary one (a torch green context's
+  // stream, the NULL stream while such a context is current) gets the runtime's primary-context
+  // begin/end events and gate writes: CUDA documents event and stream of one context. So the
+  // first bubble on a stream of a new context runs the event and word-write self-tests for that
+  // context, once, on a private stream of it (never the caller's stream); a context that fails, or
+  // belongs to another device, is refused by name from then on (issue 24 item 4).
+  pfResult_t admit_main_stream(Stream stream, uint64_t* identity) override {
+    *identity = 0;
+    PF_DEVICE_CONTEXT(ContextNeed::Any);
+    const DriverApi& api = driver_api();
+    if (api.stream_get_ctx != nullptr) {
+      CUcontext context = nullptr;
+      PF_DRIVER_CHECK(api.stream_get_ctx(static_cast<CUstream>(stream), &context));
+      if (context != primary_ && context != nullptr) PF_TRY(check_main_context(context, stream));
+    }
+    if (api.stream_get_id != nullptr) {
+      unsigned long long id = 0;
+      PF_DRIVER_CHECK(api.stream_get_id(static_cast<CUstream>(stream), &id));
+      *identity = static_cast<uint64_t>(id) + 1;  // 0 stays "not tracked"
+    }
+    return pfSuccess;
+  }
+
+  // cuStreamGetId gives every stream a process-unique id: a destroyed stream fails the query (the
+  // driver no longer knows the handle) or, if the handle was reused, reports another id.
+  bool main_stream_unchanged(Stream stream, uint64_t identity) const override {
+    const DriverApi& api = driver_api();
+    if (identity == 0 || api.stream_get_id == nullptr) return true;
+    DeviceContextScope scope;
+    if (scope.enter(primary_, cu_device_, ContextNeed::Any) != pfSuccess) {
+      clear_last_error();
+      return true;
+    }
+    unsigned long long id = 0;
+    if (api.stream_get_id(static_cast<CUstream>(stream), &id) != CUDA_SUCCESS) return false;
+    return static_cast<uint64_t>(id) + 1 == identity;
+  }
+
+  // ---- Launch callbacks -----------------------------------------------------------------------
+  bool enter_launch_context() override {
+    const DriverApi& api = driver_api();
+    CUcontext current = nullptr;
+    if (api.ctx_get_current == nullptr || api.ctx_get_current(&current) != CUDA_SUCCESS) return false;
+    if (current == primary_) return false;
+    const CUresult pushed = api.ctx_push_current(primary_);
+    if (pushed != CUDA_SUCCESS) {
+      log::warn("a launch callback runs without the device's primary context current: cuCtxPushCurrent "
+                "failed: {}", driver_result_name(pushed));
+      return false;
+    }
+    return true;
+  }
+
+  void leave_launch_context() override {
+    CUcontext popped = nullptr;
+    const CUresult result = driver_api().ctx_pop_current(&popped);
+    if (result != CUDA_SUCCESS) log::warn("cuCtxPopCurrent after a launch callback failed: {}", driver_result_name(result));
   }
 
   pfResult_t collect_activity(std::vector<ActivityRecord>* out) override {
@@ -556,11 +678,91 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   }
 
  private:
-  // Makes this device current on the calling thread (cheap when it already is). The API and
-  // executor threads may call in with another device current.
-  pfResult_t bind() {
-    PF_CUDA_CHECK(cudaSetDevice(ordinal_));
-    return pfSuccess;
+  // The capture-context pushes open on this thread, innermost last (any CudaDevice of the process).
+  struct CapturePush {
+    const CudaDevice* device;
+    std::unique_ptr<ScopedStreamContext> scope;
+  };
+  static std::vector<CapturePush>& capture_context_pushes() {
+    thread_local std::vector<CapturePush> pushes;
+    return pushes;
+  }
+
+  // admit_main_stream's verdict on a context other than the primary one, cached per context ("":
+  // admitted; else why not). The first check of a context runs its self-tests (about a millisecond,
+  // once per context and runtime, before the bubble's first event is recorded).
+  pfResult_t check_main_context(CUcontext context, Stream stream) {
+    MutexLock lock(main_contexts_mutex_);
+    auto it = main_contexts_.find(context);
+    if (it == main_contexts_.end()) it = main_contexts_.emplace(context, judge_main_context(context)).first;
+    if (it->second.empty()) return pfSuccess;
+    return fail(it->second.rfind("device", 0) == 0 ? pfErrorInvalidArgument : pfErrorNotSupported,
+                "pfBubbleBegin: stream {} belongs to context {}, not to the primary context {} of the "
+                "runtime's device {}: {}",
+                stream, static_cast<void*>(context), static_cast<void*>(primary_), ordinal_, it->second);
+  }
+
+  // "" when the runtime's primary-context events and word writes work on streams of `context`.
+  std::string judge_main_context(CUcontext context) {
+    const DriverApi& api = driver_api();
+    CUdevice device = 0;
+    CUresult result = CUDA_ERROR_NOT_SUPPORTED;
+    if (api.ctx_get_device_of != nullptr) {
+      result = api.ctx_get_device_of(&device, context);
+    } else {
+      DeviceContextScope in_context;
+      if (in_context.enter(context, cu_device_, ContextNeed::Primary) != pfSuccess) {
+        std::string why = last_error_message();
+        clear_last_error();
+        return "its device could not be read (" + why + ")";
+      }
+      result = api.ctx_get_device(&device);
+    }
+    if (result != CUDA_SUCCESS) return "its device could not be read (cuCtxGetDevice: " + driver_result_name(result) + ")";
+    if (device != cu_device_)
+      return fmt::format("device handle {} is another device: mark bubbles on streams of the runtime's "
+                         "device (config.device)", static_cast<int>(device));
+    // A private stream of that context for the self-tests (created with the context current).
+    cudaStream_t probe = nullptr;
+    {
+      DeviceContextScope in_context;
+      if (in_context.enter(context, cu_device_, ContextNeed::Primary) != pfSuccess) {
+        std::string why = last_error_message();
+        clear_last_error();
+        return "no stream of it could be made for the self-test (" + why + ")";
+      }
+      const cudaError_t made = cudaStreamCreateWithFlags(&probe, cudaStreamNonBlocking);
+      if (made != cudaSuccess) {
+        (void)cudaGetLastError();
+        return fmt::format("no stream of it could be made for the self-test ({})", cudaGetErrorName(made));
+      }
+    }
+    std::string verdict;
+    {
+      DeviceContextScope in_primary;  // the self-tests' own events and words are the runtime's
+      if (in_primary.enter(primary_, cu_device_, ContextNeed::Primary) != pfSuccess) {
+        verdict = last_error_message();
+        clear_last_error();
+      } else {
+        const MemoryOpsVerdict memory = judge_memory_ops(run_memory_ops_self_test(probe));
+        const bool writes = memory.usable && (gate_mode_ != GateWriteMode::StreamWriteValue || memory.stream_write);
+        const std::string events = event_self_test_failure(run_event_self_test(probe));
+        if (!writes)
+          verdict = "the runtime's gate writes fail on its streams (" + memory.detail + ")";
+        else if (!events.empty())
+          verdict = "the runtime's primary-context events fail on its streams (" + events + ")";
+      }
+    }
+    if (cudaStreamDestroy(probe) != cudaSuccess) (void)cudaGetLastError();
+    if (!verdict.empty()) {
+      verdict += "; mark bubbles on a stream of the primary context (a torch.cuda.Stream() made with no "
+                 "green context current)";
+      log::warn("main streams of context {} are refused: {}", static_cast<void*>(context), verdict);
+    } else {
+      log::info("main streams of context {} (not the primary context) passed the event and word-write "
+                "self-tests", static_cast<void*>(context));
+    }
+    return verdict;
   }
 
   bool partition_configured() const {
@@ -669,18 +871,64 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
     return test;
   }
 
-  // After the per-context self-test passed: the fill reference on a stream of its own.
+  // After the per-context self-test passed: the fill reference on a stream of its own, aligned to
+  // the primary clock (not to the host on its own: two host alignments differ by their wake-up
+  // latencies, which biased late/overrun/filled figures - issue 24 item 8).
   pfResult_t enable_per_context_events() {
     CUstream raw = nullptr;
     PF_DRIVER_CHECK(driver_api().green_ctx_stream_create(&raw, green_context_, CU_STREAM_NON_BLOCKING,
                                                          lowest_priority_));
     std::lock_guard lock(clock_mutex_);  // before the push: query_event's order (clock, then push)
     fill_reference_.stream = reinterpret_cast<cudaStream_t>(raw);
-    ScopedStreamContext scope;
-    PF_TRY(scope.enter(raw));
-    PF_TRY(init_reference(fill_reference_));
+    PF_TRY(align_fill_reference_locked());
     per_context_events_ = true;
     return pfSuccess;
+  }
+
+  // The fill reference F1 timed on the primary clock by a two-way exchange (clock_alignment.hpp):
+  // B1 (primary) -> the fill reference stream waits for it -> F1, F2 (fill context) -> the control
+  // stream waits for F2 -> B2 (primary). F1 lies in [B1, B2 - (F2 - F1)]; its time is the middle.
+  // Caller holds clock_mutex_; the primary reference exists.
+  pfResult_t align_fill_reference_locked() {
+    cudaEvent_t b1 = nullptr, b2 = nullptr, f1 = nullptr, f2 = nullptr;
+    const auto release = [&] {
+      for (cudaEvent_t e : {b1, b2, f2})
+        if (e != nullptr && cudaEventDestroy(e) != cudaSuccess) (void)cudaGetLastError();
+    };
+    const pfResult_t result = [&]() -> pfResult_t {
+      {
+        DeviceContextScope in_primary;
+        PF_TRY(in_primary.enter(primary_, cu_device_, ContextNeed::Primary));
+        PF_CUDA_CHECK(cudaEventCreateWithFlags(&b1, cudaEventDefault));
+        PF_CUDA_CHECK(cudaEventCreateWithFlags(&b2, cudaEventDefault));
+      }
+      ScopedStreamContext in_fill;
+      PF_TRY(in_fill.enter(fill_reference_.stream));
+      PF_CUDA_CHECK(cudaEventCreateWithFlags(&f1, cudaEventDefault));
+      PF_CUDA_CHECK(cudaEventCreateWithFlags(&f2, cudaEventDefault));
+      PF_CUDA_CHECK(cudaEventRecord(b1, control_stream_));
+      PF_CUDA_CHECK(cudaStreamWaitEvent(fill_reference_.stream, b1, 0));
+      PF_CUDA_CHECK(cudaEventRecord(f1, fill_reference_.stream));
+      PF_CUDA_CHECK(cudaEventRecord(f2, fill_reference_.stream));
+      PF_CUDA_CHECK(cudaStreamWaitEvent(control_stream_, f2, 0));
+      PF_CUDA_CHECK(cudaEventRecord(b2, control_stream_));
+      PF_CUDA_CHECK(cudaEventSynchronize(b2));
+      PF_TRY(advance_reference_locked(reference_));
+      float b1_ms = 0.0f, b2_ms = 0.0f, f_ms = 0.0f;
+      PF_CUDA_CHECK(cudaEventElapsedTime(&b1_ms, reference_.event, b1));
+      PF_CUDA_CHECK(cudaEventElapsedTime(&b2_ms, reference_.event, b2));
+      PF_CUDA_CHECK(cudaEventElapsedTime(&f_ms, f1, f2));
+      const ClockAlignment aligned =
+          align_second_clock(reference_.time_us + b1_ms * 1000.0, reference_.time_us + b2_ms * 1000.0, f_ms * 1000.0);
+      fill_reference_.event = f1;
+      fill_reference_.time_us = aligned.time_us;
+      f1 = nullptr;  // now the fill reference
+      log::info("fill-context clock aligned to the primary one within +-{:.2f} us", aligned.uncertainty_us);
+      return pfSuccess;
+    }();
+    if (f1 != nullptr && cudaEventDestroy(f1) != cudaSuccess) (void)cudaGetLastError();
+    release();
+    return result;
   }
 
   // Undoes enable_per_context_events (with the green context, before any event exists).
@@ -1024,8 +1272,16 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
 
   void shutdown() {
     // Best effort: the device is going away; failures are logged, never thrown.
-    if (ordinal_ < 0) return;
-    if (cudaSetDevice(ordinal_) != cudaSuccess) (void)cudaGetLastError();
+    if (ordinal_ < 0 || primary_ == nullptr) return;
+    shutdown_in_primary_context();
+    const CUresult released = driver_api().device_primary_ctx_release(cu_device_);
+    if (released != CUDA_SUCCESS) log::warn("cuDevicePrimaryCtxRelease failed: {}", driver_result_name(released));
+    primary_ = nullptr;
+  }
+
+  void shutdown_in_primary_context() {
+    DeviceContextScope scope;
+    if (scope.enter(primary_, cu_device_, ContextNeed::Primary) != pfSuccess) clear_last_error();
     for (cudaStream_t stream : fill_streams_) (void)cudaStreamDestroy(stream);
     for (cudaStream_t stream : main_streams_) (void)cudaStreamDestroy(stream);
     for (void* words : device_words_) (void)cudaFree(words);
@@ -1046,6 +1302,8 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   }
 
   int ordinal_ = -1;
+  CUdevice cu_device_ = 0;
+  CUcontext primary_ = nullptr;  // retained at init, released at shutdown
   std::string name_;
   int sm_count_ = 0;
   int lowest_priority_ = 0;
@@ -1073,6 +1331,9 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   mutable std::mutex mutex_;
   std::set<cudaStream_t> fill_streams_;
   std::set<cudaStream_t> main_streams_;
+  std::set<cudaStream_t> capture_streams_;  // also in main_streams_
+  Mutex main_contexts_mutex_;
+  std::map<CUcontext, std::string> main_contexts_ GUARDED_BY(main_contexts_mutex_);
   std::set<void*> device_words_;
   std::set<void*> host_words_;
   std::map<void*, size_t> arenas_;
@@ -1108,11 +1369,16 @@ pfResult_t make_cuda_device(const RuntimeOptions& options, std::unique_ptr<Devic
                 cudaGetErrorName(error), cudaGetErrorString(error));
   }
   if (count == 0) return fail(pfErrorNoDevice, "no usable CUDA device: cudaGetDeviceCount reported 0 devices");
-  if (options.device < 0 || options.device >= count)
+  int ordinal = options.device;
+  std::string source = "config.device / PIPEFILL_DEVICE";
+  if (!options.device_given) {
+    PF_TRY(cuda::caller_device_ordinal(cuda::driver_api(), count, &ordinal, &source));
+  } else if (options.device < 0 || options.device >= count) {
     return fail(pfErrorInvalidArgument, "device={} is out of range: {} CUDA device(s) visible", options.device,
                 count);
+  }
   auto device = std::make_unique<cuda::CudaDevice>();
-  PF_TRY(device->init(options));
+  PF_TRY(device->init(options, ordinal, source));
   *out = std::move(device);
   return pfSuccess;
 }

@@ -20,7 +20,14 @@
 namespace pipefill::cuda {
 
 // X(member, symbol, version, group). group: Core (wanted on every driver that has the symbol),
-// GreenContext (all of them are needed for the green-context partition).
+// GreenContext (all of them are needed for the green-context partition). One symbol may appear
+// at two versions when their signatures differ (cuCtxGetDevice: the current context's device at
+// 2000, any context's at 13000).
+//
+// Graphs the library did not build (a user's, torch's, cuBLAS's) are read only through the
+// graph_* entry points, never the runtime's cudaGraph*: our CUDA runtime is linked statically and
+// never registered torch's or cuBLAS's kernels, so its cudaGraphKernelNodeGetParams returns
+// cudaErrorInvalidDeviceFunction for their nodes (issue 24; cuda/graph_inspect.hpp).
 #define PIPEFILL_DRIVER_ENTRY_POINTS(X)                                        \
   X(get_error_name, cuGetErrorName, 6000, Core)                                \
   X(device_get, cuDeviceGet, 2000, Core)                                       \
@@ -29,7 +36,17 @@ namespace pipefill::cuda {
   X(ctx_pop_current, cuCtxPopCurrent, 4000, Core)                              \
   X(ctx_get_current, cuCtxGetCurrent, 4000, Core)                              \
   X(stream_get_ctx, cuStreamGetCtx, 9020, Core)                                \
+  X(ctx_get_device, cuCtxGetDevice, 2000, Core)                               \
+  X(ctx_get_device_of, cuCtxGetDevice, 13000, Core)                            \
+  X(device_primary_ctx_retain, cuDevicePrimaryCtxRetain, 7000, Core)           \
+  X(device_primary_ctx_release, cuDevicePrimaryCtxRelease, 11000, Core)        \
+  X(stream_get_id, cuStreamGetId, 12000, Core)                                 \
+  X(graph_get_nodes, cuGraphGetNodes, 10000, Core)                             \
+  X(graph_node_get_type, cuGraphNodeGetType, 10000, Core)                      \
   X(graph_kernel_node_get_params, cuGraphKernelNodeGetParams, 12000, Core)     \
+  X(graph_child_graph_node_get_graph, cuGraphChildGraphNodeGetGraph, 10000, Core) \
+  X(graph_add_child_graph_node, cuGraphAddChildGraphNode, 10000, Core)         \
+  X(ctx_from_green_ctx, cuCtxFromGreenCtx, 12040, GreenContext)                \
   X(device_get_dev_resource, cuDeviceGetDevResource, 12040, GreenContext)      \
   X(dev_sm_resource_split_by_count, cuDevSmResourceSplitByCount, 12040, GreenContext) \
   X(dev_resource_generate_desc, cuDevResourceGenerateDesc, 12040, GreenContext) \

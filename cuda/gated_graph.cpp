@@ -12,6 +12,7 @@
 #include "cuda_check.hpp"
 #include "driver_api.hpp"
 #include "gated_graph_launchers.hpp"
+#include "graph_inspect.hpp"
 #include "stream_context.hpp"
 
 namespace pipefill::cuda {
@@ -20,90 +21,6 @@ namespace {
 // WHILE conditional nodes whose body holds child-graph, memcpy and memset nodes: CUDA 12.4
 // (runtime and driver; 12.3 conditional bodies are more restricted).
 constexpr int kConditionalNodesVersion = 12040;
-
-const char* node_type_name(cudaGraphNodeType type) {
-  switch (type) {
-    case cudaGraphNodeTypeKernel: return "kernel";
-    case cudaGraphNodeTypeMemcpy: return "memcpy";
-    case cudaGraphNodeTypeMemset: return "memset";
-    case cudaGraphNodeTypeHost: return "host";
-    case cudaGraphNodeTypeGraph: return "child graph";
-    case cudaGraphNodeTypeEmpty: return "empty";
-    case cudaGraphNodeTypeWaitEvent: return "event wait";
-    case cudaGraphNodeTypeEventRecord: return "event record";
-    case cudaGraphNodeTypeExtSemaphoreSignal: return "external semaphore signal";
-    case cudaGraphNodeTypeExtSemaphoreWait: return "external semaphore wait";
-    case cudaGraphNodeTypeMemAlloc: return "memory allocation";
-    case cudaGraphNodeTypeMemFree: return "memory free";
-    case cudaGraphNodeTypeConditional: return "conditional";
-    default: return "unknown";
-  }
-}
-
-// A kernel node's context, where the driver reports one (nullptr: unknown or "the current one").
-CUcontext kernel_node_context(cudaGraphNode_t node) {
-  const auto get = driver_api().graph_kernel_node_get_params;
-  if (get == nullptr) return nullptr;
-  CUDA_KERNEL_NODE_PARAMS_v2 params{};
-  if (get(reinterpret_cast<CUgraphNode>(node), &params) != CUDA_SUCCESS) return nullptr;
-  return params.ctx;
-}
-
-// The contract of a graph fill job's item (docs/api.md, "Graph fill jobs"): only node types CUDA
-// accepts inside a conditional body, and none that allocates or synchronises with the host. Every
-// kernel must belong to `fill_context` (the fill stream's): all kernels of a conditional body must
-// belong to one context (driver_types.h), and a graph captured on the capture stream while
-// another context was current may hold kernels of that other context.
-//
-// *blocks accumulates the thread blocks of every kernel node: one item may occupy at most that
-// many SMs at once (an upper bound - nodes on one path run one after another - so a graph job is
-// never charged fewer SMs than it can use).
-pfResult_t check_nodes(cudaGraph_t graph, const std::string& where, int depth, CUcontext fill_context,
-                       uint64_t* blocks) {
-  if (depth > 8) return fail(pfErrorInvalidArgument, "desc->graph: child graphs nested deeper than 8");
-  size_t count = 0;
-  PF_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
-  std::vector<cudaGraphNode_t> nodes(count);
-  if (count > 0) PF_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
-  for (size_t i = 0; i < count; ++i) {
-    cudaGraphNodeType type{};
-    PF_CUDA_CHECK(cudaGraphNodeGetType(nodes[i], &type));
-    switch (type) {
-      case cudaGraphNodeTypeKernel: {
-        const CUcontext context = kernel_node_context(nodes[i]);
-        if (context != nullptr && fill_context != nullptr && context != fill_context)
-          return fail(pfErrorInvalidArgument,
-                      "desc->graph: kernel node {} of{} belongs to context {}, not to the fill "
-                      "partition's context {}: capture the graph on the stream of "
-                      "pfGraphCaptureStreamCreate with that stream's context current",
-                      i, where.empty() ? " the graph" : where, static_cast<void*>(context),
-                      static_cast<void*>(fill_context));
-        cudaKernelNodeParams params{};
-        PF_CUDA_CHECK(cudaGraphKernelNodeGetParams(nodes[i], &params));
-        *blocks += static_cast<uint64_t>(params.gridDim.x) * params.gridDim.y * params.gridDim.z;
-        break;
-      }
-      case cudaGraphNodeTypeMemcpy:
-      case cudaGraphNodeTypeMemset:
-      case cudaGraphNodeTypeEmpty:
-        break;
-      case cudaGraphNodeTypeGraph: {
-        cudaGraph_t child = nullptr;
-        PF_CUDA_CHECK(cudaGraphChildGraphNodeGetGraph(nodes[i], &child));
-        PF_TRY(check_nodes(child, where + " child graph " + std::to_string(i), depth + 1, fill_context,
-                           blocks));
-        break;
-      }
-      default:
-        return fail(pfErrorInvalidArgument,
-                    "desc->graph: node {} of{} is a {} node; a graph fill job's item may hold only "
-                    "kernel, memcpy, memset, empty and child-graph nodes (no allocation, no host "
-                    "synchronisation, no events or conditionals)",
-                    i, where, node_type_name(type));
-    }
-  }
-  return pfSuccess;
-}
 
 class CudaGatedGraph final : public GraphItems {
  public:
@@ -146,10 +63,14 @@ class CudaGatedGraph final : public GraphItems {
     cudaGraphNode_t while_node = nullptr;
     PF_CUDA_CHECK(cudaGraphAddNode(&while_node, graph_, &first_claim, nullptr, 1, &loop));
     cudaGraph_t body = loop.conditional.phGraph_out[0];
-    cudaGraphNode_t item = nullptr;  // the user's graph, cloned: the caller may destroy theirs
-    PF_CUDA_CHECK(cudaGraphAddChildGraphNode(&item, body, nullptr, 0, static_cast<cudaGraph_t>(spec.graph)));
+    // The user's graph, cloned (the caller may destroy theirs) through the driver, like every
+    // other access to a graph we did not build (cuda/graph_inspect.hpp).
+    CUgraphNode item = nullptr;
+    PF_DRIVER_CHECK(driver_api().graph_add_child_graph_node(&item, reinterpret_cast<CUgraph>(body), nullptr, 0,
+                                                            static_cast<CUgraph>(spec.graph)));
     cudaGraphNode_t next_claim = nullptr;
-    PF_CUDA_CHECK(cudaGraphAddKernelNode(&next_claim, body, &item, 1, &claim));
+    const cudaGraphNode_t after_item = reinterpret_cast<cudaGraphNode_t>(item);
+    PF_CUDA_CHECK(cudaGraphAddKernelNode(&next_claim, body, &after_item, 1, &claim));
     PF_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
     // Upload now, on a private stream of the same context (never the fill stream, whose queued
     // slices may wait for bubbles the caller has yet to enqueue), so no lazy upload happens in a
@@ -189,7 +110,7 @@ class CudaGatedGraph final : public GraphItems {
 
 }  // namespace
 
-pfResult_t make_gated_graph(const GraphJobSpec& spec, std::unique_ptr<GraphItems>* out) {
+pfResult_t make_gated_graph(const GraphJobSpec& spec, void* primary_context, std::unique_ptr<GraphItems>* out) {
   if (out == nullptr) return fail(pfErrorInvalidArgument, "make_gated_graph: out is null");
   if (spec.graph == nullptr)
     return fail(pfErrorInvalidArgument,
@@ -215,13 +136,17 @@ pfResult_t make_gated_graph(const GraphJobSpec& spec, std::unique_ptr<GraphItems
                 "desc->index_word {} is not device memory (cudaPointerGetAttributes type {}): the "
                 "graph's kernels read it",
                 static_cast<const void*>(spec.index_word), static_cast<int>(attributes.type));
-  CUcontext fill_context = nullptr;
+  if (driver_api().graph_add_child_graph_node == nullptr)
+    return fail(pfErrorNotSupported, "graph fill jobs need the driver's cuGraphAddChildGraphNode, which "
+                                     "did not resolve (driver {})", driver);
+  GraphContexts contexts;
+  contexts.primary = static_cast<CUcontext>(primary_context);
   if (driver_api().stream_get_ctx != nullptr)
-    PF_DRIVER_CHECK(driver_api().stream_get_ctx(static_cast<CUstream>(spec.fill_stream), &fill_context));
-  uint64_t blocks = 0;
-  PF_TRY(check_nodes(static_cast<cudaGraph_t>(spec.graph), "", 0, fill_context, &blocks));
+    PF_DRIVER_CHECK(driver_api().stream_get_ctx(static_cast<CUstream>(spec.fill_stream), &contexts.fill));
+  ItemGraphFacts facts;
+  PF_TRY(inspect_item_graph(GraphReadApi::from(driver_api()), static_cast<CUgraph>(spec.graph), contexts, &facts));
   auto graph = std::make_unique<CudaGatedGraph>();
-  graph->set_blocks(blocks);
+  graph->set_blocks(facts.blocks);
   PF_TRY(graph->build(spec));
   log::info("graph job '{}': gated graph instantiated ({} items)", spec.name, spec.item_count);
   *out = std::move(graph);

@@ -18,10 +18,12 @@
 namespace pipefill::cuda {
 
 // Validates the CUDA side of `spec` (graph present and made only of kernel, memcpy, memset, empty
-// and child-graph nodes; index word in device memory; no on_item; conditional nodes available)
+// and child-graph nodes, every kernel in the fill stream's context - read through the driver API,
+// cuda/graph_inspect.hpp; index word in device memory; no on_item; conditional nodes available)
 // and builds, instantiates and uploads the gated graph with the fill stream's context current.
-// A failure names the field or the CUDA call, and leaves nothing behind.
-pfResult_t make_gated_graph(const GraphJobSpec& spec, std::unique_ptr<GraphItems>* out);
+// `primary_context` (a CUcontext) only names the device's primary context in a refusal. A failure
+// names the field or the CUDA call, and leaves nothing behind.
+pfResult_t make_gated_graph(const GraphJobSpec& spec, void* primary_context, std::unique_ptr<GraphItems>* out);
 
 // The two words launch_gated_graph's caller writes (stream-ordered) before each launch:
 // [0] the slice's bubble id, [1] its item budget.

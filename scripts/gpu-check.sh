@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # One-shot GPU check of the CUDA backend, sized for one H200 (16 cores) in under 8 minutes:
 #   1. configure (Release, sm_90, tests on, no tools; the Python extension in the same tree when
-#      python3 has torch and nanobind). Dependencies the GPU image lacks come from .gpu-deps/
-#      (scripts/stage-gpu-deps.sh, run beforehand elsewhere).
-#   2. build the core once, then build and run each GPU target on its own, in order of what it
-#      answers: a target that fails to build costs only its own steps, and a step runs when its
-#      binary exists. CUPTI conversion tests, the CUDA device tests, the GPU microbenchmarks,
-#      the fill jobs' GPU-vs-CPU tests, the example engine on one GPU (emulated peers) with its
-#      no-fill, PipeFill and naive runs side by side, a torch model's inference as a graph fill
-#      job (the extension from the same tree; outputs vs eager, overrun, main-stream slowdown), and
-#      last the design probes (gpu-probes/ when present in the checkout).
-#   3. a summary, printed LAST.
+#      python3 has torch and nanobind and the Python headers the extension's configure needs -
+#      checked first, and said so when absent). Dependencies the GPU image lacks come from
+#      .gpu-deps/ (scripts/stage-gpu-deps.sh, run beforehand elsewhere).
+#   2. build the core and the Python extension, then the Python steps FIRST (issue 24 item 9: they
+#      answer the most and used to come after the long C++ steps): the graph fill check and each
+#      part of the CUDA streaming check as a step of its own (inference, training, the trainer's
+#      stream across a job creation, a torch green context current across the runtime's calls), so
+#      one failing part hides nothing. Meanwhile the C++ GPU targets build in the background
+#      (nice'd, two cores fewer).
+#   3. each C++ GPU target run on its own, in order of what it answers (a step runs when its binary
+#      exists): CUPTI conversion tests, the CUDA device tests, the GPU microbenchmarks, the fill
+#      jobs' GPU-vs-CPU tests, the example engine on one GPU (emulated peers) with its no-fill,
+#      PipeFill and naive runs side by side, and last the design probes (gpu-probes/ when present).
+#   4. a summary, printed LAST.
 # Every step has its own time limit (and the whole script a budget, GPU_CHECK_BUDGET_S), so a
 # hang shows as TIMEOUT, not a stuck run. Full logs go to <build>/logs; what comes back from the
 # GPU machine ($OUT: at most 8 files) is exactly two files: $OUT/summary.txt and $OUT/logs.tar.gz
@@ -137,16 +141,25 @@ cat "$logs/environment.txt"
 py=${GPU_CHECK_PYTHON:-python3}
 python_args=(-DPIPEFILL_BUILD_PYTHON=OFF)
 python_missing=""
+# torch and nanobind to build and run the extension, and the interpreter's headers (Python.h),
+# without which CMake's FindPython (Development.Module) fails the whole configure: checked here
+# and reported as the reason the Python steps skip, never left to a configure error.
 if ! python_missing=$("$py" -c "
+import os, sysconfig
 missing = []
 for name in ('torch', 'nanobind'):
     try:
         __import__(name)
     except Exception:
         missing.append(name)
+include = sysconfig.get_paths().get('include') or '?'
+if not os.path.isfile(os.path.join(include, 'Python.h')):
+    missing.append('Python.h (no ' + include + '/Python.h: the python3-dev headers)')
 print(' '.join(missing))" 2>&1); then
   python_missing="$py does not run"
 fi
+echo "python for the extension: $py: ${python_missing:+lacks }${python_missing:-torch, nanobind and Python.h present}" |
+  tee -a "$logs/environment.txt"
 if [ -z "$python_missing" ]; then
   python_args=(-DPIPEFILL_BUILD_PYTHON=ON -DPIPEFILL_PYTHON_STUBS=OFF "-DPython_EXECUTABLE=$(command -v "$py")")
 fi
@@ -162,16 +175,61 @@ run configure 150 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Relea
 configured=$?
 gpu_targets=(pipefill_cupti_tests pipefill_cuda_tests bench_gate_drain bench_bubble_instructions
              pipefill_fill_jobs_gpu_tests pipeline_engine)
-[ -z "$python_missing" ] && gpu_targets+=(_pipefill)
 if [ $configured -eq 0 ]; then
   run build_core 300 cmake --build "$build" -j "$jobs" --target pipefill_core
-  # Every GPU target at once, keeping going past failures (ninja -k 0): all cores stay busy
-  # through the long nvcc compiles. Each target's own build step below is then a no-op, or
-  # shows that target's error alone in its log.
-  run build_gpu_targets 300 cmake --build "$build" -j "$jobs" --target "${gpu_targets[@]}" -- -k 0
 fi
 
-# ---- Each target: build, then run ----------------------------------------------------------------
+# ---- The Python steps first --------------------------------------------------------------------
+# The extension built in this tree (<build>/python-package). graph_fill: a torch.matmul (cuBLAS)
+# graph and a model's inference as gated graph jobs in the bubbles of a synthetic main stream
+# (python/examples/graph_fill_check.py); cuda_streaming_*: the parts of
+# python/examples/cuda_streaming_check.py, one process each. Python runs unbuffered (-u) so a
+# time-out keeps what it printed. Skipped (not failed) when the interpreter lacks torch, nanobind
+# or Python.h; a script reports SKIPPED only when torch sees no GPU, and fails when torch sees one
+# but the runtime does not start.
+python_steps=(graph_fill cuda_streaming_inference cuda_streaming_training cuda_streaming_creation
+              cuda_streaming_green_context)
+bg_pid=""
+if [ -n "$python_missing" ]; then
+  for step in "${python_steps[@]}"; do skipped_step "$step" "$py lacks: $python_missing"; done
+elif [ "$configured" -ne 0 ]; then
+  for step in "${python_steps[@]}"; do absent "$step" "configure failed"; done
+else
+  run build__pipefill 240 cmake --build "$build" -j "$jobs" --target _pipefill
+fi
+# The C++ GPU targets build in the background while the Python steps run (ninja -k 0: a failing
+# target stops nothing else; each target's own build step below is then a no-op, or shows that
+# target's error alone). Its row and output are collected before the C++ steps.
+if [ $configured -eq 0 ]; then
+  bg_jobs=$(( jobs > 4 ? jobs - 2 : jobs ))
+  ( run build_gpu_targets 300 nice -n 10 cmake --build "$build" -j "$bg_jobs" --target "${gpu_targets[@]}" -- -k 0
+    printf '%s\n' "${rows[${#rows[@]}-1]}" > "$logs/build_gpu_targets.row" ) > "$logs/build_gpu_targets.stdout" 2>&1 &
+  bg_pid=$!
+fi
+if [ -z "$python_missing" ] && [ "$configured" -eq 0 ]; then
+  if ls "$build"/python-package/pipefill/_pipefill*.so >/dev/null 2>&1; then
+    pyrun=(env PYTHONPATH="$build/python-package" "$py" -u)  # an array: `timeout` runs no shell function
+    streaming=$root/python/examples/cuda_streaming_check.py
+    run graph_fill 75 "${pyrun[@]}" "$root/python/examples/graph_fill_check.py"
+    run cuda_streaming_inference 50 "${pyrun[@]}" "$streaming" --part inference
+    run cuda_streaming_training 50 "${pyrun[@]}" "$streaming" --part training
+    run cuda_streaming_creation 45 "${pyrun[@]}" "$streaming" --part creation
+    run cuda_streaming_green_context 40 "${pyrun[@]}" "$streaming" --part green-context
+  else
+    for step in "${python_steps[@]}"; do absent "$step" "the extension did not build"; done
+  fi
+fi
+if [ -n "$bg_pid" ]; then
+  wait "$bg_pid"
+  cat "$logs/build_gpu_targets.stdout"
+  if [ -s "$logs/build_gpu_targets.row" ]; then
+    rows+=("$(cat "$logs/build_gpu_targets.row")")
+  else
+    rows+=("$(printf '%-36s %-22s' build_gpu_targets 'FAIL(no result)')")
+  fi
+fi
+
+# ---- Each C++ target: build (a no-op after the background build), then run ----------------------
 build_and_run pipefill_cupti_tests "$build/tests/pipefill_cupti_tests" cupti_conversion_tests 60
 # The CUDA device tests, with the device's own log lines (partition, events, gate write).
 PIPEFILL_DEBUG=info build_and_run pipefill_cuda_tests "$build/tests/pipefill_cuda_tests" cuda_tests 180
@@ -182,33 +240,6 @@ build_and_run pipefill_fill_jobs_gpu_tests "$build/examples/fill_jobs/pipefill_f
   fill_jobs_gpu_tests 90
 PIPEFILL_DEBUG=info build_and_run pipeline_engine "$build/examples/pipeline_engine/pipeline_engine" engine_emulated 120 \
   --transport emulated --stages 4 --microbatches 8 --fill mlp --iterations 6 --naive
-
-# Graph fill jobs from torch (issue 10): the extension built in this tree (<build>/python-package),
-# then a torch model's inference as a graph fill job inside the bubbles of a synthetic main stream
-# (python/examples/graph_fill_check.py: outputs vs eager, overrun vs one item plus the claim
-# overhead, main-stream time with and without filling). Python runs unbuffered (-u) so a time-out
-# keeps what it printed. Skipped (not failed) when python3 lacks torch or nanobind; the script
-# itself reports SKIPPED only when torch sees no GPU, and fails when torch sees one but the
-# runtime does not start.
-if [ -n "$python_missing" ]; then
-  skipped_step graph_fill "$py lacks: $python_missing"
-  skipped_step cuda_streaming "$py lacks: $python_missing"
-elif [ "$configured" -ne 0 ]; then
-  absent graph_fill "configure failed"
-  absent cuda_streaming "configure failed"
-else
-  run build__pipefill 240 cmake --build "$build" -j "$jobs" --target _pipefill
-  if ls "$build"/python-package/pipefill/_pipefill*.so >/dev/null 2>&1; then
-    run graph_fill 90 env PYTHONPATH="$build/python-package" "$py" -u "$root/python/examples/graph_fill_check.py"
-    # The streaming jobs' CUDA path (issue 18): inference_job over a dataset 64x its slot ring
-    # (outputs vs eager, in order, once each) and training_job with a captured Adam step
-    # (parameters vs eager steps, checkpoints outside bubbles).
-    run cuda_streaming 90 env PYTHONPATH="$build/python-package" "$py" -u "$root/python/examples/cuda_streaming_check.py"
-  else
-    absent graph_fill "the extension did not build"
-    absent cuda_streaming "the extension did not build"
-  fi
-fi
 
 # The design probes run last: their drain experiments launch SM-owning fill blocks on every SM
 # before the 1-block bubble kernel (gpu-probes/probes.cu, drainExperiment), the order that
@@ -243,9 +274,9 @@ done
     grep -E '^\[  FAILED  \] [A-Za-z][^ ]*$' "$logs/cuda_tests.log" | sort -u | head -20
     grep -E '^\[  SKIPPED \] [A-Za-z][^ ]*$' "$logs/cuda_tests.log" | sort -u | head -12
     grep -E '^\[ info \]|^\[ child, 1 connection \] \[ info \]|^\[ child, 1 connection \] \[  FAILED' \
-      "$logs/cuda_tests.log" | head -24
-    grep -hoE '(fill partition|cuStreamWriteValue64|CUPTI collector|grid-cap mode on driver)[^"]*' \
-      "$logs/cuda_tests.log" | sort | uniq -c | sort -rn | head -6
+      "$logs/cuda_tests.log" | head -32
+    grep -hoE '(fill partition|cuStreamWriteValue64|CUPTI collector|grid-cap mode on driver|fill-context clock aligned|main streams of context)[^"]*' \
+      "$logs/cuda_tests.log" | sort | uniq -c | sort -rn | head -8
   fi
   for f in "$logs"/probes/probes-*.txt; do
     [ -f "$f" ] || continue
@@ -260,8 +291,11 @@ done
     grep -E '^\[  FAILED  \] [A-Za-z][^ ]*$' "$logs/fill_jobs_gpu_tests.log" | sort -u | head -10
     grep -E '^\[  SKIPPED \] [A-Za-z][^ ]*$' "$logs/fill_jobs_gpu_tests.log" | sort -u | head -6
   fi
-  [ -f "$logs/graph_fill.log" ] && grep -E '^(graph-fill:|SKIPPED)' "$logs/graph_fill.log" | sed 's/^/-- /'
-  [ -f "$logs/cuda_streaming.log" ] && grep -E '^(cuda-streaming:|SKIPPED|FAILED)' "$logs/cuda_streaming.log" | sed 's/^/-- /'
+  [ -f "$logs/graph_fill.log" ] && grep -E '^(graph-fill:|SKIPPED|FAILED)' "$logs/graph_fill.log" | sed 's/^/-- /'
+  for part in inference training creation green_context; do
+    f=$logs/cuda_streaming_$part.log
+    [ -f "$f" ] && grep -E '^(cuda-streaming:|SKIPPED|FAILED)' "$f" | sed 's/^/-- /'
+  done
   [ -f "$logs/engine_emulated.log" ] &&
     grep -E '^(run [0-9]/[0-9]|mean from|max overrun|bubble end|fill check|pipeline_engine: error)' \
       "$logs/engine_emulated.log" | sed 's/^/-- engine: /'

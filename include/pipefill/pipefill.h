@@ -468,6 +468,21 @@ PF_API pfResult_t pfJobCreateGraph(pfRuntime_t runtime, const pfGraphJobDesc_t* 
  * pfStreamDestroy). The simulated and host backends return one of their ordinary streams. */
 PF_API pfResult_t pfGraphCaptureStreamCreate(pfRuntime_t runtime, void** stream);
 
+/* Makes the CUDA context of `stream` (a capture stream of pfGraphCaptureStreamCreate) current on
+ * the calling thread until the matching pfGraphCaptureContextPop on the same thread (pairs nest).
+ * Capture a graph fill job's item between the two: the CUDA runtime launches a kernel in the
+ * context current at the launch, so kernels that torch or cuBLAS launch into a capture on a
+ * green-context stream while the primary context is current belong to the primary context, and
+ * pfJobCreateGraph refuses the graph (naming each kernel node's context). Nothing is pushed when
+ * that context is current already (grid-cap mode: the primary one). A green context may be
+ * current on one thread at a time: while pushed, the runtime's own uses of it on other threads
+ * (graph and GEMM launches on the executor) wait, so keep the pair around warm-up and capture.
+ * pfErrorInvalidArgument for a stream that is not a capture stream of `runtime`;
+ * pfErrorInvalidState for a pop without a push on this thread. The simulated and host backends
+ * have no contexts: the pair only counts. */
+PF_API pfResult_t pfGraphCaptureContextPush(pfRuntime_t runtime, void* stream);
+PF_API pfResult_t pfGraphCaptureContextPop(pfRuntime_t runtime);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Statistics and traces                                                                       */
 /* ------------------------------------------------------------------------------------------ */

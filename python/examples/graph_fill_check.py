@@ -2,6 +2,14 @@
 inference as a graph fill job (pipefill.torch.module_inference_job) inside the bubbles of a
 synthetic main stream on one GPU.
 
+Two parts, each wrapped so that one's failure does not hide the other's result:
+  - matmul (issue 24 item 1): a graph captured by torch holding a cuBLAS GEMM (torch.matmul)
+    becomes a gated graph job and runs inside bubbles: every item completes and the outputs equal
+    eager ones. Before issue 24 the runtime read the graph's kernel nodes with our statically
+    linked CUDA runtime, which never registered cuBLAS's or torch's kernels, and pfJobCreateGraph
+    failed with cudaErrorInvalidDeviceFunction for every torch graph;
+  - module: the facts below.
+
 Prints, one fact per line (prefix "graph-fill:"):
   - outputs equal eager inference (max abs difference),
   - max overrun past a bubble's end vs the design's bound: one item's replay time plus the
@@ -18,6 +26,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import traceback
 
 
 def main() -> int:
@@ -37,14 +46,69 @@ def main() -> int:
         return 0
     import pipefill as pf
     import pipefill.torch as pft
-    from gpu_stage import sleep_cycles_per_us, stage_iteration
     try:
-        rt = pf.Runtime(backend="cuda", stage_id=0, stage_count=1, min_samples=2)
+        pf.Runtime(backend="cuda", stage_id=0, stage_count=1, min_samples=2).close()
     except pf.PipeFillError as error:
         print(f"FAILED: torch sees {torch.cuda.device_count()} GPU(s) but the pipefill CUDA "
               f"runtime does not start: {error.message}")
         return 1
+    ok = True
+    for name, part in (("matmul", part_matmul), ("module", part_module)):
+        try:
+            passed = part(args, pf, pft, torch)
+        except Exception:
+            print(f"graph-fill: {name} FAILED with an exception:")
+            print("".join(traceback.format_exc().splitlines(keepends=True)[-12:]), end="")
+            passed = False
+        print(f"graph-fill: {name} {'PASSED' if passed else 'FAILED'}")
+        ok = ok and passed
+    return 0 if ok else 1
 
+
+def part_matmul(args, pf, pft, torch) -> bool:
+    """torch.matmul (a cuBLAS GEMM) captured by torch, as a gated graph job inside bubbles."""
+    from gpu_stage import stage_iteration
+    rt = pf.Runtime(backend="cuda", stage_id=0, stage_count=1, min_samples=2)
+    torch.backends.cuda.matmul.allow_tf32 = False  # eager and captured GEMMs in plain float32
+    torch.manual_seed(2)
+    batch, items = 64, 48
+    x = torch.randn(items * batch, 1024, device="cuda")
+    w = torch.randn(1024, 1024, device="cuda")
+    out = torch.zeros(items * batch, 1024, device="cuda")
+    offsets = torch.arange(batch, device="cuda", dtype=torch.int64)
+
+    def step(index):
+        rows = index * batch + offsets
+        out.index_copy_(0, rows, torch.matmul(x.index_select(0, rows), w))
+
+    job = pft.graph_fill_job(rt, step, items, outputs=out, name="matmul",
+                             keep_alive=(x, w, offsets))
+    main_stream = torch.cuda.Stream(priority=-1)
+    iteration = stage_iteration(rt, main_stream, torch.randn(2048, 2048, device="cuda"),
+                                args.bubble_us)
+    n = 0
+    while not job.job.status.finished and n < 2000:
+        iteration()
+        main_stream.synchronize()
+        n += 1
+    rt.synchronize()
+    info = job.job.info()
+    outputs = job.wait(30.0) if info.status == pf.JobStatus.COMPLETED else out
+    eager = torch.matmul(x, w)
+    diff = (outputs - eager).abs().max().item()
+    equal = info.status == pf.JobStatus.COMPLETED and torch.allclose(outputs, eager, rtol=1e-3,
+                                                                    atol=1e-2)
+    print(f"graph-fill: torch.matmul (cuBLAS) graph as a gated job: {info.status.name}, "
+          f"{info.items_completed}/{items} items in {n} iterations; outputs equal eager: {equal} "
+          f"(max abs diff {diff:.3g}; item {job.item_cost_us:.1f} us)")
+    job.close()
+    rt.close()
+    return equal
+
+
+def part_module(args, pf, pft, torch) -> bool:
+    from gpu_stage import sleep_cycles_per_us, stage_iteration
+    rt = pf.Runtime(backend="cuda", stage_id=0, stage_count=1, min_samples=2)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(),
                                 torch.nn.Linear(4096, 1024)).cuda().eval()
@@ -106,7 +170,7 @@ def main() -> int:
           f"of bubble time ({stats.filled_share:.1%})")
     fill.close()
     rt.close()
-    return 0 if equal and ok_overrun else 1
+    return equal and ok_overrun
 
 
 def measure_claim_overhead(pf, pft, torch, main_stream, bubble_us: float,

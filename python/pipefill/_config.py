@@ -93,7 +93,9 @@ class Config:
     backend: Optional[Union[Backend, str, int]] = None
     """auto | cuda | sim | host (PIPEFILL_BACKEND)."""
     device: Optional[int] = None
-    """CUDA device ordinal / simulated device index in ``sim_world`` (PIPEFILL_DEVICE)."""
+    """CUDA device ordinal / simulated device index in ``sim_world`` (PIPEFILL_DEVICE). None: on
+    CUDA the calling thread's current device (``torch.cuda.set_device(rank)`` first), else 0;
+    ``Runtime.config.device`` reports the device chosen."""
     stage_id: Optional[int] = None
     """This rank's pipeline stage, for logs and traces (PIPEFILL_STAGE_ID)."""
     stage_count: Optional[int] = None

@@ -371,6 +371,22 @@ class Stream:
         return f"Stream(0x{self.handle:x})"
 
 
+class CaptureContext:
+    """Made by :meth:`Runtime.capture_context`: pushes on entry, pops on exit (also when the
+    block raises)."""
+
+    def __init__(self, runtime: "Runtime", handle: int) -> None:
+        self._runtime = runtime
+        self._handle = handle
+
+    def __enter__(self) -> "CaptureContext":
+        self._runtime._native.push_capture_context(self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._runtime._native.pop_capture_context()
+
+
 class Bubble:
     """A bubble as a context manager: begin on entry, end on exit (also when the body raises,
     so the gate closes in stream order whatever happened to the wait)."""
@@ -625,6 +641,14 @@ class Runtime:
         (pfGraphCaptureStreamCreate): on CUDA it belongs to the fill partition's context (the
         green context when there is one), so the graph's kernels do too. Capture only."""
         return Stream(self, self._native.create_capture_stream())
+
+    def capture_context(self, stream: "Stream") -> "CaptureContext":
+        """``with runtime.capture_context(capture):`` - the capture stream's CUDA context current on
+        this thread for the block (pfGraphCaptureContextPush/Pop): capture a GraphJob's graph
+        inside it, so kernels torch and cuBLAS launch into the capture belong to the fill
+        partition's context (the green context). Nothing is pushed where that context is current
+        already; the simulated and host backends only pair the calls."""
+        return CaptureContext(self, stream.handle if isinstance(stream, Stream) else int(stream))
 
     def fill_stream_handles(self) -> List[int]:
         """The runtime's fill streams as raw handles (pfRuntimeGetFillStreams): cudaStream_t on

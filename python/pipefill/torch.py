@@ -209,11 +209,16 @@ def graph_fill_job(runtime: Runtime, step: Callable[["torch.Tensor"], Any], item
     select its inputs with it on the device (``inputs.index_select(0, index.view(1))``) and write
     its results into preallocated tensors (``outputs.index_copy_(0, index.view(1), y)``), never
     allocate outside torch's graph pool, never synchronise with the host and never read the
-    index on the host. It is run ``warmup`` times on a side stream (index 0), then captured once
-    with ``torch.cuda.CUDAGraph(keep_graph=True)`` on the runtime's capture stream
-    (:meth:`pipefill.Runtime.capture_stream`, the fill partition's context) and passed to the
-    runtime as ``raw_cuda_graph()``. ``item_cost_us`` defaults to the median of ``measure_runs``
-    replays timed with CUDA events. Results are valid after :meth:`GraphFillJob.wait`.
+    index on the host. It is run ``warmup`` times (index 0), then captured once with
+    ``torch.cuda.CUDAGraph(keep_graph=True)`` (``capture_begin/capture_end``: no device-wide
+    synchronize, no ``empty_cache``), both on a capture stream of the runtime
+    (:meth:`pipefill.Runtime.capture_stream`, destroyed once the job is registered) with that
+    stream's context current (:meth:`pipefill.Runtime.capture_context`: the fill partition's green
+    context, so every kernel torch and cuBLAS launch belongs to it), and passed to the runtime as
+    ``raw_cuda_graph()``. The capture stream waits for the current stream's queued work on the
+    device (the item's inputs); the host waits only for the capture stream. ``item_cost_us``
+    defaults to the median of ``measure_runs`` replays timed on the host (replay + stream
+    synchronize: an upper bound by a few µs). Results are valid after :meth:`GraphFillJob.wait`.
     CUDA backend only (the simulated and host backends take a :class:`pipefill.jobs.GraphJob`
     without a graph). Needs torch >= 2.8 (``CUDAGraph(keep_graph=True)``).
 
@@ -231,7 +236,8 @@ def graph_fill_job(runtime: Runtime, step: Callable[["torch.Tensor"], Any], item
     every item): items at or above it are not claimed until ``job._native.set_available``
     raises it - how :func:`pipefill.torch.inference_job` stages inputs while the job runs.
     ``before_register``: called after the warm-up, the capture and the timing replays, before
-    the job is registered (a training step undoes what those runs changed).
+    the job is registered, on the capture stream with its context current (a training step
+    undoes what those runs changed; the work it queues has run before the job is registered).
     """
     from .jobs import GraphJob
     if runtime.backend != Backend.CUDA:
@@ -243,37 +249,75 @@ def graph_fill_job(runtime: Runtime, step: Callable[["torch.Tensor"], Any], item
     device = torch.cuda.current_device()
     index = torch.zeros((), dtype=torch.int64, device=device)
     capture = runtime.capture_stream()
-    stream = torch.cuda.ExternalStream(capture.handle, device=device)
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):
-        for _ in range(max(0, warmup)):
-            step(index)
-    stream.synchronize()
-    graph = torch.cuda.CUDAGraph(keep_graph=True)
-    # thread_local: only this thread's unsafe CUDA calls (a synchronize, say) break the capture;
-    # the executor thread's event queries during it do not (issue 16, item 9).
-    with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
-        step(index)
-    if item_cost_us is None:
-        graph.instantiate()
-        samples = []
-        for _ in range(max(1, measure_runs)):
-            start = torch.cuda.Event(enable_timing=True)
-            stop = torch.cuda.Event(enable_timing=True)
-            with torch.cuda.stream(stream):
-                start.record()
-                graph.replay()
-                stop.record()
-            stop.synchronize()
-            samples.append(start.elapsed_time(stop) * 1000.0)
-        item_cost_us = sorted(samples)[len(samples) // 2]
-    if before_register is not None:
-        before_register()
-    job = runtime.create_job(GraphJob(items=items, item_cost_us=float(item_cost_us),
-                                      graph=graph.raw_cuda_graph(), index_word=index,
-                                      name=name, priority=priority, available=available))
+    try:
+        stream = torch.cuda.ExternalStream(capture.handle, device=device)
+        # The item's inputs were made on the current stream: the capture stream waits for them on
+        # the device, never the host (and never for the rest of the device: no
+        # torch.cuda.synchronize anywhere in job creation - issue 24 item 5).
+        stream.wait_stream(torch.cuda.current_stream(device))
+        graph = torch.cuda.CUDAGraph(keep_graph=True)
+        # Warm-up, capture, timing and the caller's undo with the capture stream's context current
+        # (the fill partition's green context): the CUDA runtime launches a kernel in the context
+        # current at the launch, so this is what makes torch's and cuBLAS's kernels belong to the
+        # fill context, and their modules load into it during the warm-up, not the capture
+        # (issue 24 item 6).
+        with runtime.capture_context(capture), torch.cuda.stream(stream):
+            for _ in range(max(0, warmup)):
+                step(index)
+            _capture(graph, step, index)
+            if item_cost_us is None:
+                item_cost_us = _time_replays(graph, stream, measure_runs)
+            if before_register is not None:
+                before_register()
+            # Everything queued on the capture stream (warm-up, timing, the undo) has run before
+            # the job can be launched on the fill streams and before the stream is destroyed.
+            stream.synchronize()
+        job = runtime.create_job(GraphJob(items=items, item_cost_us=float(item_cost_us),
+                                          graph=graph.raw_cuda_graph(), index_word=index,
+                                          name=name, priority=priority, available=available))
+    finally:
+        capture.close()  # one capture stream per job, never kept (issue 24 item 10)
     return GraphFillJob(job, graph, index, outputs, float(item_cost_us),
                         keep_alive=(step,) + tuple(keep_alive))
+
+
+def _capture(graph: "torch.cuda.CUDAGraph", step: Callable[["torch.Tensor"], Any],
+             index: "torch.Tensor") -> None:
+    """One ``step(index)`` captured on the current stream with ``capture_begin/capture_end``:
+    ``torch.cuda.graph(...)`` would synchronize the whole device and empty the caching allocator
+    on entry, draining the trainer's queued work for a job made between its iterations (issue 24
+    item 5). ``thread_local``: only this thread's unsafe CUDA calls (a synchronize, say) break the
+    capture; the executor thread's event queries during it do not (issue 16, item 9)."""
+    graph.capture_begin(capture_error_mode="thread_local")
+    try:
+        step(index)
+    except BaseException:
+        try:
+            graph.capture_end()  # ends the (now invalid) capture; the step's error is the one raised
+        except Exception:
+            pass
+        raise
+    graph.capture_end()
+
+
+def _time_replays(graph: "torch.cuda.CUDAGraph", stream: Any, runs: int) -> float:
+    """The median of ``runs`` replays on ``stream`` (µs), each timed on the host around one replay
+    and a synchronize of that stream alone. Not with CUDA events: torch's events belong to the
+    primary context, and the capture stream is the green context's, while cudaEventRecord needs
+    event and stream of one context (issue 24 item 4). An upper bound of the item's device time
+    (it includes a launch and the synchronize's wake-up, a few µs); the runtime learns the real
+    cost from measured items. One untimed replay first uploads the graph and waits for the
+    warm-up."""
+    graph.instantiate()
+    graph.replay()
+    stream.synchronize()
+    samples = []
+    for _ in range(max(1, runs)):
+        start = time.perf_counter()
+        graph.replay()
+        stream.synchronize()
+        samples.append((time.perf_counter() - start) * 1e6)
+    return sorted(samples)[len(samples) // 2]
 
 
 def _require_keep_graph() -> None:

@@ -60,6 +60,9 @@ class DeviceRing:
                        for e in examples]
         self.host = [_pinned((slots,) + tuple(e.shape), e.dtype) for e in examples]
         self.stream = torch.cuda.Stream(device=device)
+        # The zero-fill above runs on the current stream, the copies on this one: without this
+        # device-side wait a slot's first copy could land before its zeros (issue 24 item 10).
+        self.stream.wait_stream(torch.cuda.current_stream(device))
         self.event = torch.cuda.Event()
 
     def to_device(self, slot: int, values: Sequence["torch.Tensor"]) -> None:
@@ -175,6 +178,19 @@ def check_capturable(optimizer: Any) -> None:
     groups = getattr(optimizer, "param_groups", None)
     if not isinstance(groups, list) or not groups:
         raise TypeError(f"training_job: optimizer {optimizer!r} is not a torch.optim.Optimizer")
+    # An LR scheduler: torch.optim.lr_scheduler wraps optimizer.step and records each group's
+    # initial_lr. A captured step replays the learning rate of its capture (a Python float baked
+    # into the kernels), so the scheduler's changes would be silently ignored (issue 24 item 10).
+    scheduled = [i for i, group in enumerate(groups) if "initial_lr" in group]
+    if scheduled or hasattr(getattr(optimizer, "step", None), "_wrapped_by_lr_sched"):
+        where = f"param group {scheduled[0]} has 'initial_lr'" if scheduled else \
+            "its step() is wrapped by torch.optim.lr_scheduler"
+        raise PipeFillError(Result.NOT_SUPPORTED,
+                            f"training_job on CUDA: optimizer {name} has a learning-rate scheduler "
+                            f"attached ({where}); the captured step replays the learning rate of "
+                            "its capture, so the scheduler's updates would be silently ignored: "
+                            "train with a constant learning rate on CUDA, or use the simulated or "
+                            "host backend")
     if name not in ZERO_STATE_OPTIMIZERS:
         raise PipeFillError(Result.NOT_SUPPORTED,
                             f"training_job on CUDA: optimizer {name} is not supported (its first "
@@ -200,6 +216,46 @@ def check_capturable(optimizer: Any) -> None:
                                     f"training_job on CUDA: optimizer {name} has a parameter of "
                                     f"shape {tuple(p.shape)} on {p.device}; move the module to "
                                     "the GPU before creating the optimizer")
+
+
+def check_full_batches(data: Any) -> None:
+    """Refuses, at creation, training data whose batches would not all have the first batch's
+    shape (a captured step works on fixed shapes; the feeder would fail the job at the first such
+    batch, possibly hours in - issue 24 item 10): a ``torch.utils.data.DataLoader`` with
+    ``drop_last=False`` whose dataset length is not a multiple of its batch size, or a list/tuple
+    of ``(inputs, target)`` batches whose shapes differ. A DataLoader whose length is unknown (an
+    iterable dataset) with ``drop_last=False`` is warned about."""
+    import warnings
+    from torch.utils.data import DataLoader
+    if isinstance(data, DataLoader):
+        size = data.batch_size
+        if size is None or data.drop_last:
+            return
+        try:
+            samples = len(data.dataset)  # type: ignore[arg-type]
+        except TypeError:
+            warnings.warn("training_job on CUDA: the DataLoader has drop_last=False and a dataset of "
+                          "unknown length; a last partial batch would fail the job when it comes "
+                          "(a captured step needs the first batch's shape every step): pass "
+                          "drop_last=True", RuntimeWarning, stacklevel=3)
+            return
+        if samples % size != 0:
+            raise ValueError(f"training_job on CUDA: the DataLoader's last batch would hold "
+                             f"{samples % size} of {size} samples ({samples} samples, "
+                             "drop_last=False), and a captured step needs the first batch's shape "
+                             "every step: pass drop_last=True to the DataLoader")
+        return
+    if isinstance(data, (list, tuple)) and data:
+        def shapes(batch: Any) -> Any:
+            if isinstance(batch, (list, tuple)):
+                return tuple(tuple(getattr(v, "shape", ())) for v in batch)
+            return tuple(getattr(batch, "shape", ()))
+        first = shapes(data[0])
+        for k, batch in enumerate(data[1:], start=1):
+            if shapes(batch) != first:
+                raise ValueError(f"training_job on CUDA: batch {k} has shapes {shapes(batch)}, the "
+                                 f"first batch {first}; a captured step needs the first batch's "
+                                 "shape every step (drop or pad the odd batch)")
 
 
 def _state_tensors(optimizer: Any) -> Dict[Tuple[int, str], "torch.Tensor"]:
@@ -231,11 +287,10 @@ class TrainingCapture:
         self.inputs = DeviceRing([inputs, target], slots, device)
         self.outputs = DeviceRing([torch.zeros((), dtype=torch.float32)], slots, device)
         self.inputs.to_device(0, [inputs, target])  # warm-up steps see real data
-        # Parameters and buffers (a BatchNorm's running statistics move in training steps too).
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        params += [b for b in module.buffers() if all(b is not p for p in params)]
-        saved_params = [p.detach().clone() for p in params]
-        saved_state = {key: t.clone() for key, t in _state_tensors(optimizer).items()}
+        # Parameters and buffers (a BatchNorm's running statistics move in training steps too),
+        # and the optimizer state, saved until the warm-up is undone - then dropped: kept for the
+        # job's life they were 1x-3x the model in extra GPU memory (issue 24 item 2).
+        undo = WarmUpUndo(module, optimizer)
 
         def compute(x: "torch.Tensor", y: "torch.Tensor") -> "torch.Tensor":
             loss = loss_fn(module(x), y)
@@ -251,23 +306,49 @@ class TrainingCapture:
             optimizer.zero_grad(set_to_none=True)
             step(index)
 
-        self._reset = lambda: self._restore(params, saved_params, optimizer, saved_state)
-        self.graph_job = graph_fill_job(runtime, step_from_no_grads, items,
-                                        item_cost_us=item_cost_us, name=name, priority=priority,
-                                        available=0, measure_runs=0 if item_cost_us else 3,
-                                        keep_alive=(self.inputs, self.outputs, module, optimizer,
-                                                    loss_fn),
-                                        before_register=self._reset)
+        try:
+            self.graph_job = graph_fill_job(runtime, step_from_no_grads, items,
+                                            item_cost_us=item_cost_us, name=name,
+                                            priority=priority, available=0,
+                                            measure_runs=0 if item_cost_us else 3,
+                                            keep_alive=(self.inputs, self.outputs, module,
+                                                        optimizer, loss_fn),
+                                            before_register=undo.restore)
+        finally:
+            undo.drop()  # also when the capture failed: nothing of the clones outlives creation
 
-    @staticmethod
-    def _restore(params: List["torch.Tensor"], saved_params: List["torch.Tensor"], optimizer: Any,
-                 saved_state: Dict[Tuple[int, str], "torch.Tensor"]) -> None:
+
+class WarmUpUndo:
+    """Clones of a module's parameters and buffers and of an optimizer's state tensors, taken
+    before the warm-up steps; :meth:`restore` gives them back (state the warm-up created becomes
+    zeros, ZERO_STATE_OPTIMIZERS); :meth:`drop` lets the clones go. The copies go on the current
+    stream (the capture stream, in graph_fill_job's before_register), which the caller
+    synchronizes: no device-wide synchronize (issue 24 item 5)."""
+
+    def __init__(self, module: "torch.nn.Module", optimizer: Any) -> None:
+        self.optimizer = optimizer
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        params += [b for b in module.buffers() if all(b is not p for p in params)]
+        self.params: List["torch.Tensor"] = params
+        self.saved_params: List["torch.Tensor"] = [p.detach().clone() for p in params]
+        self.saved_state: Dict[Tuple[int, str], "torch.Tensor"] = {
+            key: t.clone() for key, t in _state_tensors(optimizer).items()}
+
+    def restore(self) -> None:
         with torch.no_grad():
-            for p, value in zip(params, saved_params):
+            for p, value in zip(self.params, self.saved_params):
                 p.copy_(value)
-            for key, tensor in _state_tensors(optimizer).items():
-                if key in saved_state:
-                    tensor.copy_(saved_state[key])
+            for key, tensor in _state_tensors(self.optimizer).items():
+                if key in self.saved_state:
+                    tensor.copy_(self.saved_state[key])
                 else:
                     tensor.zero_()
-        torch.cuda.synchronize()
+
+    def drop(self) -> None:
+        """Lets the clones go. Call it once the copies :meth:`restore` queued have run (the
+        caching allocator hands a freed block to the next allocation on the stream the clone was
+        made on, which does not wait for the capture stream): graph_fill_job has synchronized the
+        capture stream when it returns."""
+        self.saved_params = []
+        self.saved_state = {}
+        self.params = []

@@ -89,8 +89,9 @@ class TrainingJob(_StreamingJob):
         self.runtime = runtime
         self.cuda = runtime.backend == Backend.CUDA
         if self.cuda:
-            from .torch_cuda_jobs import check_capturable
+            from .torch_cuda_jobs import check_capturable, check_full_batches
             check_capturable(optimizer)  # before anything else: a refusal changes nothing
+            check_full_batches(data)     # a partial batch would fail the captured step later
         self.module, self.optimizer, self.loss_fn = module, optimizer, loss_fn
         self.data, self.steps, self.every, self.name, self.slots = data, steps, every, name, slots
         self.checkpoint = pathlib.Path(checkpoint) if checkpoint is not None else None
@@ -441,8 +442,10 @@ def training_job(runtime: Runtime, module: "torch.nn.Module", optimizer: Any,
     order). A checkpoint of another job (name or steps differ) is refused naming the field.
 
     On CUDA the whole step is one captured graph: the optimizer must be capturable (Adam,
-    AdamW, Adamax, RAdam with ``capturable=True``; SGD with ``dampening=0``), the module and
-    optimizer on the GPU, every batch of the first batch's shapes; ``slots`` batches are staged
+    AdamW, Adamax, RAdam with ``capturable=True``; SGD with ``dampening=0``) and have no
+    learning-rate scheduler (the capture fixes the learning rate: refused), the module and
+    optimizer on the GPU, every batch of the first batch's shapes (a DataLoader whose last batch
+    would be partial, ``drop_last=False``, is refused at creation); ``slots`` batches are staged
     ahead (pinned host + device ring)."""
     return TrainingJob(runtime, module, optimizer, loss_fn, data, steps=steps,
                        checkpoint=checkpoint, every=every, resume=resume, name=name,

@@ -89,6 +89,9 @@ void bind_runtime(nb::module_& m) {
            "pfJobCreateGraph (graph, index_word, clock_stream as ints; available: the streaming "
            "bound, pfGraphJobDesc_t.available).")
       .def("create_capture_stream", &Runtime::create_capture_stream, "pfGraphCaptureStreamCreate.")
+      .def("push_capture_context", &Runtime::push_capture_context, "stream"_a,
+           "pfGraphCaptureContextPush (the capture stream's context current on this thread).")
+      .def("pop_capture_context", &Runtime::pop_capture_context, "pfGraphCaptureContextPop.")
       .def("create_item_job", &Runtime::create_item_job, "name"_a, "priority"_a, "items"_a,
            "item_cost_us"_a, "fn"_a, "available"_a,
            "pfJobCreateGraph with Python items fn(item) (sim/host backends).")

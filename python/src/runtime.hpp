@@ -109,6 +109,17 @@ class Runtime {
     Use use(core_->life, "Runtime");
     check(pfStreamDestroy(core_->runtime, as_pointer(stream)));
   }
+  // pfGraphCaptureContextPush may wait for the executor's graph launch to leave the green context
+  // (stream_context.hpp's mutex): without the GIL, like every blocking native call.
+  void push_capture_context(uintptr_t stream) {
+    nb::gil_scoped_release release;
+    Use use(core_->life, "Runtime");
+    check(pfGraphCaptureContextPush(core_->runtime, as_pointer(stream)));
+  }
+  void pop_capture_context() {
+    Use use(core_->life, "Runtime");
+    check(pfGraphCaptureContextPop(core_->runtime));
+  }
 
   void bubble_begin(uintptr_t stream, int kind, const std::optional<std::string>& label,
                     double expected_us, size_t lent_bytes, uintptr_t lent_memory) {

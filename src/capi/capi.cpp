@@ -276,6 +276,22 @@ PF_API pfResult_t pfGraphCaptureStreamCreate(pfRuntime_t runtime, void** stream)
   });
 }
 
+PF_API pfResult_t pfGraphCaptureContextPush(pfRuntime_t runtime, void* stream) {
+  return guarded(__func__, [&] {
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfGraphCaptureContextPush", &rt));
+    return rt->push_capture_context(stream);
+  });
+}
+
+PF_API pfResult_t pfGraphCaptureContextPop(pfRuntime_t runtime) {
+  return guarded(__func__, [&] {
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfGraphCaptureContextPop", &rt));
+    return rt->pop_capture_context();
+  });
+}
+
 PF_API pfResult_t pfJobGetStatus(pfJob_t job, pfJobInfo_t* info) {
   return guarded(__func__, [&] {
     JobRef j;

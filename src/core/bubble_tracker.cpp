@@ -78,6 +78,10 @@ pfResult_t BubbleTracker::begin(void* stream, const pfBubbleHint_t* hint) {
                 "docs/api.md, 'CUDA graphs')",
                 stream);
   }
+  // The device may refuse a stream it cannot serve (CUDA: another context's, whose streams fail
+  // the event self-test); the identity lets pfBubbleEnd tell a stream destroyed meanwhile.
+  uint64_t identity = 0;
+  PF_TRY(device_.admit_main_stream(stream, &identity));
   const uint64_t id = next_bubble_id_;
   // The event pair of bubble `id` is reused from bubble id - (pool size), which must be
   // harvested. If the executor fell that far behind, the bubble is simply not tracked.
@@ -91,6 +95,7 @@ pfResult_t BubbleTracker::begin(void* stream, const pfBubbleHint_t* hint) {
   if (inline_fill_ != nullptr) inline_fill_->begin_bubble(m, &tails_);
   push(m);
   current_tracked_ = m.tracked;
+  bubble_stream_identity_ = identity;
   bubble_stream_.store(stream, std::memory_order_release);
   bubble_thread_.store(std::this_thread::get_id(), std::memory_order_release);
   in_bubble_.store(true, std::memory_order_release);
@@ -121,9 +126,12 @@ pfResult_t BubbleTracker::end(void* stream) {
                 open_bubble_stream(), next_bubble_id_ - 1);
   }
   const uint64_t id = next_bubble_id_ - 1;
-  // The stream died with the bubble open (destroyed behind the runtime's back): without this
-  // the runtime would be wedged in the bubble for good.
-  if (!device_.is_valid_main_stream(stream)) {
+  // The stream died with the bubble open (destroyed behind the runtime's back, e.g. by
+  // cudaStreamDestroy; on CUDA its handle may even name a new stream by now): without this the
+  // runtime would be wedged in the bubble for good, and a gate write on a dead handle may report
+  // success while closing nothing.
+  if (!device_.is_valid_main_stream(stream) ||
+      !device_.main_stream_unchanged(stream, bubble_stream_identity_)) {
     abandon(id);
     return fail(pfErrorInvalidArgument,
                 "pfBubbleEnd: stream {} is no longer a live main-job stream (destroyed while "

@@ -83,6 +83,7 @@ class BubbleTracker {
   // User-thread state (one caller at a time).
   std::atomic<bool> in_bubble_{false};
   bool current_tracked_ = false;
+  uint64_t bubble_stream_identity_ = 0;  // Device::admit_main_stream's token of the open bubble's stream
   bool current_timed_ = false;
   uint64_t timing_counter_ = 0;
   static constexpr uint64_t kTimingSample = 64;  // one begin+end pair in 64 is timed

@@ -253,6 +253,7 @@ pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out) {
   }
 
   PF_TRY(resolve_int(c.device, "device", "PIPEFILL_DEVICE", &o.device));
+  o.device_given = c.device != PF_UNSET_INT || env("PIPEFILL_DEVICE") != nullptr;
   if (o.device < 0) {
     return fail(pfErrorInvalidArgument, "{} = {} is negative",
                 source_of(c.device != PF_UNSET_INT, "device", "PIPEFILL_DEVICE"), o.device);

@@ -11,7 +11,11 @@ namespace pipefill {
 
 struct RuntimeOptions {
   pfBackend_t backend = pfBackendAuto;
+  // config.device / PIPEFILL_DEVICE. Unset (device_given false): the CUDA backend takes the
+  // calling thread's current device (never 0 by default: every rank of a multi-GPU node would
+  // sit on GPU 0); the simulated and host backends take 0.
   int device = 0;
+  bool device_given = false;
   int stage_id = 0;
   int stage_count = 1;
   int reserved_sms = -1;                 // -1: backend default (NCCL CTA count, rounded)

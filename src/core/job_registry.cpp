@@ -225,6 +225,7 @@ pfResult_t JobRegistry::create(RuntimeState& s, Runtime* owner, const pfJobDesc_
     std::string why;
     try {
       CallbackScope scope("setup");
+      LaunchContextScope device_context(device_);  // setup allocates and loads kernels on the device
       setup_result = static_cast<int>(job->setup(job->user, &allocator, job->setup_config));
       if (setup_result != pfSuccess) why = last_error_message();
     } catch (const std::exception& e) {

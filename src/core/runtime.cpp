@@ -56,6 +56,9 @@ pfResult_t Runtime::init(const RuntimeOptions& requested, std::unique_ptr<Device
   } else {
     PF_TRY(make_device(options_, &device_));
   }
+  // The device the backend chose (CUDA without config.device: the caller's current one), so that
+  // pfRuntimeGetConfig reports it.
+  if (const int ordinal = device_->ordinal(); ordinal >= 0) options_.device = ordinal;
   // Every device object the executor will ever use is made here, never inside a bubble.
   PF_TRY(create_fill_resources(*device_, &options_, &resources_));
   {
@@ -277,6 +280,14 @@ pfResult_t Runtime::create_job(const pfJobDesc_t* desc, JobState** out) {
 
 pfResult_t Runtime::create_graph_job(const pfGraphJobDesc_t* desc, JobState** out) {
   return jobs_->create_graph(state_, this, desc, out);
+}
+
+pfResult_t Runtime::push_capture_context(void* stream) {
+  return device_->push_capture_context(stream);
+}
+
+pfResult_t Runtime::pop_capture_context() {
+  return device_->pop_capture_context();
 }
 
 pfResult_t Runtime::create_capture_stream(void** stream) {

@@ -91,6 +91,8 @@ class Runtime {
   pfResult_t create_graph_job(const pfGraphJobDesc_t* desc, JobState** out);
   // pfGraphCaptureStreamCreate: a stream on the fill partition's context (Device docs).
   pfResult_t create_capture_stream(void** stream);
+  pfResult_t push_capture_context(void* stream);
+  pfResult_t pop_capture_context();
   pfResult_t job_info(JobState* job, pfJobInfo_t* info);
   pfResult_t cancel_job(JobState* job);
   pfResult_t set_job_available(JobState* job, uint64_t available);

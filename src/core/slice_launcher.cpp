@@ -287,6 +287,9 @@ int SliceLauncher::launch_slice_work(const JobState& job, const pfSliceDesc_t& s
       result = static_cast<int>(launch_graph_slice(device_, job, slice, stream));
     } else {
       CallbackScope scope("launch", const_cast<JobState*>(&job));  // its pfJobCancel
+      // The callback launches kernels on the device: its context current for the call only (the
+      // caller's thread in inline mode keeps its own context afterwards).
+      LaunchContextScope device_context(device_);
       result = static_cast<int>(job.launch(job.user, &slice, stream));
     }
     if (result != pfSuccess) *why = last_error_message();

@@ -93,6 +93,9 @@ class Device {
 
   virtual pfBackend_t backend() const = 0;
   virtual std::string name() const = 0;
+  // The device's ordinal when the device chose it (CUDA: config.device or the caller's current
+  // device); -1 when options.device is used as given. The runtime reports it in its config.
+  virtual int ordinal() const { return -1; }
 
   // ---- Streams ---------------------------------------------------------------------------
   // Priority numbers follow CUDA: lower = higher priority; `lowest` is usually 0.
@@ -169,6 +172,38 @@ class Device {
     return false;
   }
 
+  // ---- Main streams at bubble instructions (optional) -------------------------------------
+  // pfBubbleBegin, after is_valid_main_stream and is_capturing and before anything is enqueued on
+  // `stream`: the device may refuse a main stream it cannot serve, with a message naming it (CUDA:
+  // a stream of another device's context, or of a context whose streams fail the event self-test
+  // once run for it); *identity gets a token of the stream (0: none) for main_stream_unchanged.
+  virtual pfResult_t admit_main_stream(Stream stream, uint64_t* identity) {
+    (void)stream;
+    *identity = 0;
+    return pfSuccess;
+  }
+  // pfBubbleEnd: whether `stream` is still the stream admitted with `identity` (false: it was
+  // destroyed with the bubble open, or its handle names another stream now).
+  virtual bool main_stream_unchanged(Stream stream, uint64_t identity) const {
+    (void)stream;
+    (void)identity;
+    return true;
+  }
+
+  // ---- The calling thread's context (optional) --------------------------------------------
+  // Around every job launch and setup callback (on the executor or on the caller's thread): makes
+  // the device current for the callback, which launches kernels or allocates on it (CUDA: pushes
+  // the device's primary context unless it is current). true: leave_launch_context must follow on
+  // this thread (LaunchContextScope below).
+  virtual bool enter_launch_context() { return false; }
+  virtual void leave_launch_context() {}
+  // pfGraphCaptureContextPush/Pop: makes the context of `stream` (a capture stream of this device)
+  // current on the calling thread until the matching pop on that thread (CUDA: the fill
+  // partition's green context, so captured kernels belong to it). Devices without contexts keep a
+  // count only, so that a pop without a push is refused everywhere.
+  virtual pfResult_t push_capture_context(Stream stream);
+  virtual pfResult_t pop_capture_context();
+
   // ---- Hardware queues (optional) ---------------------------------------------------------
   // Whether the main streams and the fill streams feed one in-order hardware queue, so an
   // operation starts only after everything enqueued before it on any stream was dispatched (CUDA
@@ -228,6 +263,22 @@ class Device {
     (void)out;
     return pfErrorNotSupported;
   }
+};
+
+// Device::enter_launch_context / leave_launch_context for one scope: around a job's callbacks
+// that launch kernels or allocate on the device (launch, setup).
+class LaunchContextScope {
+ public:
+  explicit LaunchContextScope(Device& device) : device_(device), entered_(device.enter_launch_context()) {}
+  ~LaunchContextScope() {
+    if (entered_) device_.leave_launch_context();
+  }
+  LaunchContextScope(const LaunchContextScope&) = delete;
+  LaunchContextScope& operator=(const LaunchContextScope&) = delete;
+
+ private:
+  Device& device_;
+  bool entered_;
 };
 
 // Factories. make_cuda_device returns pfErrorNotSupported when built without CUDA and

@@ -12,9 +12,11 @@ slot gives wrong outputs, a feeder running ahead of the drainer overwrites a slo
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
 import time
 import types
+import weakref
 
 import pytest
 import torch
@@ -62,9 +64,29 @@ class _Recorder(TorchFunctionMode):
 
 
 class FakeGraph:
+    """torch.cuda.CUDAGraph: capture_begin/capture_end record the ops between them (what the
+    CUDA path uses; torch.cuda.graph(...) is made to fail, see fake_cuda)."""
+
+    captures = []  # (graph, whether the runtime's capture context was entered) per capture_begin
+
     def __init__(self, keep_graph=False):
         assert keep_graph
         self.ops = []
+        self._recorder = None
+        self.replays = 0
+
+    def capture_begin(self, pool=None, capture_error_mode="global"):
+        assert capture_error_mode == "thread_local"
+        FakeGraph.captures.append((self, FakeRuntime.contexts_entered > 0))
+        self._recorder = _Recorder(self.ops)
+        self._recorder.__enter__()
+
+    def capture_end(self):
+        self._recorder.__exit__(None, None, None)
+        self._recorder = None
+
+    def instantiate(self):
+        pass
 
     def raw_cuda_graph(self):
         return self
@@ -72,6 +94,7 @@ class FakeGraph:
     def replay(self):
         """The recorded ops again: tensors the capture made are the replay's own results, every
         other tensor (the rings, the index word, the weights) is the same object."""
+        self.replays += 1
         env = {}
         for func, args, kwargs, result, grad_mode in self.ops:
             with torch.set_grad_enabled(grad_mode):
@@ -79,11 +102,13 @@ class FakeGraph:
 
 
 class FakeStream:
+    waits = []  # (waiting stream, stream waited for)
+
     def __init__(self, *args, **kwargs):
         pass
 
     def wait_stream(self, other):
-        pass
+        FakeStream.waits.append((self, other))
 
     def synchronize(self):
         pass
@@ -100,24 +125,36 @@ class FakeEvent:
         pass
 
 
+CURRENT_STREAM = FakeStream()
+
+
 @pytest.fixture
 def fake_cuda(monkeypatch):
-    @contextlib.contextmanager
-    def graph(cuda_graph, pool=None, stream=None, capture_error_mode="global"):
-        with _Recorder(cuda_graph.ops):
-            yield
+    """torch.cuda's streams, events and capture replaced by stand-ins. Yields the list of
+    device-draining calls made (torch.cuda.synchronize / empty_cache, and entering
+    torch.cuda.graph(...), whose __enter__ does both)."""
+    drains = []
 
+    def graph(*args, **kwargs):
+        drains.append("torch.cuda.graph")
+        raise AssertionError("torch.cuda.graph(...) synchronizes the device and empties the cache")
+
+    FakeGraph.captures = []
+    FakeStream.waits = []
+    FakeRuntime.contexts_entered = 0
     monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")
     monkeypatch.setattr(torch.cuda, "ExternalStream", FakeStream)
     monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: FakeStream())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: CURRENT_STREAM)
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: drains.append("synchronize"))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: drains.append("empty_cache"))
     monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
     monkeypatch.setattr(torch.cuda, "graph", graph)
     monkeypatch.setattr(tcj, "_device", lambda: torch.device("cpu"))
     monkeypatch.setattr(tcj, "_pinned", lambda shape, dtype: torch.zeros(shape, dtype=dtype))
+    yield drains
 
 
 class FakeNative:
@@ -185,18 +222,41 @@ class FakeJob:
         self.closed = True
 
 
+class FakeCaptureStream:
+    def __init__(self, runtime):
+        self.runtime = runtime
+        self.handle = 1
+        self.closed = False
+
+    def close(self):
+        self.closed = True
+
+
 class FakeRuntime:
     backend = pf.Backend.CUDA
     in_bubble = False
+    contexts_entered = 0  # capture contexts open now (pfGraphCaptureContextPush without pop)
 
     def __init__(self):
         self.jobs = []
         self._bubble_index = 0
         self._iteration_ends = 0
         self._hooks = []
+        self.capture_streams = []
 
     def capture_stream(self):
-        return types.SimpleNamespace(handle=1)
+        stream = FakeCaptureStream(self)
+        self.capture_streams.append(stream)
+        return stream
+
+    @contextlib.contextmanager
+    def capture_context(self, stream):
+        assert stream in self.capture_streams and not stream.closed
+        FakeRuntime.contexts_entered += 1
+        try:
+            yield
+        finally:
+            FakeRuntime.contexts_entered -= 1
 
     def create_job(self, spec):
         job = FakeJob(self, spec)
@@ -491,3 +551,154 @@ def test_captured_training_steps_equal_eager_with_checkpoints_and_resume(fake_cu
         assert torch.allclose(module.state_dict()[k], v, rtol=1e-6, atol=1e-7), k
     assert torch.load(ckpt, weights_only=False)["step"] == steps
     again.close()
+
+
+# ---- issue 24: job creation on CUDA ---------------------------------------------------------
+
+def test_job_creation_captures_without_draining_the_device(fake_cuda):
+    """Creating either CUDA job captures with capture_begin/capture_end inside the capture
+    stream's context (pfGraphCaptureContextPush), never torch.cuda.graph(...) (its __enter__
+    synchronizes the device and empties the cache), never torch.cuda.synchronize/empty_cache; and
+    the capture stream is closed once the job is registered (one leaked per job before)."""
+    drains = fake_cuda
+    rt = FakeRuntime()
+    infer = pft.inference_job(rt, model(), samples(4 * BATCH), batch_size=BATCH, slots=SLOTS,
+                              item_cost_us=10.0, sink=lambda i, y: None)
+    module = model(3).train()
+    train = pft.training_job(rt, module, torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9),
+                             nn.functional.mse_loss, _training_data(3), steps=3, slots=SLOTS,
+                             item_cost_us=10.0)
+    assert drains == [], f"job creation drained the device: {drains}"
+    assert len(FakeGraph.captures) == 2
+    assert all(in_context for _, in_context in FakeGraph.captures), \
+        "captured with the capture stream's context current"
+    assert [s.closed for s in rt.capture_streams] == [True, True]
+    assert FakeRuntime.contexts_entered == 0, "every push popped"
+    infer.close()
+    train.close()
+
+
+def test_item_cost_is_timed_on_the_host_without_cuda_events(fake_cuda, monkeypatch):
+    """The capture stream is a green context's: torch's CUDA events (primary context) must not be
+    recorded on it. With item_cost_us unset the replays are timed on the host: one untimed replay,
+    then measure_runs timed ones."""
+    def no_events(*args, **kwargs):
+        raise AssertionError("a CUDA event was made to time the item")
+
+    monkeypatch.setattr(torch.cuda, "Event", no_events)
+    rt = FakeRuntime()
+    out = torch.zeros(4)
+    job = pft.graph_fill_job(rt, lambda index: out.index_fill_(0, index.view(1), 1.0), 4,
+                             measure_runs=5)
+    graph = rt.jobs[0].spec.graph
+    assert graph.replays == 6
+    assert job.item_cost_us > 0.0
+    assert fake_cuda == []
+    assert rt.capture_streams[0].closed
+
+
+def test_a_failing_capture_ends_the_capture_and_closes_its_stream(fake_cuda):
+    rt = FakeRuntime()
+    calls = []
+
+    def step(index):
+        calls.append(1)
+        if len(calls) == 3:  # the two warm-ups pass, the captured run raises
+            raise RuntimeError("step failed under capture")
+
+    with pytest.raises(RuntimeError, match="step failed under capture"):
+        pft.graph_fill_job(rt, step, 4, item_cost_us=5.0)
+    graph = FakeGraph.captures[0][0]
+    assert graph._recorder is None, "capture_end ran"
+    assert rt.capture_streams[0].closed and rt.jobs == []
+    assert FakeRuntime.contexts_entered == 0
+
+
+def test_training_capture_keeps_no_copy_of_the_model_after_creation(fake_cuda, monkeypatch):
+    """The clones of parameters, buffers and optimizer state that undo the warm-up are dropped once
+    the warm-up is undone (kept for the job's life they were 1x-3x the model in GPU memory)."""
+    clones = []
+    original = tcj.WarmUpUndo.__init__
+
+    def recording_init(self, module, optimizer):
+        original(self, module, optimizer)
+        clones.extend(weakref.ref(t) for t in self.saved_params + list(self.saved_state.values()))
+
+    monkeypatch.setattr(tcj.WarmUpUndo, "__init__", recording_init)
+    module = model(3).train()
+    opt = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9)
+    opt.zero_grad()
+    nn.functional.mse_loss(module(torch.randn(BATCH, DIM)), torch.randn(BATCH, OUT)).backward()
+    opt.step()  # momentum buffers exist: the undo saves optimizer state too
+    rt = FakeRuntime()
+    capture = tcj.TrainingCapture(rt, module, opt, nn.functional.mse_loss,
+                                  _training_data(1)[0], SLOTS, 5, "t", 0, 10.0)
+    gc.collect()
+    assert len(clones) == 4 + 4  # 4 parameter tensors, 4 momentum buffers
+    alive = [ref for ref in clones if ref() is not None]
+    assert alive == [], f"{len(alive)} clones outlived the job's creation"
+    assert capture.graph_job.job is rt.jobs[0]
+
+
+def test_training_refuses_a_learning_rate_scheduler(fake_cuda):
+    rt = FakeRuntime()
+    module = model()
+    opt = torch.optim.SGD(module.parameters(), lr=0.1)
+    torch.optim.lr_scheduler.StepLR(opt, step_size=2)
+    with pytest.raises(pf.PipeFillError, match=r"optimizer SGD has a learning-rate scheduler "
+                                               r"attached \(param group 0 has 'initial_lr'\).*"
+                                               r"silently ignored") as caught:
+        pft.training_job(rt, module, opt, nn.MSELoss(), _training_data(2), steps=3)
+    assert caught.value.code == pf.Result.NOT_SUPPORTED
+    assert rt.jobs == [] and rt.capture_streams == []
+
+
+def test_training_refuses_a_partial_last_batch_at_creation(fake_cuda):
+    from torch.utils.data import DataLoader, TensorDataset
+    rt = FakeRuntime()
+    module = model()
+    opt = torch.optim.SGD(module.parameters(), lr=0.1)
+    dataset = TensorDataset(torch.randn(10, DIM), torch.randn(10, OUT))
+    with pytest.raises(ValueError, match=r"last batch would hold 2 of 4 samples \(10 samples, "
+                                         r"drop_last=False\).*drop_last=True"):
+        pft.training_job(rt, module, opt, nn.functional.mse_loss,
+                         DataLoader(dataset, batch_size=4), steps=3)
+    batches = _training_data(2) + [(torch.randn(BATCH - 1, DIM), torch.randn(BATCH - 1, OUT))]
+    with pytest.raises(ValueError, match=r"batch 2 has shapes \(\(3, 8\), \(3, 4\)\), the first "
+                                         r"batch \(\(4, 8\), \(4, 4\)\)"):
+        pft.training_job(rt, module, opt, nn.functional.mse_loss, batches, steps=3)
+    assert rt.jobs == []
+    job = pft.training_job(rt, module, opt, nn.functional.mse_loss,
+                           DataLoader(dataset, batch_size=4, drop_last=True), steps=2, slots=SLOTS,
+                           item_cost_us=10.0)
+    assert len(rt.jobs) == 1
+    job.close()
+
+
+def test_ring_copies_are_ordered_after_the_zero_fill(fake_cuda):
+    """The ring's zeros are written on the current stream, its copies on a stream of its own: the
+    copy stream waits for the current stream on the device before slot 0's first copy."""
+    ring = tcj.DeviceRing([torch.zeros(BATCH, DIM)], SLOTS, torch.device("cpu"))
+    assert (ring.stream, CURRENT_STREAM) in FakeStream.waits
+
+
+def test_capture_context_pairs_on_a_backend_without_contexts():
+    """Runtime.capture_context (pfGraphCaptureContextPush/Pop) on the host backend: nothing to make
+    current, but the calls pair up; a pop without a push, or a push of a stream that is not a
+    capture stream on CUDA, is refused by name (the CUDA side is a GPU test)."""
+    try:
+        rt = pf.Runtime(backend="host", reserved_sms=0)
+    except pf.PipeFillError as error:
+        if error.code == pf.Result.NOT_SUPPORTED:
+            pytest.skip(f"no host device in this build: {error.message}")
+        raise
+    capture = rt.capture_stream()
+    with rt.capture_context(capture):
+        with rt.capture_context(capture):
+            pass
+    with pytest.raises(pf.PipeFillError, match="no pfGraphCaptureContextPush of this runtime is "
+                                               "open on the calling thread") as caught:
+        rt._native.pop_capture_context()
+    assert caught.value.code == pf.Result.INVALID_STATE
+    capture.close()
+    rt.close()

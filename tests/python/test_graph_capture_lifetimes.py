@@ -78,8 +78,19 @@ class _FakeCuda:
                 pass
 
         class Graph:
+            """capture_begin/capture_end, what graph_fill_job captures with (torch.cuda.graph
+            would synchronize the device on entry: issue 24)."""
+
             def __init__(self, keep_graph=False):
                 assert keep_graph, "graph_fill_job must keep the graph for raw_cuda_graph()"
+
+            def capture_begin(self, pool=None, capture_error_mode="global"):
+                modes.append(capture_error_mode)
+                recorder.__enter__()
+
+            def capture_end(self):
+                recorder.__exit__(None, None, None)
+                recorder.finish()
 
             def raw_cuda_graph(self):
                 return 0
@@ -87,19 +98,11 @@ class _FakeCuda:
             def instantiate(self):
                 pass
 
-        @contextlib.contextmanager
-        def graph(cuda_graph, pool=None, stream=None, capture_error_mode="global"):
-            modes.append(capture_error_mode)
-            with recorder:
-                yield
-            recorder.finish()
-
         monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")
         monkeypatch.setattr(torch.cuda, "ExternalStream", Stream)
         monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
         monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
         monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
-        monkeypatch.setattr(torch.cuda, "graph", graph)
 
 
 class _FakeRuntime:
@@ -109,7 +112,10 @@ class _FakeRuntime:
         self.created = []
 
     def capture_stream(self):
-        return types.SimpleNamespace(handle=1)
+        return types.SimpleNamespace(handle=1, close=lambda: None)
+
+    def capture_context(self, stream):
+        return contextlib.nullcontext()
 
     def create_job(self, desc):
         self.created.append(desc)

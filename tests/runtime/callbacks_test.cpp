@@ -288,6 +288,49 @@ TEST_P(Callbacks, GetStatusOfAFailedJobSucceedsWithoutAMessage) {
   PF_ASSERT_OK(pfRuntimeDestroy(rt));
 }
 
+// Launch and setup callbacks launch kernels and allocate on the device: each runs inside the
+// device's launch context (CUDA: its primary context pushed on the calling thread for the call
+// only), the warm-up launches of pfJobCreate included, and every entered context is left.
+TEST_P(Callbacks, EveryLaunchCallbackRunsInTheDevicesLaunchContext) {
+  struct Probe {
+    CountingJob counting;
+    int outside = 0;
+    int inside = 0;
+    int setup_inside = 0;
+  } probe;
+  probe.counting.items = 400;
+  pfJobDesc_t d = probe.counting.desc();
+  d.user = &probe;
+  d.setup = [](void* user, const pfArenaAllocator_t* allocator, int config) {
+    auto* self = static_cast<Probe*>(user);
+    self->setup_inside += TestDevice::launch_context_depth() == 1 ? 1 : 0;
+    return CountingJob::setup(&self->counting, allocator, config);
+  };
+  d.teardown = nullptr;  // CountingJob's would take the probe for a CountingJob
+  d.launch = [](void* user, const pfSliceDesc_t* slice, void* stream) {
+    auto* self = static_cast<Probe*>(user);
+    (TestDevice::launch_context_depth() == 1 ? self->inside : self->outside) += 1;
+    return CountingJob::launch(&self->counting, slice, stream);
+  };
+  pfJob_t job = nullptr;
+  PF_ASSERT_OK(pfJobCreate(rt, &d, &job));
+  pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
+  hint.expected_duration_us = 100.0;
+  for (int i = 0; i < 4; ++i) stage.step(rt, 100.0, &hint);
+  PF_ASSERT_OK(pfRuntimeSynchronize(rt));
+  EXPECT_GT(probe.counting.launches, 0);
+  EXPECT_GT(probe.counting.warm_ups, 0);
+  EXPECT_EQ(probe.inside, probe.counting.launches + probe.counting.warm_ups);
+  EXPECT_EQ(probe.outside, 0);
+  EXPECT_EQ(probe.counting.setups, 1);
+  EXPECT_EQ(probe.setup_inside, 1) << "setup runs in the launch context too";
+  EXPECT_EQ(device->launch_contexts_entered.load(), probe.inside + probe.setup_inside);
+  EXPECT_EQ(device->launch_contexts_left.load(), probe.inside + probe.setup_inside);
+  EXPECT_EQ(TestDevice::launch_context_depth(), 0) << "left on this thread too";
+  PF_ASSERT_OK(pfJobDestroy(job));
+  PF_ASSERT_OK(pfRuntimeDestroy(rt));
+}
+
 INSTANTIATE_TEST_SUITE_P(MessagePath, Callbacks, ::testing::Values(false, true),
                          message_path_name);
 

@@ -366,6 +366,66 @@ TEST(Misuse, DestroyingTheStreamOfAnOpenBubble) {
   PF_ASSERT_OK(pfRuntimeDestroy(rt));
 }
 
+// A stream destroyed with its bubble open whose handle still looks valid (on CUDA a cudaStream_t
+// handle is reused by the next stream created; a gate write on it reports success): the device's
+// stream identity (cuStreamGetId) differs at the end, so pfBubbleEnd reports the stream by name
+// with pfErrorInvalidArgument, the bubble is abandoned (not timed), and the runtime goes on.
+TEST(Misuse, AStreamReplacedWhileItsBubbleWasOpenIsReportedAtTheEnd) {
+  ManualStage stage;
+  ASSERT_NO_FATAL_FAILURE(stage.init());
+  TestDevice* device = nullptr;
+  pfRuntime_t rt = make_stage_test_runtime(stage, false, &device);
+  ASSERT_NE(rt, nullptr);
+  stage.step(rt, 100.0);
+  {
+    std::lock_guard lock(device->identity_mutex);
+    device->stream_identity[stage.main] = 41;
+  }
+  PF_ASSERT_OK(pfBubbleBegin(rt, stage.main, nullptr));
+  {
+    std::lock_guard lock(device->identity_mutex);
+    device->stream_identity[stage.main] = 42;  // destroyed, and the handle names a new stream
+  }
+  const size_t ops = device->operations_on(stage.main);
+  const std::string name = fmt::format("{}", stage.main);
+  expect_error(pfBubbleEnd(rt, stage.main), pfErrorInvalidArgument,
+               "pfBubbleEnd: stream " + name + " is no longer a live main-job stream");
+  EXPECT_NE(std::string(pfGetLastErrorMessage()).find("the bubble is abandoned"), std::string::npos)
+      << pfGetLastErrorMessage();
+  EXPECT_EQ(device->operations_on(stage.main), ops) << "no gate write or end event on the dead stream";
+  expect_error(pfBubbleEnd(rt, stage.main), pfErrorInvalidState, "no bubble is open");
+  // The new stream behind the handle works (its identity is taken at its own begin).
+  stage.step(rt, 100.0);
+  PF_ASSERT_OK(pfSimRunUntilIdle(stage.world.get()));
+  PF_ASSERT_OK(pfRuntimeSynchronize(rt));
+  pfStats_t s;
+  PF_ASSERT_OK(pfRuntimeGetStats(rt, &s));
+  EXPECT_EQ(s.bubbles, 2u) << "the abandoned bubble is not timed";
+  PF_ASSERT_OK(pfRuntimeDestroy(rt));
+}
+
+// A main stream the device cannot serve (CUDA: another device's context, or a context whose
+// streams fail the event self-test) is refused by pfBubbleBegin before anything is enqueued.
+TEST(Misuse, AMainStreamTheDeviceRefusesEnqueuesNothing) {
+  ManualStage stage;
+  ASSERT_NO_FATAL_FAILURE(stage.init());
+  TestDevice* device = nullptr;
+  pfRuntime_t rt = make_stage_test_runtime(stage, false, &device);
+  ASSERT_NE(rt, nullptr);
+  {
+    std::lock_guard lock(device->identity_mutex);
+    device->refused_main_streams.insert(stage.main);
+  }
+  const size_t ops = device->operations_on(stage.main);
+  expect_error(pfBubbleBegin(rt, stage.main, nullptr), pfErrorNotSupported, "cannot serve main stream");
+  EXPECT_EQ(device->operations_on(stage.main), ops);
+  expect_error(pfBubbleEnd(rt, stage.main), pfErrorInvalidState, "no bubble is open");
+  PF_ASSERT_OK(pfBubbleBegin(rt, stage.peer, nullptr));  // another stream is served
+  PF_ASSERT_OK(pfBubbleEnd(rt, stage.peer));
+  PF_ASSERT_OK(pfSimRunUntilIdle(stage.world.get()));
+  PF_ASSERT_OK(pfRuntimeDestroy(rt));
+}
+
 // A main stream being captured into a CUDA graph: bubble instructions are refused with
 // pfErrorNotSupported and enqueue nothing (a captured gate write would replay with a stale
 // bubble id, see docs/api.md "CUDA graphs").

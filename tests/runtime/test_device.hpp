@@ -84,6 +84,19 @@ class TestDevice final : public Device {
   mutable std::mutex capture_mutex;
   std::set<Stream> capturing;           // streams "being captured into a CUDA graph"
   int graph_sms_used = -1;              // >= 0: graph items report this many SMs (0: unknown)
+  // Stream identities as CUDA's cuStreamGetId reports them: a test changes one between a bubble's
+  // begin and end to model the stream destroyed with its bubble open and its handle reused (no
+  // entry: identity 0, not tracked). Streams in refused_main_streams are refused at begin.
+  mutable std::mutex identity_mutex;
+  std::map<Stream, uint64_t> stream_identity;
+  std::set<Stream> refused_main_streams;
+  // Launch-callback contexts entered and left, and the calling thread's depth of them.
+  std::atomic<int> launch_contexts_entered{0};
+  std::atomic<int> launch_contexts_left{0};
+  static int& launch_context_depth() {
+    thread_local int depth = 0;
+    return depth;
+  }
   Stream fill_stream = nullptr;         // the first fill stream
   std::vector<Stream> fill_streams;     // every fill stream, in creation order (set at creation)
   bool is_fill(Stream stream) const {
@@ -193,6 +206,28 @@ class TestDevice final : public Device {
     return capturing.count(stream) > 0;
   }
   bool single_hardware_queue() const override { return single_queue; }
+  pfResult_t admit_main_stream(Stream stream, uint64_t* identity) override {
+    std::lock_guard lock(identity_mutex);
+    if (refused_main_streams.count(stream) > 0)
+      return fail(pfErrorNotSupported, "injected: the device cannot serve main stream {}", stream);
+    const auto it = stream_identity.find(stream);
+    *identity = it == stream_identity.end() ? 0 : it->second;
+    return pfSuccess;
+  }
+  bool main_stream_unchanged(Stream stream, uint64_t identity) const override {
+    std::lock_guard lock(identity_mutex);
+    const auto it = stream_identity.find(stream);
+    return identity == (it == stream_identity.end() ? 0 : it->second);
+  }
+  bool enter_launch_context() override {
+    ++launch_context_depth();
+    launch_contexts_entered.fetch_add(1);
+    return true;
+  }
+  void leave_launch_context() override {
+    --launch_context_depth();
+    launch_contexts_left.fetch_add(1);
+  }
   pfResult_t prepare_graph_items(const GraphJobSpec& spec,
                                  std::unique_ptr<GraphItems>* out) override {
     std::unique_ptr<GraphItems> inner;
