@@ -188,7 +188,7 @@ fi
 # or Python.h; a script reports SKIPPED only when torch sees no GPU, and fails when torch sees one
 # but the runtime does not start.
 python_steps=(graph_fill cuda_streaming_inference cuda_streaming_training cuda_streaming_creation
-              cuda_streaming_green_context)
+              cuda_streaming_green_context wheel)
 bg_pid=""
 if [ -n "$python_missing" ]; then
   for step in "${python_steps[@]}"; do skipped_step "$step" "$py lacks: $python_missing"; done
@@ -215,6 +215,9 @@ if [ -z "$python_missing" ] && [ "$configured" -eq 0 ]; then
     run cuda_streaming_training 50 "${pyrun[@]}" "$streaming" --part training
     run cuda_streaming_creation 45 "${pyrun[@]}" "$streaming" --part creation
     run cuda_streaming_green_context 40 "${pyrun[@]}" "$streaming" --part green-context
+    # The wheel users install: this tree's extension packed for the image's Python, repaired
+    # offline, installed into a fresh venv (scripts/gpu-wheel-check.sh).
+    run wheel 120 bash "$root/scripts/gpu-wheel-check.sh" "$build" "$py"
   else
     for step in "${python_steps[@]}"; do absent "$step" "the extension did not build"; done
   fi
@@ -296,6 +299,7 @@ done
     f=$logs/cuda_streaming_$part.log
     [ -f "$f" ] && grep -E '^(cuda-streaming:|SKIPPED|FAILED)' "$f" | sed 's/^/-- /'
   done
+  [ -f "$logs/wheel.log" ] && grep -E '^(check_wheel|build-wheel): ' "$logs/wheel.log" | sed 's/^/-- /'
   [ -f "$logs/engine_emulated.log" ] &&
     grep -E '^(run [0-9]/[0-9]|mean from|max overrun|bubble end|fill check|pipeline_engine: error)' \
       "$logs/engine_emulated.log" | sed 's/^/-- engine: /'
