@@ -389,6 +389,33 @@ PF_API pfResult_t pfJobWait(pfJob_t job, double timeout_us);
  * callbacks (cancel it there, destroy it after). */
 PF_API pfResult_t pfJobDestroy(pfJob_t job);
 
+/* ---- Item costs learned from measured slices ------------------------------------------------ */
+/* The item cost a job is created with (pfJobConfig_t.item_cost_us or item_cost_hint_us) is only
+ * a prior: each configuration learns its cost from its timed slices (busy time / rounds of one
+ * item per worker, over a small window of recent slices; gated jobs use the window's median,
+ * opaque jobs its 90th percentile, since nothing bounds their overrun), and the planner uses
+ * that estimate from the first sample on. A job whose estimated item fits no bubble gets a
+ * one-item probe now and then (after 2, 4, 8 ... consecutive such bubbles, at most every 64;
+ * opaque jobs from 4, at most every 256), so a too-large prior is measured and corrected; it is
+ * warned about once (the runtime's log, level warn) after PIPEFILL_TOO_SHORT_WARN_BUBBLES (32)
+ * such bubbles in a row. */
+typedef struct pfJobCostInfo_t {
+  size_t size;                /* sizeof(pfJobCostInfo_t): set it before the call */
+  double prior_cost_us;       /* the configuration's item cost given at creation */
+  double learned_cost_us;     /* the cost the planner uses now (the prior until measured) */
+  uint64_t samples;           /* timed slices of the configuration measured so far */
+  uint64_t probes;            /* one-item probes the job ran */
+  uint64_t too_short_streak;  /* bubbles in a row its estimated item did not fit, now */
+  uint64_t too_short_bubbles; /* all such bubbles of the job's life */
+  int config_index;           /* the configuration described: the one in use (last chosen) */
+  int warned;                 /* 1 once the too-short warning was logged */
+} pfJobCostInfo_t;
+
+/* Fills `info` (set info->size first: a size below this layout's sizeof(pfJobCostInfo_t) is
+ * pfErrorInvalidArgument, nothing written; a larger one gets this layout's bytes and zeroes after
+ * them). Safe from any thread, also inside a bubble; it takes the runtime's state lock. */
+PF_API pfResult_t pfJobGetCostInfo(pfJob_t job, pfJobCostInfo_t* info);
+
 /* ---- Streaming jobs: input staged while the job runs ---------------------------------------- */
 /* A job may grow while it runs: only items < available may be claimed (the gate and budget rules
  * are unchanged). The bound is kept by the host and applied when a slice is planned: a slice's
