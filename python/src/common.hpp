@@ -78,9 +78,24 @@ inline void translate_error(const std::exception_ptr& pointer, void*) {
 
 // ---- lifetimes ----------------------------------------------------------------------------
 
+// ---- the GIL ------------------------------------------------------------------------------
+// The rule (issue 25): a binding that calls into the C library, or takes a lock that a native
+// thread may hold, releases the GIL first. A fill stream's thread (host backend) or the
+// simulated world's run loop calls Python items and slice observers, taking the GIL while it
+// holds the runtime's state lock or sits inside a slice that pfJobCreate, pfJobDestroy or
+// pfRuntimeSynchronize wait for; a binding holding the GIL while it waits for that lock or that
+// slice deadlocks the process. Python objects are read before and built after (never touched
+// inside f). tests/python/test_gil_audit.py checks every binding against this rule.
+template <class F>
+decltype(auto) without_gil(F&& f) {
+  nb::gil_scoped_release release;
+  return std::forward<F>(f)();
+}
+
 // Guards one C handle against use after its destruction. Calls hold the lock shared for their
-// duration (with or without the GIL); destruction holds it exclusively, taken with the GIL
-// released, and nothing that holds it exclusively needs the GIL, so the two cannot deadlock.
+// duration, always with the GIL released (Use refuses otherwise); destruction holds it
+// exclusively, also without the GIL, and may wait for fill threads that need the GIL: a call
+// waiting for the shared lock while holding the GIL would deadlock with it.
 struct Lifetime {
   std::shared_mutex mutex;
   bool alive = true;
@@ -88,7 +103,16 @@ struct Lifetime {
 
 class Use {
  public:
-  Use(Lifetime& life, const char* what) : lock_(life.mutex) {
+  Use(Lifetime& life, const char* what) {
+    // A binding that forgot without_gil fails loudly in every test that calls it, instead of
+    // deadlocking once in a while on a user's machine.
+    if (PyGILState_Check() != 0) {
+      throw CallError{static_cast<int>(pfErrorInternal),
+                      std::string(what) +
+                          ": a pipefill binding took the handle's lock holding the GIL (a bug in "
+                          "pipefill; please report)"};
+    }
+    lock_ = std::shared_lock<std::shared_mutex>(life.mutex);
     if (!life.alive) raise_state(std::string(what) + " is closed");
   }
 

@@ -29,8 +29,7 @@ Job Runtime::create_sim_ticket_job(const std::string& name, int priority, uint64
                           size_t workspace_bytes_per_item, const std::vector<nb::tuple>& configs,
                           int kind, uint64_t fail_at_slice) {
   const bool opaque = kind == pfJobOpaque;
-  Use use(core_->life, "Runtime");
-  if (core_->backend != pfBackendSim) {
+  if (core_->backend != pfBackendSim) {  // set once at construction
     throw CallError{static_cast<int>(pfErrorNotSupported),
                     "SimTicketJob runs on the simulated backend only (this runtime's backend is " +
                         std::to_string(core_->backend) +
@@ -86,8 +85,12 @@ Job Runtime::create_sim_ticket_job(const std::string& name, int priority, uint64
   auto job = std::make_shared<JobCore>();
   job->name = name;
   job->ticket = std::move(ticket);
-  check(pfJobCreate(core_->runtime, &desc, &job->job));
-  return attach(std::move(job));
+  std::vector<std::shared_ptr<JobCore>> dropped;  // freed with the GIL (runtime.hpp, attach)
+  return without_gil([&] {
+    Use use(core_->life, "Runtime");
+    check(pfJobCreate(core_->runtime, &desc, &job->job));
+    return attach(job, dropped);
+  });
 }
 
 // pfJobCreateGraph. graph: a cudaGraph_t as an int (0: none; required on CUDA); index_word: the
@@ -95,7 +98,6 @@ Job Runtime::create_sim_ticket_job(const std::string& name, int priority, uint64
 Job Runtime::create_graph_job(const std::string& name, int priority, uint64_t items, double item_cost_us,
                      uintptr_t graph, uintptr_t index_word, uintptr_t clock_stream,
                      uint64_t available) {
-  Use use(core_->life, "Runtime");
   auto record = std::make_unique<GraphJobRecord>();
   record->name = name;
   record->items = items;
@@ -121,18 +123,36 @@ Job Runtime::create_graph_job(const std::string& name, int priority, uint64_t it
   auto job = std::make_shared<JobCore>();
   job->name = name;
   job->graph = std::move(record);
-  check(pfJobCreateGraph(core_->runtime, &desc, &job->job));
-  return attach(std::move(job));
+  // pfJobCreateGraph runs the warm-up and synchronizes the fill streams (on CUDA, a stream
+  // synchronize of the fill stream): a fill thread's item or slice observer may need the GIL
+  // meanwhile (issue 24 item 7).
+  std::vector<std::shared_ptr<JobCore>> dropped;
+  return without_gil([&] {
+    Use use(core_->life, "Runtime");
+    check(pfJobCreateGraph(core_->runtime, &desc, &job->job));
+    return attach(job, dropped);
+  });
 }
 
 uintptr_t Runtime::create_capture_stream() {
-  Use use(core_->life, "Runtime");
-  void* stream = nullptr;
-  check(pfGraphCaptureStreamCreate(core_->runtime, &stream));
-  return as_handle(stream);
+  return without_gil([&] {
+    Use use(core_->life, "Runtime");
+    void* stream = nullptr;
+    check(pfGraphCaptureStreamCreate(core_->runtime, &stream));
+    return as_handle(stream);
+  });
 }
 
 Job Runtime::create_fill_job(const fjParams_t& given) {
+  std::vector<std::shared_ptr<JobCore>> dropped;
+  return without_gil([&] { return create_fill_job_native(given, dropped); });
+}
+
+// create_fill_job without the GIL: fjJobCreate allocates and initialises the job's model, and
+// pfJobCreate warms it up and synchronizes the fill streams (the deadlock of issue 25: a torch
+// job's item waiting for the GIL on a fill thread while this waited for that fill stream).
+Job Runtime::create_fill_job_native(const fjParams_t& given,
+                                    std::vector<std::shared_ptr<JobCore>>& dropped) {
   Use use(core_->life, "Runtime");
   fjParams_t params = given;
   params.backend = core_->backend;  // the job runs on this runtime's device
@@ -153,7 +173,7 @@ Job Runtime::create_fill_job(const fjParams_t& given) {
     fjJobDestroy(job->fill);
     raise_error(created, message.c_str());
   }
-  return attach(std::move(job));
+  return attach(std::move(job), dropped);
 }
 
 void bind_fill_params(nb::module_& m) {

@@ -149,8 +149,10 @@ class Job {
 
   std::string name() const { return core_->name; }
   bool closed() {
-    std::shared_lock<std::shared_mutex> lock(core_->life.mutex);
-    return !core_->life.alive;
+    return without_gil([&] {
+      std::shared_lock<std::shared_mutex> lock(core_->life.mutex);
+      return !core_->life.alive;
+    });
   }
 
   // info and cancel release the GIL: they take the runtime's state lock, which a thread may hold
@@ -194,12 +196,21 @@ class Job {
   nb::dict ticket_counts() {
     if (!core_->ticket) raise_state("job '" + core_->name + "' is not a SimTicketJob");
     SimTicketJob& t = *core_->ticket;
-    std::lock_guard<std::mutex> lock(t.mutex);
+    // The record's mutex is taken by the simulated world's run loop for every item.
+    uint64_t items_run = 0, duplicates = 0, out_of_range = 0;
+    bool tracked = false;
+    without_gil([&] {
+      std::lock_guard<std::mutex> lock(t.mutex);
+      items_run = t.items_run;
+      duplicates = t.duplicates;
+      out_of_range = t.out_of_range;
+      tracked = !t.seen.empty();
+    });
     nb::dict d;
-    d["items_run"] = t.items_run;
-    d["duplicates"] = t.duplicates;
-    d["out_of_range"] = t.out_of_range;
-    d["tracked"] = !t.seen.empty();
+    d["items_run"] = items_run;
+    d["duplicates"] = duplicates;
+    d["out_of_range"] = out_of_range;
+    d["tracked"] = tracked;
     d["slices"] = t.slices.load();
     return d;
   }
@@ -208,26 +219,36 @@ class Job {
   nb::dict graph_counts() {
     if (!core_->graph) raise_state("job '" + core_->name + "' is not a graph job");
     GraphJobRecord& g = *core_->graph;
-    std::lock_guard<std::mutex> lock(g.mutex);
+    uint64_t items_run = 0, duplicates = 0, out_of_order = 0, index_mismatches = 0;
+    without_gil([&] {
+      std::lock_guard<std::mutex> lock(g.mutex);  // taken by the fill thread for every item
+      items_run = g.items_run;
+      duplicates = g.duplicates;
+      out_of_order = g.out_of_order;
+      index_mismatches = g.index_mismatches;
+    });
     nb::dict d;
-    d["items_run"] = g.items_run;
-    d["duplicates"] = g.duplicates;
-    d["out_of_order"] = g.out_of_order;
-    d["index_mismatches"] = g.index_mismatches;
+    d["items_run"] = items_run;
+    d["duplicates"] = duplicates;
+    d["out_of_order"] = out_of_order;
+    d["index_mismatches"] = index_mismatches;
     return d;
   }
   std::vector<double> graph_item_times() {
     if (!core_->graph) raise_state("job '" + core_->name + "' is not a graph job");
-    std::lock_guard<std::mutex> lock(core_->graph->mutex);
-    return core_->graph->item_start_us;
+    return without_gil([&] {
+      std::lock_guard<std::mutex> lock(core_->graph->mutex);
+      return core_->graph->item_start_us;
+    });
   }
 
   // ---- example fill jobs ----
   nb::dict fill_progress() {
-    Use use(core_->life, job_label().c_str());
-    fjJob_t fill = require_fill();
     fjProgress_t p{};
-    check_fill(fjJobGetProgress(fill, &p));
+    without_gil([&] {
+      Use use(core_->life, job_label().c_str());
+      check_fill(fjJobGetProgress(require_fill(), &p));
+    });
     nb::dict d;
     d["items_done"] = p.items_done;
     d["duplicate_items"] = p.duplicate_items;
@@ -238,38 +259,45 @@ class Job {
     return d;
   }
   std::vector<float> fill_output(uint64_t item) {
-    Use use(core_->life, job_label().c_str());
-    fjJob_t fill = require_fill();
-    const fjParams_t& p = core_->fill_params;
-    size_t count = 0;
-    if (p.kind == fjMlpInference) count = static_cast<size_t>(p.rows) * p.output;
-    if (p.kind == fjEncoderInference) count = static_cast<size_t>(p.seq) * p.hidden;
-    std::vector<float> out(std::max<size_t>(count, 1));
-    check_fill(fjJobGetOutput(fill, item, out.data(), count));
-    out.resize(count);
-    return out;
+    return without_gil([&] {
+      Use use(core_->life, job_label().c_str());
+      fjJob_t fill = require_fill();
+      const fjParams_t& p = core_->fill_params;
+      size_t count = 0;
+      if (p.kind == fjMlpInference) count = static_cast<size_t>(p.rows) * p.output;
+      if (p.kind == fjEncoderInference) count = static_cast<size_t>(p.seq) * p.hidden;
+      std::vector<float> out(std::max<size_t>(count, 1));
+      check_fill(fjJobGetOutput(fill, item, out.data(), count));
+      out.resize(count);
+      return out;
+    });
   }
   std::vector<float> fill_parameters() {
-    Use use(core_->life, job_label().c_str());
-    fjJob_t fill = require_fill();
-    size_t count = 0;
-    check_fill(fjJobParameterCount(fill, &count));
-    std::vector<float> out(count);
-    check_fill(fjJobGetParameters(fill, out.data(), count));
-    return out;
+    return without_gil([&] {
+      Use use(core_->life, job_label().c_str());
+      fjJob_t fill = require_fill();
+      size_t count = 0;
+      check_fill(fjJobParameterCount(fill, &count));
+      std::vector<float> out(count);
+      check_fill(fjJobGetParameters(fill, out.data(), count));
+      return out;
+    });
   }
   double fill_evaluation_loss() {
-    Use use(core_->life, job_label().c_str());
-    fjJob_t fill = require_fill();
-    double loss = 0.0;
-    check_fill(fjJobEvaluationLoss(fill, &loss));
-    return loss;
+    return without_gil([&] {
+      Use use(core_->life, job_label().c_str());
+      double loss = 0.0;
+      check_fill(fjJobEvaluationLoss(require_fill(), &loss));
+      return loss;
+    });
   }
   double fill_item_cost_us() {
-    Use use(core_->life, job_label().c_str());
-    double cost = 0.0;
-    check_fill(fjJobItemCost(require_fill(), &cost));
-    return cost;
+    return without_gil([&] {
+      Use use(core_->life, job_label().c_str());
+      double cost = 0.0;
+      check_fill(fjJobItemCost(require_fill(), &cost));
+      return cost;
+    });
   }
 
  private:

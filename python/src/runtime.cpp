@@ -28,7 +28,9 @@ void bind_runtime(nb::module_& m) {
   // the device clock. Streams are ints (Runtime.create_high_priority_stream, capture streams).
   m.def(
       "host_stream_delay",
-      [](uintptr_t stream, double duration_us) { check(pfHostStreamDelay(as_pointer(stream), duration_us)); },
+      [](uintptr_t stream, double duration_us) {
+        without_gil([&] { check(pfHostStreamDelay(as_pointer(stream), duration_us)); });
+      },
       "stream"_a, "duration_us"_a, "pfHostStreamDelay.");
   m.def(
       "host_stream_synchronize",
@@ -40,9 +42,11 @@ void bind_runtime(nb::module_& m) {
   m.def(
       "host_now",
       [](uintptr_t stream) {
-        double t = 0.0;
-        check(pfHostNow(as_pointer(stream), &t));
-        return t;
+        return without_gil([&] {
+          double t = 0.0;
+          check(pfHostNow(as_pointer(stream), &t));
+          return t;
+        });
       },
       "stream"_a, "pfHostNow: the host device's clock in microseconds.");
 

@@ -47,36 +47,46 @@ class Runtime {
   }
   ~Runtime() {
     // Garbage-collected without close(): destroy quietly (nothing can be raised here).
-    nb::gil_scoped_release release;
-    close_core(/*raise_errors=*/false);
+    std::vector<std::shared_ptr<JobCore>> dropped;  // freed below, with the GIL
+    without_gil([&] { close_core(/*raise_errors=*/false, dropped); });
   }
 
   void close() {
     {
-      nb::gil_scoped_release release;
-      close_core(/*raise_errors=*/true);
+      // The jobs' records may hold Python callables: their last references go with the GIL.
+      std::vector<std::shared_ptr<JobCore>> dropped;
+      without_gil([&] { close_core(/*raise_errors=*/true, dropped); });
     }
     // The runtime is gone, so no observer call is left: drop the callables (and their cycles).
     current_observer_.reset();
     observers_.clear();
   }
   bool closed() {
-    std::shared_lock<std::shared_mutex> lock(core_->life.mutex);
-    return !core_->life.alive;
+    return without_gil([&] {
+      std::shared_lock<std::shared_mutex> lock(core_->life.mutex);
+      return !core_->life.alive;
+    });
   }
 
   int backend() {
-    Use use(core_->life, "Runtime");
-    return core_->backend;
+    return without_gil([&] {
+      Use use(core_->life, "Runtime");
+      return core_->backend;
+    });
   }
   RawConfig config() {
-    Use use(core_->life, "Runtime");
-    RawConfig raw;
-    check(pfRuntimeGetConfig(core_->runtime, &raw.c));
-    raw.c.sim_world = nullptr;  // worlds are objects on the Python side
-    return raw;
+    return without_gil([&] {
+      Use use(core_->life, "Runtime");
+      RawConfig raw;
+      check(pfRuntimeGetConfig(core_->runtime, &raw.c));
+      raw.c.sim_world = nullptr;  // worlds are objects on the Python side
+      return raw;
+    });
   }
   std::shared_ptr<SimWorld> sim_world() {
+    return without_gil([&] { return sim_world_native(); });
+  }
+  std::shared_ptr<SimWorld> sim_world_native() {
     Use use(core_->life, "Runtime");
     pfSimWorld_t world = nullptr;
     check(pfRuntimeGetSimWorld(core_->runtime, &world));
@@ -89,10 +99,12 @@ class Runtime {
     return std::make_shared<SimWorld>(view);
   }
   int async_error() {
-    Use use(core_->life, "Runtime");
-    pfResult_t error = pfSuccess;
-    check(pfRuntimeGetAsyncError(core_->runtime, &error));
-    return error;
+    return without_gil([&] {
+      Use use(core_->life, "Runtime");
+      pfResult_t error = pfSuccess;
+      check(pfRuntimeGetAsyncError(core_->runtime, &error));
+      return static_cast<int>(error);
+    });
   }
   void synchronize() {
     nb::gil_scoped_release release;
@@ -100,14 +112,18 @@ class Runtime {
     check(pfRuntimeSynchronize(core_->runtime));
   }
   uintptr_t create_high_priority_stream() {
-    Use use(core_->life, "Runtime");
-    void* stream = nullptr;
-    check(pfStreamCreateHighPriority(core_->runtime, &stream));
-    return as_handle(stream);
+    return without_gil([&] {
+      Use use(core_->life, "Runtime");
+      void* stream = nullptr;
+      check(pfStreamCreateHighPriority(core_->runtime, &stream));
+      return as_handle(stream);
+    });
   }
   void destroy_stream(uintptr_t stream) {
-    Use use(core_->life, "Runtime");
-    check(pfStreamDestroy(core_->runtime, as_pointer(stream)));
+    without_gil([&] {
+      Use use(core_->life, "Runtime");
+      check(pfStreamDestroy(core_->runtime, as_pointer(stream)));
+    });
   }
   // pfGraphCaptureContextPush may wait for the executor's graph launch to leave the green context
   // (stream_context.hpp's mutex): without the GIL, like every blocking native call.
@@ -117,43 +133,55 @@ class Runtime {
     check(pfGraphCaptureContextPush(core_->runtime, as_pointer(stream)));
   }
   void pop_capture_context() {
-    Use use(core_->life, "Runtime");
-    check(pfGraphCaptureContextPop(core_->runtime));
+    without_gil([&] {
+      Use use(core_->life, "Runtime");
+      check(pfGraphCaptureContextPop(core_->runtime));
+    });
   }
 
   void bubble_begin(uintptr_t stream, int kind, const std::optional<std::string>& label,
                     double expected_us, size_t lent_bytes, uintptr_t lent_memory) {
-    Use use(core_->life, "Runtime");
-    pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
-    hint.kind = kind;
-    hint.label = label ? label->c_str() : nullptr;  // copied by pfBubbleBegin
-    hint.expected_duration_us = expected_us;
-    hint.lent_bytes = lent_bytes;
-    hint.lent_memory = as_pointer(lent_memory);
-    check(pfBubbleBegin(core_->runtime, as_pointer(stream), &hint));
-    core_->bubble_stream = stream;
-    core_->in_bubble = true;
+    // The state lock pfBubbleBegin/End take is the one a fill thread may hold while its item
+    // waits for the GIL: released here too (a few hundred ns per bubble instruction).
+    without_gil([&] {
+      Use use(core_->life, "Runtime");
+      pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
+      hint.kind = kind;
+      hint.label = label ? label->c_str() : nullptr;  // copied by pfBubbleBegin
+      hint.expected_duration_us = expected_us;
+      hint.lent_bytes = lent_bytes;
+      hint.lent_memory = as_pointer(lent_memory);
+      check(pfBubbleBegin(core_->runtime, as_pointer(stream), &hint));
+      core_->bubble_stream = stream;
+      core_->in_bubble = true;
+    });
   }
   void bubble_end(uintptr_t stream) {
-    Use use(core_->life, "Runtime");
-    check(pfBubbleEnd(core_->runtime, as_pointer(stream)));
-    core_->in_bubble = false;
+    without_gil([&] {
+      Use use(core_->life, "Runtime");
+      check(pfBubbleEnd(core_->runtime, as_pointer(stream)));
+      core_->in_bubble = false;
+    });
   }
   bool in_bubble() {
-    Use use(core_->life, "Runtime");
-    return core_->in_bubble;
+    return without_gil([&] {
+      Use use(core_->life, "Runtime");
+      return core_->in_bubble.load();
+    });
   }
   void iteration_end() {
-    Use use(core_->life, "Runtime");
-    check(pfIterationEnd(core_->runtime));
+    without_gil([&] {
+      Use use(core_->life, "Runtime");
+      check(pfIterationEnd(core_->runtime));
+    });
   }
 
   nb::dict stats() {
     pfStats_t s{};
-    {
+    without_gil([&] {
       Use use(core_->life, "Runtime");
       check(pfRuntimeGetStatsV2(core_->runtime, &s, sizeof s));
-    }
+    });
     nb::dict d;
     d["iterations"] = s.iterations;
     d["bubbles"] = s.bubbles;
@@ -175,13 +203,13 @@ class Runtime {
   // pfRuntimeGetFillStreams: the fill stream handles as ints.
   nb::list fill_streams() {
     std::vector<void*> streams;
-    {
+    without_gil([&] {
       Use use(core_->life, "Runtime");
       size_t count = 0;
       check(pfRuntimeGetFillStreams(core_->runtime, nullptr, 0, &count));
       streams.resize(count);
       check(pfRuntimeGetFillStreams(core_->runtime, streams.data(), streams.size(), &count));
-    }
+    });
     nb::list out;
     for (void* s : streams) out.append(reinterpret_cast<uintptr_t>(s));
     return out;
@@ -189,10 +217,10 @@ class Runtime {
   // pfRuntimeGetSkipCounts: skipped bubbles by pfSkipCause_t (a list indexed by cause).
   nb::list skip_counts() {
     std::array<uint64_t, PF_SKIP_CAUSE_COUNT> counts{};
-    {
+    without_gil([&] {
       Use use(core_->life, "Runtime");
       check(pfRuntimeGetSkipCounts(core_->runtime, counts.data(), counts.size()));
-    }
+    });
     nb::list out;
     for (uint64_t c : counts) out.append(c);
     return out;
@@ -201,7 +229,7 @@ class Runtime {
   // the classes were first harvested.
   nb::list class_stats() {
     std::vector<pfClassStats_t> classes;
-    {
+    without_gil([&] {
       Use use(core_->life, "Runtime");
       size_t count = 0;
       check(pfRuntimeGetClassCount(core_->runtime, &count));
@@ -210,7 +238,7 @@ class Runtime {
         classes[i].size = sizeof(pfClassStats_t);
         check(pfRuntimeGetClassStats(core_->runtime, i, &classes[i]));
       }
-    }
+    });
     nb::list out;
     for (const pfClassStats_t& c : classes) {
       nb::dict d;
@@ -255,9 +283,11 @@ class Runtime {
   // pfRuntimeSetSliceObserver with a Python callable (None removes it). Every observer set is
   // kept until the runtime object goes (calls already queued on a fill stream may still run).
   void set_slice_observer(nb::object fn) {
-    Use use(core_->life, "Runtime");
     if (fn.is_none()) {
-      check(pfRuntimeSetSliceObserver(core_->runtime, nullptr, nullptr));
+      without_gil([&] {
+        Use use(core_->life, "Runtime");
+        check(pfRuntimeSetSliceObserver(core_->runtime, nullptr, nullptr));
+      });
       current_observer_ = nullptr;
       return;
     }
@@ -268,7 +298,11 @@ class Runtime {
     }
     auto observer = std::make_shared<PySliceObserver>();
     observer->fn = std::move(fn);
-    check(pfRuntimeSetSliceObserver(core_->runtime, &PySliceObserver::observe, observer.get()));
+    PySliceObserver* raw = observer.get();  // the shared_ptr (it holds fn) stays on the GIL side
+    without_gil([&] {
+      Use use(core_->life, "Runtime");
+      check(pfRuntimeSetSliceObserver(core_->runtime, &PySliceObserver::observe, raw));
+    });
     observers_.push_back(observer);
     current_observer_ = std::move(observer);
   }
@@ -300,34 +334,46 @@ class Runtime {
   Job create_item_job(const std::string& name, int priority, uint64_t items, double item_cost_us,
                       nb::object fn, uint64_t available);
   Job create_fill_job(const fjParams_t& given);
+  Job create_fill_job_native(const fjParams_t& given, std::vector<std::shared_ptr<JobCore>>& dropped);
 
   std::vector<Job> jobs() {
-    std::lock_guard<std::mutex> lock(core_->jobs_mutex);
-    std::vector<Job> out;
-    for (const auto& j : core_->jobs) {
-      std::shared_lock<std::shared_mutex> alive(j->life.mutex);
-      if (j->life.alive) out.emplace_back(core_, j);
-    }
-    return out;
+    return without_gil([&] {
+      std::lock_guard<std::mutex> lock(core_->jobs_mutex);
+      std::vector<Job> out;
+      for (const auto& j : core_->jobs) {
+        std::shared_lock<std::shared_mutex> alive(j->life.mutex);
+        if (j->life.alive) out.emplace_back(core_, j);
+      }
+      return out;
+    });
   }
 
  private:
   std::vector<std::shared_ptr<PySliceObserver>> observers_;  // every one set (see above)
   std::shared_ptr<PySliceObserver> current_observer_;
-  Job attach(std::shared_ptr<JobCore> job) {
+  // Called with the GIL released (it takes the jobs' lifetime locks). The closed jobs it drops
+  // from the list go to `dropped`, which the caller frees with the GIL held (an item job's record
+  // holds its Python function).
+  Job attach(std::shared_ptr<JobCore> job, std::vector<std::shared_ptr<JobCore>>& dropped) {
     std::lock_guard<std::mutex> lock(core_->jobs_mutex);
-    core_->jobs.erase(std::remove_if(core_->jobs.begin(), core_->jobs.end(),
-                                     [](const std::shared_ptr<JobCore>& j) {
-                                       std::shared_lock<std::shared_mutex> l(j->life.mutex);
-                                       return !j->life.alive;
-                                     }),
-                      core_->jobs.end());
+    std::vector<std::shared_ptr<JobCore>> kept;
+    kept.reserve(core_->jobs.size() + 1);
+    for (auto& j : core_->jobs) {
+      bool alive = false;
+      {
+        std::shared_lock<std::shared_mutex> l(j->life.mutex);
+        alive = j->life.alive;
+      }
+      (alive ? kept : dropped).push_back(std::move(j));
+    }
+    core_->jobs = std::move(kept);
     core_->jobs.push_back(job);
     return Job(core_, std::move(job));
   }
 
   // Destroys the jobs still attached (cancelling them first), then the runtime.
-  void close_core(bool raise_errors) {
+  // Called with the GIL released; the jobs' references end up in `dropped` (see attach).
+  void close_core(bool raise_errors, std::vector<std::shared_ptr<JobCore>>& dropped) {
     std::unique_lock<std::shared_mutex> lock(core_->life.mutex);
     if (!core_->life.alive) return;
     if (core_->in_bubble) {
@@ -340,12 +386,11 @@ class Runtime {
         core_->in_bubble = false;
       }
     }
-    std::vector<std::shared_ptr<JobCore>> jobs;
     {
       std::lock_guard<std::mutex> jl(core_->jobs_mutex);
-      jobs = core_->jobs;
+      dropped = core_->jobs;
     }
-    for (const auto& job : jobs) {
+    for (const auto& job : dropped) {
       const pfResult_t r = job->destroy_now();
       if (r != pfSuccess && raise_errors) check(r);
     }

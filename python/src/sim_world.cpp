@@ -18,13 +18,17 @@ SimWorld::Guard::Guard(SimWorld& w) {
 
 bool SimWorld::closed() {
   Lifetime& life = core_->owner != nullptr ? core_->owner->life : core_->life;
-  std::shared_lock<std::shared_mutex> lock(life.mutex);
-  return !life.alive;
+  return without_gil([&] {
+    std::shared_lock<std::shared_mutex> lock(life.mutex);
+    return !life.alive;
+  });
 }
 
 uintptr_t SimWorld::handle() {
-  Guard g(*this);
-  return as_handle(core_->world);
+  return without_gil([&] {
+    Guard g(*this);
+    return as_handle(core_->world);
+  });
 }
 
 void bind_sim_world(nb::module_& m) {

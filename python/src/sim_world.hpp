@@ -31,7 +31,7 @@ class SimWorld {
     desc.memory_bytes = memory_bytes;
     desc.jitter_fraction = jitter;
     desc.interference = interference;
-    check(pfSimWorldCreate(devices, &desc, seed, &core_->world));
+    without_gil([&] { check(pfSimWorldCreate(devices, &desc, seed, &core_->world)); });
   }
   // A non-owning view of a runtime's private world.
   explicit SimWorld(std::shared_ptr<WorldCore> core) : core_(std::move(core)) {}
@@ -54,50 +54,68 @@ class SimWorld {
   }
 
   uintptr_t stream_create(int device, int priority) {
-    Guard g(*this);
-    void* stream = nullptr;
-    check(pfSimStreamCreate(core_->world, device, priority, &stream));
-    return as_handle(stream);
+    return without_gil([&] {
+      Guard g(*this);
+      void* stream = nullptr;
+      check(pfSimStreamCreate(core_->world, device, priority, &stream));
+      return as_handle(stream);
+    });
   }
   void stream_destroy(uintptr_t stream) {
-    Guard g(*this);
-    check(pfSimStreamDestroy(as_pointer(stream)));
+    without_gil([&] {
+      Guard g(*this);
+      check(pfSimStreamDestroy(as_pointer(stream)));
+    });
   }
   void launch_kernel(uintptr_t stream, double duration_us, int sm_count) {
-    Guard g(*this);
-    check(pfSimLaunchKernel(as_pointer(stream), duration_us, sm_count));
+    without_gil([&] {
+      Guard g(*this);
+      check(pfSimLaunchKernel(as_pointer(stream), duration_us, sm_count));
+    });
   }
   void stream_delay(uintptr_t stream, double duration_us) {
-    Guard g(*this);
-    check(pfSimStreamDelay(as_pointer(stream), duration_us));
+    without_gil([&] {
+      Guard g(*this);
+      check(pfSimStreamDelay(as_pointer(stream), duration_us));
+    });
   }
   uintptr_t event_create() {
-    Guard g(*this);
-    pfSimEvent_t event = nullptr;
-    check(pfSimEventCreate(core_->world, &event));
-    return as_handle(event);
+    return without_gil([&] {
+      Guard g(*this);
+      pfSimEvent_t event = nullptr;
+      check(pfSimEventCreate(core_->world, &event));
+      return as_handle(event);
+    });
   }
   void event_destroy(uintptr_t event) {
-    Guard g(*this);
-    check(pfSimEventDestroy(reinterpret_cast<pfSimEvent_t>(event)));
+    without_gil([&] {
+      Guard g(*this);
+      check(pfSimEventDestroy(reinterpret_cast<pfSimEvent_t>(event)));
+    });
   }
   void event_record(uintptr_t event, uintptr_t stream) {
-    Guard g(*this);
-    check(pfSimEventRecord(reinterpret_cast<pfSimEvent_t>(event), as_pointer(stream)));
+    without_gil([&] {
+      Guard g(*this);
+      check(pfSimEventRecord(reinterpret_cast<pfSimEvent_t>(event), as_pointer(stream)));
+    });
   }
   void stream_wait_event(uintptr_t stream, uintptr_t event, double latency_us, int sm_count) {
-    Guard g(*this);
-    check(pfSimStreamWaitEvent(as_pointer(stream), reinterpret_cast<pfSimEvent_t>(event),
-                               latency_us, sm_count));
+    without_gil([&] {
+      Guard g(*this);
+      check(pfSimStreamWaitEvent(as_pointer(stream), reinterpret_cast<pfSimEvent_t>(event),
+                                 latency_us, sm_count));
+    });
   }
   double event_time(uintptr_t event) {
-    Guard g(*this);
-    double t = 0.0;
-    check(pfSimEventTime(reinterpret_cast<pfSimEvent_t>(event), &t));
-    return t;
+    return without_gil([&] {
+      Guard g(*this);
+      double t = 0.0;
+      check(pfSimEventTime(reinterpret_cast<pfSimEvent_t>(event), &t));
+      return t;
+    });
   }
   void run_until_idle() {
-    nb::gil_scoped_release release;
+    nb::gil_scoped_release release;  // the run loop calls Python items and observers
     Guard g(*this);
     check(pfSimRunUntilIdle(core_->world));
   }
@@ -107,14 +125,18 @@ class SimWorld {
     check(pfSimRunUntil(core_->world, time_us));
   }
   double now() {
-    Guard g(*this);
-    double t = 0.0;
-    check(pfSimNow(core_->world, &t));
-    return t;
+    return without_gil([&] {
+      Guard g(*this);
+      double t = 0.0;
+      check(pfSimNow(core_->world, &t));
+      return t;
+    });
   }
   void set_memory_used(int device, size_t bytes) {
-    Guard g(*this);
-    check(pfSimSetMemoryUsed(core_->world, device, bytes));
+    without_gil([&] {
+      Guard g(*this);
+      check(pfSimSetMemoryUsed(core_->world, device, bytes));
+    });
   }
 
   const std::shared_ptr<WorldCore>& core() const { return core_; }

@@ -32,7 +32,6 @@ void PyItemRecord::on_item(void* user, uint64_t item) {
 
 Job Runtime::create_item_job(const std::string& name, int priority, uint64_t items,
                              double item_cost_us, nb::object fn, uint64_t available) {
-  Use use(core_->life, "Runtime");
   if (core_->backend == pfBackendCuda) {
     throw CallError{static_cast<int>(pfErrorNotSupported),
                     "Runtime.create_item_job: job '" + name +
@@ -58,17 +57,15 @@ Job Runtime::create_item_job(const std::string& name, int priority, uint64_t ite
   auto job = std::make_shared<JobCore>();
   job->name = name;
   job->py_items = record;
-  pfResult_t created = pfSuccess;
-  std::string message;
-  {
-    // pfJobCreateGraph synchronizes the fill streams after its warm-up: no Python item runs in
-    // it, but an item of another item job may, and it needs the GIL.
-    nb::gil_scoped_release release;
-    created = pfJobCreateGraph(core_->runtime, &desc, &job->job);
-    if (created != pfSuccess) message = pfGetLastErrorMessage();
-  }
-  if (created != pfSuccess) raise_error(created, message.c_str());
-  return attach(std::move(job));
+  // pfJobCreateGraph synchronizes the fill streams after its warm-up: no Python item runs in it,
+  // but an item of another item job may, and it needs the GIL. `job` and `record` (it holds fn)
+  // are dropped on this side, with the GIL.
+  std::vector<std::shared_ptr<JobCore>> dropped;
+  return without_gil([&] {
+    Use use(core_->life, "Runtime");
+    check(pfJobCreateGraph(core_->runtime, &desc, &job->job));
+    return attach(job, dropped);
+  });
 }
 
 // Both release the GIL: they take the runtime's state lock, which a thread running items (the
@@ -90,6 +87,8 @@ void Job::end_input() {
 std::optional<std::string> Job::item_error() {
   if (!core_->py_items) raise_state(job_label() + " is not an item job");
   PyItemRecord& r = *core_->py_items;
+  // Held with the GIL: on_item takes this mutex only after it released the GIL, and never
+  // waits for the GIL while holding it.
   std::lock_guard<std::mutex> lock(r.mutex);
   if (!r.failed.load()) return std::nullopt;
   return r.error;
@@ -102,11 +101,12 @@ uint64_t Job::items_run() {
 
 void Job::release_item_fn() {
   if (!core_->py_items) return;
-  {
+  const bool alive = without_gil([&] {
     std::shared_lock<std::shared_mutex> lock(core_->life.mutex);
-    if (core_->life.alive) raise_state(job_label() + ": close it before releasing its item function");
-  }
-  core_->py_items->fn = nb::none();
+    return core_->life.alive;
+  });
+  if (alive) raise_state(job_label() + ": close it before releasing its item function");
+  core_->py_items->fn = nb::none();  // closed stays closed: no item can call fn any more
 }
 
 }  // namespace pfpy
