@@ -119,6 +119,7 @@ typedef enum pfLogLevel_t {
  *   PIPEFILL_SIM_SMS=<int>              PIPEFILL_SIM_MEMORY_BYTES=<size>
  *   PIPEFILL_FILL_STREAMS=<1..64>       PIPEFILL_LAUNCH=auto|executor|inline   (version 3)
  *   PIPEFILL_GATED_QUANTILE=<0..1>      PIPEFILL_FILL_OPTIMIZER_BUBBLES=0|1   (version 4)
+ *   PIPEFILL_TOO_SHORT_WARN_BUBBLES=<int >= 1>   (no config field; pfJobGetCostInfo)
  */
 /* Version 2: the "unset" values below are ones no caller passes on purpose (in version 1 they were
  * -1 / -1.0, so a margin of -1.0 silently meant "default"). A version 1 config (a caller built
@@ -478,10 +479,16 @@ typedef struct pfGraphJobDesc_t {
   /* Added in 0.1 (streaming); a caller whose desc->size ends before it gets UINT64_MAX. */
   uint64_t available;      /* items claimable from the start (pfJobSetAvailable): 0 for a job
                               whose input is staged while it runs; UINT64_MAX: all item_count */
+  /* Added in 0.3; a caller whose desc->size ends before it gets 0. Host backend only: 1 when
+   * on_item does the item's work (e.g. a Python function), so an item takes as long as on_item
+   * does and item_cost_us is only the planner's first estimate (learned from measured slices,
+   * pfJobGetCostInfo). 0: each item also lasts at least item_cost_us (a stand-in for the graph's
+   * kernels). The simulator always takes item_cost_us of virtual time. */
+  int on_item_is_work;
 } pfGraphJobDesc_t;
 
 #define PF_GRAPH_JOB_DESC_INITIALIZER \
-  {sizeof(pfGraphJobDesc_t), NULL, 0, 0, 0.0, 0, NULL, NULL, NULL, NULL, NULL, UINT64_MAX}
+  {sizeof(pfGraphJobDesc_t), NULL, 0, 0, 0.0, 0, NULL, NULL, NULL, NULL, NULL, UINT64_MAX, 0}
 
 /* Registers a graph fill job (kind pfJobGraph). Bad descriptions are pfErrorInvalidArgument
  * naming the field; pfErrorNotSupported names the CUDA driver/runtime version when conditional
