@@ -191,9 +191,15 @@ def resume(out_dir: str, kill_after: int) -> None:
             if infer.error or train.error:
                 break
             # Both jobs mid-run, the training job past a durable checkpoint (written by its
-            # background thread after the copy at iteration_end).
-            if (kill_after and infer.progress().items_done >= kill_after
-                    and train.progress().items_done >= 4 and os.path.exists(ckpt)):
+            # background thread after the copy at iteration_end). The jobs' relative speeds
+            # depend on the machine's load (the inference drainer fsyncs each item), so the kill
+            # comes at kill_after inference items or, when training runs ahead, before its last
+            # two steps (it takes at most 2 per 3000 us bubble of 1200 us items), whichever is
+            # first: a condition, never a timing.
+            done, steps = infer.progress().items_done, train.progress().items_done
+            if (kill_after and done >= 1 and not infer.progress().finished
+                    and 4 <= steps < TRAIN_STEPS and os.path.exists(ckpt)
+                    and (done >= kill_after or steps >= TRAIN_STEPS - 2)):
                 os.kill(os.getpid(), signal.SIGKILL)  # kill -9, mid-run
             with runtime.bubble(stream, expected_us=3000.0):
                 pf.host_stream_delay(stream, 3000.0)

@@ -73,7 +73,7 @@ def test_kill9_then_resume_completes_without_gap_or_duplicate(tmp_path):
                 log="first")
     assert codes == [-9], (tmp_path / "first0.txt").read_text()[-3000:]
     progress = json.loads((tmp_path / "infer-progress.json").read_text())
-    assert 10 <= progress["next"] < 60, "killed mid-run"
+    assert 1 <= progress["next"] < 60, "killed mid-run"
     codes = run(tmp_path, ["--scenario", "resume"], deadline_s=90, log="second")
     assert codes == [0], (tmp_path / "second0.txt").read_text()[-3000:]
     done = json.loads((tmp_path / "resume-done.json").read_text())

@@ -180,21 +180,22 @@ def test_bad_input_ends_the_job_not_the_trainer(tmp_path):
     def broken_module(x):
         raise RuntimeError("kaput")
 
-    with pytest.raises(RuntimeError, match="kaput"):  # timed on the first batch at creation
+    with pytest.raises(ValueError, match=r"the module failed on the first batch of data \(a tensor "
+                                         r"of shape \(4, 8\).*RuntimeError: kaput"):  # at creation
         pft.inference_job(rt, broken_module, Samples(8), batch_size=BATCH, sink=lambda i, y: None)
 
-    class FailsLater(nn.Module):  # 3 calls time it at creation; items 0 and 1 run; item 2 raises
+    class FailsLater(nn.Module):  # 4 calls at creation (the probe, 3 timings); items 0, 1 run
         def __init__(self):
             super().__init__()
             self.calls = 0
 
         def forward(self, x):
             self.calls += 1
-            if self.calls == 6:
+            if self.calls == 7:
                 raise RuntimeError("module broke")
             return module(x)
 
-    late = pft.inference_job(rt, FailsLater(), Samples(40), batch_size=BATCH,
+    late = pft.inference_job(rt, FailsLater().eval(), Samples(40), batch_size=BATCH,
                              sink=lambda i, y: None, name="bad-module")
     run_bubbles(rt, lambda: late.error is not None or late.progress().finished, max_bubbles=500)
     with pytest.raises(pft.FillJobError, match=r"(?s)job 'bad-module': item 2: .*RuntimeError: module broke"):
