@@ -283,7 +283,7 @@ class TrainingJob(_StreamingJob):
 
     def _measure_step(self, batch: Any) -> float:
         """One step's time at creation (outside any bubble), on copies of the module and the
-        optimizer and with the RNG put back, so the job's steps are unchanged: the median of 3
+        optimizer and with the RNG put back, so the job's steps are unchanged: the fastest of 5
         steps after one warm-up (the optimizer's state is made at its first step). A batch that
         does not fit the module is refused here, naming it."""
         inputs, target = self._split(batch, self.step)

@@ -64,7 +64,8 @@ def main() -> None:
     with pf.Runtime(backend="host", reserved_sms=0, safety_margin_us=0.0,
                     safety_margin_fraction=0.0, min_samples=1000000) as runtime:
         train = pft.training_job(runtime, model, optimizer, loss_fn, loader(config), steps=STEPS,
-                                 checkpoint=ckpt, every=EVERY, resume=ckpt, name="finetune")
+                                 checkpoint=ckpt, every=EVERY, resume=ckpt, name="finetune",
+                                 item_cost_us=1000.0)  # fits the 3 ms bubbles on a loaded machine
         jobs.append(train)
         print(f"{config}: resumed at step {train.resumed_from}, kill at {kill_at}", flush=True)
         stream = runtime.high_priority_stream()
