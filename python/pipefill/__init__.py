@@ -28,37 +28,27 @@ _pipefill.set_error_type(PipeFillError)
 WITH_CUDA: bool = bool(_pipefill.WITH_CUDA)
 
 from ._runtime import (Bubble, ClassStats, CostInfo, FillProgress, GraphCounts, Job, JobInfo, Runtime, Stats, Stream,  # noqa: E402
-                       MemoryInfo, StreamLike, TicketCounts, stream_handle)
+                       MemoryInfo, StreamLike, TicketCounts, error_string, host_now,
+                       host_stream_delay, host_stream_synchronize, library_version,
+                       stream_handle)
 from ._sim import SimEvent, SimStream, SimWorld  # noqa: E402
 from . import jobs  # noqa: E402
 from .jobs import (EncoderInference, GraphJob, JobConfig, MlpInference,  # noqa: E402
                    SimTicketJob, Training)
+from . import _extensions  # noqa: E402
 
 
-def host_stream_delay(stream: "StreamLike", duration_us: float) -> None:
-    """pfHostStreamDelay: the host-backend stream waits ``duration_us`` (e.g. a stand-in for
-    the main job's compute in tests)."""
-    _pipefill.host_stream_delay(stream_handle(stream), float(duration_us))
+def _service_extension(runtime: "Runtime"):
+    """PIPEFILL_SERVICE set: the runtime joins the fill-job service (pipefill.service.autostart).
+    The service (and psycopg) is imported only then."""
+    import os
+    if "PIPEFILL_SERVICE" not in os.environ:
+        return None
+    from .service import autostart
+    return autostart.runtime_extension(runtime)
 
 
-def host_stream_synchronize(stream: "StreamLike") -> None:
-    """pfHostStreamSynchronize: blocks until the host-backend stream's work has executed."""
-    _pipefill.host_stream_synchronize(stream_handle(stream))
-
-
-def host_now(stream: "StreamLike") -> float:
-    """pfHostNow: the host device's clock (µs; the clock of its events and of the trace)."""
-    return _pipefill.host_now(stream_handle(stream))
-
-
-def error_string(code: int) -> str:
-    """pfGetErrorString: the static text naming a result code."""
-    return _pipefill.error_string(int(code))
-
-
-def library_version() -> int:
-    """pfGetVersion of the library compiled into the extension (MAJOR*10000+MINOR*100+PATCH)."""
-    return _pipefill.version()
+_extensions.register_runtime_extension("service", _service_extension)
 
 
 def _version_text(code: int) -> str:

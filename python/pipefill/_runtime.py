@@ -15,7 +15,9 @@ from ._config import Config
 from ._enums import Backend, BubbleKind, JobStatus, Result, SkipCause, _KIND_NAMES
 from ._errors import PipeFillError
 from ._sim import SimStream, SimWorld
-from . import _profiler, _stats_table
+from . import _extensions, _profiler
+from ._stats import (ClassStats, CostInfo, FillProgress, GraphCounts, JobInfo, MemoryInfo, Stats,  # noqa: F401
+                     TicketCounts, _kind, _skips)
 
 StreamLike = Union[None, int, SimStream, "Stream", Any]
 """A stream: None (CUDA's legacy default stream), an int handle (cudaStream_t / simulated
@@ -47,6 +49,32 @@ def stream_handle(stream: StreamLike) -> int:
                     "SimStream, or an object with a cuda_stream attribute")
 
 
+def host_stream_delay(stream: "StreamLike", duration_us: float) -> None:
+    """pfHostStreamDelay: the host-backend stream waits ``duration_us`` (e.g. a stand-in for
+    the main job's compute in tests)."""
+    _pipefill.host_stream_delay(stream_handle(stream), float(duration_us))
+
+
+def host_stream_synchronize(stream: "StreamLike") -> None:
+    """pfHostStreamSynchronize: blocks until the host-backend stream's work has executed."""
+    _pipefill.host_stream_synchronize(stream_handle(stream))
+
+
+def host_now(stream: "StreamLike") -> float:
+    """pfHostNow: the host device's clock (µs; the clock of its events and of the trace)."""
+    return _pipefill.host_now(stream_handle(stream))
+
+
+def error_string(code: int) -> str:
+    """pfGetErrorString: the static text naming a result code."""
+    return _pipefill.error_string(int(code))
+
+
+def library_version() -> int:
+    """pfGetVersion of the library compiled into the extension (MAJOR*10000+MINOR*100+PATCH)."""
+    return _pipefill.version()
+
+
 def _kind_value(kind: Union[BubbleKind, str, int]) -> int:
     if isinstance(kind, str):
         key = kind.strip().lower()
@@ -57,56 +85,6 @@ def _kind_value(kind: Union[BubbleKind, str, int]) -> int:
     if isinstance(kind, bool) or not isinstance(kind, int):
         raise TypeError(f"bubble kind must be a BubbleKind, str or int, not {type(kind).__name__}")
     return int(kind)
-
-
-def _skips(counts: List[int]) -> Dict[SkipCause, int]:
-    """Counts by cause (a list indexed by pfSkipCause_t) as a dict; causes a newer library
-    reports and this package does not know are dropped."""
-    known = {int(c) for c in SkipCause}
-    return {SkipCause(i): int(n) for i, n in enumerate(counts) if i in known}
-
-
-def _kind(value: int) -> Union[BubbleKind, int]:
-    try:
-        return BubbleKind(value)
-    except ValueError:
-        return value
-
-
-@dataclasses.dataclass(frozen=True)
-class ClassStats:
-    """pfClassStats_t: one bubble class's counters (the k-th bubble of an iteration is class
-    ``#k``; a labelled bubble's class is its label)."""
-
-    key: str
-    kind: BubbleKind
-    """Kind of the class's last bubble."""
-    bubbles: int
-    bubbles_filled: int
-    bubbles_timed: int
-    bubble_time_us: float
-    p10_us: float
-    """10th percentile of the durations the predictor keeps for the class."""
-    filled_time_us: float
-    items_completed: int
-    skips: Dict[SkipCause, int] = dataclasses.field(default_factory=dict)
-
-    @property
-    def mean_us(self) -> float:
-        """Mean measured duration (0 before any)."""
-        return self.bubble_time_us / self.bubbles_timed if self.bubbles_timed else 0.0
-
-    @property
-    def filled_share(self) -> float:
-        """filled_time_us / bubble_time_us (0 when there was no bubble time)."""
-        return self.filled_time_us / self.bubble_time_us if self.bubble_time_us > 0 else 0.0
-
-    @classmethod
-    def _from_native(cls, d: Dict[str, Any]) -> "ClassStats":
-        d = dict(d)
-        d["kind"] = _kind(d["kind"])
-        d["skips"] = _skips(d["skips"])
-        return cls(**d)
 
 
 def _bubble_args(kind: Union[BubbleKind, str, int], label: Optional[str],
@@ -128,139 +106,6 @@ def _bubble_args(kind: Union[BubbleKind, str, int], label: Optional[str],
             raise TypeError(f"bubble: {name} must be an int, not {type(value).__name__} "
                             f"({value!r})")
     return _kind_value(kind), label, expected, int(lent_bytes or 0), int(lent_memory or 0)
-
-
-@dataclasses.dataclass(frozen=True)
-class Stats:
-    """pfStats_t: a runtime's counters (bubbles are counted once their timings are harvested:
-    call :meth:`Runtime.synchronize` first for a complete picture)."""
-
-    iterations: int
-    bubbles: int
-    bubbles_filled: int
-    bubbles_skipped: int
-    bubble_time_us: float
-    filled_time_us: float
-    overrun_time_us: float
-    max_overrun_us: float
-    slices_launched: int
-    items_completed: int
-    jobs_completed: int
-    jobs_failed: int
-    host_begin_end_ns: float
-    filled_sm_us: float = 0.0
-    """SM x us of fill work inside bubbles (several jobs' slices side by side count each)."""
-    capacity_sm_us: float = 0.0
-    """Fill SMs x bubble time: what filled_sm_us is out of."""
-    skips: Dict[SkipCause, int] = dataclasses.field(default_factory=dict)
-    """Skipped bubbles by cause (pfRuntimeGetSkipCounts); the counts sum to bubbles_skipped."""
-    classes: Tuple[ClassStats, ...] = ()
-    """Every bubble class's counters, in the order their first bubble was harvested."""
-    bubble_failures: int = 0
-    """Bubble instructions that failed inside an adapter (pipefill.torch, .deepspeed,
-    .megatron), which went on without them; each distinct message was warned once
-    (:attr:`Runtime.bubble_failures_by_message`)."""
-
-    @property
-    def filled_share(self) -> float:
-        """filled_time_us / bubble_time_us (0 when there was no bubble time)."""
-        return self.filled_time_us / self.bubble_time_us if self.bubble_time_us > 0 else 0.0
-
-    @property
-    def filled_sm_share(self) -> float:
-        """filled_sm_us / capacity_sm_us: how much of the fill partition's bubble time ran
-        fill work (0 when there was none)."""
-        return self.filled_sm_us / self.capacity_sm_us if self.capacity_sm_us > 0 else 0.0
-
-    def table(self, sort_by: str = "bubble_time_us", row_limit: int = 100) -> str:
-        """A table with one row per bubble class: bubbles, filled, mean and p10 duration,
-        filled share, items, skipped bubbles by cause. ``sort_by``: bubble_time_us (default),
-        bubbles, items_completed, filled_share or key."""
-        return _stats_table.class_table(self.classes, sort_by, row_limit)
-
-    def __str__(self) -> str:
-        return _stats_table.summary(self)
-
-
-@dataclasses.dataclass(frozen=True)
-class MemoryInfo:
-    """pfMemoryInfo_t: the fill arena's use and the device's memory, measured at the call."""
-
-    arena_bytes: int
-    arena_used_bytes: int
-    """Held now by jobs' resident sets and slice workspaces."""
-    arena_largest_free_bytes: int
-    """The largest resident set a new job could get."""
-    device_free_bytes: int
-    device_total_bytes: int
-
-
-@dataclasses.dataclass(frozen=True)
-class JobInfo:
-    """pfJobInfo_t."""
-
-    status: JobStatus
-    items_completed: int
-    item_count: int
-    slices_launched: int
-    bubble_time_us: float
-    busy_time_us: float
-    config_index: int
-    error: Result
-
-
-@dataclasses.dataclass(frozen=True)
-class CostInfo:
-    """pfJobCostInfo_t: a job's item cost as given at creation (the prior) and as learned from
-    its measured slices (what the planner uses now), for the configuration in use."""
-
-    config_index: int
-    prior_cost_us: float
-    learned_cost_us: float
-    samples: int             # timed slices measured
-    probes: int              # one-item probes run while its estimated item fitted no bubble
-    too_short_streak: int    # bubbles in a row its estimated item did not fit, now
-    too_short_bubbles: int   # all such bubbles
-    warned: bool             # the too-short warning was logged
-
-
-@dataclasses.dataclass(frozen=True)
-class TicketCounts:
-    """What a :class:`pipefill.jobs.SimTicketJob` observed, item by item."""
-
-    items_run: int
-    duplicates: int
-    """Items that ran more than once (must stay 0). Tracked up to 2**28 items."""
-    out_of_range: int
-    tracked: bool
-    slices: int
-
-
-@dataclasses.dataclass(frozen=True)
-class GraphCounts:
-    """What a :class:`pipefill.jobs.GraphJob` observed on the simulated/host backends (the
-    runtime calls a native per-item hook there; on CUDA the graph is the work and nothing is
-    counted)."""
-
-    items_run: int
-    duplicates: int
-    """Items that ran more than once (must stay 0)."""
-    out_of_order: int
-    """Items that did not follow the previous one (one graph instance runs them in order)."""
-    index_mismatches: int
-    """Items whose index word did not hold the item when it ran (must stay 0)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class FillProgress:
-    """fjProgress_t of an example fill job."""
-
-    items_done: int
-    duplicate_items: int
-    out_of_order: int
-    outputs_kept: int
-    first_loss: float
-    last_loss: float
 
 
 class Job:
@@ -476,11 +321,9 @@ class Runtime:
         self._iteration_end_hooks: List[Callable[[], None]] = []
         self._iteration_ends = 0
         self._report_backend(config)
-        # PIPEFILL_SERVICE set: this runtime's bubbles take work from the fill-job service.
-        self._service_agent: Any = None
-        if "PIPEFILL_SERVICE" in os.environ:
-            from .service.autostart import start_from_environment
-            self._service_agent = start_from_environment(self)
+        # The layers above the core that act on every runtime (_extensions.py): e.g. the
+        # fill-job service's agent when PIPEFILL_SERVICE is set, registered by the package face.
+        self._extensions: Dict[str, Any] = _extensions.start(self)
 
     def _report_backend(self, config: Config) -> None:
         # backend auto (the default) is a choice the user did not make: say which backend it
@@ -504,13 +347,10 @@ class Runtime:
     def close(self) -> None:
         """Destroys the jobs still attached (cancelling them), then the runtime. Idempotent.
         Result.INVALID_STATE (and nothing changes) while a bubble is open."""
-        agent = getattr(self, "_service_agent", None)
-        if agent is not None and not self._native.closed and not self.in_bubble:
-            self._service_agent = None
-            if not agent.drain():  # leases back to the service, its fill jobs closed
-                logging.getLogger("pipefill").warning(
-                    "pipefill: the fill-job service agent of rank %s did not stop within 30 s; "
-                    "closing the runtime anyway (its lease expires on the service)", agent.rank)
+        extensions = getattr(self, "_extensions", None)
+        if extensions and not self._native.closed and not self.in_bubble:
+            self._extensions = {}
+            _extensions.call_each(extensions, "close")  # e.g. leases back to the service
         self._native.close()
 
     @property
@@ -619,9 +459,8 @@ class Runtime:
                 self._remove_iteration_end_hook(hook)
                 warnings.warn(f"pipefill: an iteration_end hook raised and was removed "
                               f"({type(error).__name__}: {error})", RuntimeWarning, stacklevel=2)
-        agent = getattr(self, "_service_agent", None)
-        if agent is not None:
-            agent.on_iteration_end()
+        if self._extensions:
+            _extensions.call_each(self._extensions, "on_iteration_end")
 
     def _add_iteration_end_hook(self, hook: Callable[[], None]) -> None:
         """Calls ``hook()`` after every :meth:`iteration_end` until removed (it must not raise)."""

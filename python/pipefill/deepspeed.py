@@ -50,7 +50,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Dict, List, Optional
 
-from . import BubbleKind, Runtime
+from ._enums import BubbleKind
+from ._runtime import Runtime
 from ._bubbles import (BubbleEmitter, BubbleRequest, EmitterCounters, OpenBubble, _RequestGroup,
                        wrap_requests)
 

@@ -57,7 +57,7 @@ import threading
 import warnings
 from typing import Any, Callable, Dict, List, Optional
 
-from . import Runtime
+from ._runtime import Runtime
 from ._bubbles import BubbleEmitter, EmitterCounters, wrap_requests
 from ._enums import BubbleKind
 

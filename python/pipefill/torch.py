@@ -718,5 +718,41 @@ def expected_receive_waits(schedule: Any, rank: int, local_stages: List[int],
 
 
 # ---- streaming fill jobs: datasets through a model, training with checkpoints (torch_jobs.py) --
+# ---- ranks agreeing on stopping -----------------------------------------------------------
+
+def _ended(job: Any) -> bool:
+    """A streaming job (progress()) finished or ended itself; a native Job finished."""
+    if hasattr(job, "progress"):
+        return bool(job.progress().finished or getattr(job, "error", None) is not None)
+    if hasattr(job, "status"):
+        return bool(job.status().finished)
+    raise TypeError(f"all_finished: {job!r} is neither a pipefill.torch streaming job nor a "
+                    "pipefill Job")
+
+
+def all_finished(jobs: Any, group: Any = None) -> bool:
+    """True when every rank's jobs have ended: finished, or ended themselves (``job.error``;
+    ``wait()`` then raises with the reason). ``jobs``: this rank's jobs (one, or a list; an empty
+    list counts as finished), streaming jobs or native ``pipefill.Job`` objects. Every rank of
+    ``group`` (default: the whole world) must call it at the same point of each step: it is an
+    all-reduce (MIN) of the ranks' flags, on the CPU for gloo and on the current CUDA device
+    for NCCL. Without torch.distributed initialised it is this rank's flag.
+
+    Why: each rank's fill jobs finish at their own step, and a rank whose loop ends while the
+    others still call ``schedule.step()`` leaves them waiting for its sends forever. Loop with
+    ``while not pipefill.torch.all_finished([infer, train]): schedule.step(...)``."""
+    if not isinstance(jobs, (list, tuple)):
+        jobs = [jobs]
+    local = all(_ended(job) for job in jobs)
+    if not (dist.is_available() and dist.is_initialized()):
+        return local
+    device = torch.device("cpu")
+    if dist.get_backend(group) == "nccl":
+        device = torch.device("cuda", torch.cuda.current_device())
+    flag = torch.tensor([1 if local else 0], dtype=torch.int32, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+    return bool(flag.item())
+
+
 from .torch_jobs import (FillJobError, InferenceJob, Progress, TrainingJob,  # noqa: E402,F401
                          inference_job, training_job)

@@ -29,12 +29,15 @@ job - cancelled, with the reason kept and raised by ``wait()`` - never the train
 """
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import os
 import pathlib
 import threading
 import time
+import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
 
@@ -57,9 +60,45 @@ class Progress:
     """Progress of a streaming job, readable at any time."""
     items_done: int            # items whose output reached the sink (or steps taken), this attempt + resumed
     items_total: Optional[int]  # None while the input's length is unknown
-    rate_per_s: float          # items per second of this attempt (0 before the first)
+    rate_per_s: float          # items per second over the last RATE_WINDOW_S seconds (0: none then)
     eta_s: Optional[float]     # None when unknown
     finished: bool
+
+
+RATE_WINDOW_S = 10.0
+"""Progress.rate_per_s counts the items completed in the last this many seconds."""
+RATE_WINDOW_ITEMS = 4096
+"""Completion times kept for the rate at most (bounded memory; faster jobs: the newest ones)."""
+
+
+def _describe(value: Any) -> str:
+    """A short description of a value for an error message (shape and dtype of a tensor)."""
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}, dtype {value.dtype} on {value.device}"
+    if isinstance(value, dict):
+        return f"a dict with keys {sorted(map(str, value))[:8]}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return f"a {type(value).__name__}"
+
+
+def _check_fits_module(who: str, what: str, module: "torch.nn.Module", value: Any,
+                       device: bool = True) -> None:
+    """Refuses a batch whose device or floating dtype differs from the module's parameters',
+    naming both and the fix (before anything runs: an item would fail on every batch)."""
+    if not isinstance(module, torch.nn.Module):
+        return  # any callable: the first batch through it (the probe) checks it
+    param = next(itertools.chain(module.parameters(), module.buffers()), None)
+    if param is None or not isinstance(value, torch.Tensor):
+        return
+    if device and value.device != param.device:
+        raise ValueError(f"{who}: {what} are on {value.device}, the module's parameters on "
+                         f"{param.device}: move one of them (module.to({str(value.device)!r}) or "
+                         f"the data to {str(param.device)!r})")
+    if value.is_floating_point() and param.is_floating_point() and value.dtype != param.dtype:
+        raise TypeError(f"{who}: {what} have dtype {value.dtype}, the module's parameters "
+                        f"{param.dtype}: convert the data (.to({param.dtype})) or the module "
+                        f"(module.to({value.dtype}))")
 
 
 def _write_atomically(path: pathlib.Path, write: Callable[[Any], None], binary: bool) -> None:
@@ -85,6 +124,27 @@ def _check_writable(path: pathlib.Path, what: str) -> None:
         raise PipeFillError(Result.IO, f"{what} {os.fspath(path)!r} cannot be written: {error}") from None
 
 
+def _skip_counting(iterator: Iterator[Any], count: int) -> int:
+    """Skips up to count elements; returns how many there were."""
+    for skipped in range(count):
+        if next(iterator, _END) is _END:
+            return skipped
+    return count
+
+
+_END = object()
+
+
+def _length_of(batches: Any) -> Optional[int]:
+    """len(batches), or None when it has none."""
+    if not hasattr(batches, "__len__"):
+        return None
+    try:
+        return len(batches)
+    except TypeError:
+        return None
+
+
 def _skip(iterator: Iterator[Any], count: int) -> Iterator[Any]:
     for _ in range(count):
         try:
@@ -94,21 +154,61 @@ def _skip(iterator: Iterator[Any], count: int) -> Iterator[Any]:
     return iterator
 
 
+def _input_of(sample: Any) -> Any:
+    """x of an ``(x, y, ...)`` sample or batch (a tuple or list whose first element is a tensor
+    or an array); anything else as it is."""
+    if isinstance(sample, (tuple, list)) and sample and (
+            isinstance(sample[0], torch.Tensor) or hasattr(sample[0], "__array__")):
+        return sample[0]
+    return sample
+
+
 # ---- sinks --------------------------------------------------------------------------------
+
+_FOLDERS_IN_USE: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
+"""Resolved sink folder -> the live job writing it (in this process)."""
+_FOLDERS_LOCK = threading.Lock()
+
 
 class _FolderSink:
     """One ``<index>.npy`` per item (12 digits, so that a sorted listing is item order), each
     written atomically: rewriting an item after a resume replaces it, so the folder holds each
-    item exactly once."""
+    item exactly once. A module that returns a dict, tuple or list: ``<index>.npz`` with one
+    array per key (``"0"``, ``"1"``, ... for a tuple). The folder belongs to one job: while
+    another job of this process that has not finished writes it, it is refused (the folder holds
+    nothing but the items' files, so other processes' jobs are not seen)."""
 
-    def __init__(self, folder: PathLike) -> None:
+    def __init__(self, folder: PathLike, job: Any) -> None:
         self.folder = pathlib.Path(folder)
         _check_writable(self.folder / "sink", "sink folder")
+        key = os.path.realpath(self.folder)
+        with _FOLDERS_LOCK:
+            other = _FOLDERS_IN_USE.get(key)
+            if other is not None and other is not job and not other._finished_or_closed():
+                raise ValueError(f"inference_job: sink folder {os.fspath(folder)!r} is already "
+                                 f"written by job {other.name!r} (live in this process): give "
+                                 "each job a folder of its own")
+            _FOLDERS_IN_USE[key] = job
 
-    def __call__(self, index: int, output: "torch.Tensor") -> None:
+    def __call__(self, index: int, output: Any) -> None:
         import numpy as np
-        array = output.detach().cpu().numpy()
-        _write_atomically(self.folder / f"{index:012d}.npy", lambda f: np.save(f, array), True)
+        if isinstance(output, torch.Tensor):
+            array = output.detach().cpu().numpy()
+            _write_atomically(self.folder / f"{index:012d}.npy", lambda f: np.save(f, array),
+                              True)
+            return
+        arrays = _named_arrays(index, output)
+        _write_atomically(self.folder / f"{index:012d}.npz", lambda f: np.savez(f, **arrays),
+                          True)
+
+
+def _named_arrays(index: int, output: Any) -> dict:
+    items = output.items() if isinstance(output, dict) else enumerate(output) \
+        if isinstance(output, (tuple, list)) else None
+    if items is None:
+        raise TypeError(f"item {index}: the module returned {_describe(output)}; a folder sink "
+                        "writes a tensor, or a dict / tuple / list of tensors")
+    return {str(k): torch.as_tensor(v).detach().cpu().numpy() for k, v in items}
 
 
 class _MemmapSink:
@@ -128,15 +228,21 @@ class _MemmapSink:
         self.memmap.flush()  # durable before the progress file says so
 
 
-def _make_sink(sink: Any, batch_size: int) -> Callable[[int, "torch.Tensor"], None]:
+def _make_sink(sink: Any, batch_size: int, job: Any,
+               output: Any = None) -> Callable[[int, "torch.Tensor"], None]:
+    """The sink; ``output``: what the module returned for the first batch (checked against it)."""
     try:
         import numpy as np
         if isinstance(sink, np.memmap):
+            if output is not None and not isinstance(output, torch.Tensor):
+                raise TypeError(f"inference_job: sink is a numpy memmap, which holds one tensor "
+                                f"per item, but the module returns {_describe(output)}: use a "
+                                "folder or a callable sink")
             return _MemmapSink(sink, batch_size)
     except ImportError:  # pragma: no cover - numpy comes with torch
         pass
     if isinstance(sink, (str, os.PathLike)):
-        return _FolderSink(sink)
+        return _FolderSink(sink, job)
     if callable(sink):
         return sink
     raise TypeError(f"sink {sink!r} is neither a callable, a folder path nor a numpy memmap")
@@ -152,13 +258,16 @@ def _create_item_job(runtime: Runtime, name: str, items: int, item_cost_us: floa
     return Job(runtime, None, native)
 
 
-def _measure_us(call: Callable[[], Any], runs: int = 3) -> float:
+def _measure_us(call: Callable[[], Any], runs: int = 5) -> float:
+    """The fastest of ``runs`` calls: a loaded machine only adds time to a call (preemption), so
+    the minimum is the closest to the item's own cost (a median of 3 came out 40 ms for a 1.5 ms
+    item on a busy rank, and the job never fitted a bubble, issue 25)."""
     samples = []
     for _ in range(runs):
         t0 = time.perf_counter()
         call()
         samples.append((time.perf_counter() - t0) * 1e6)
-    return sorted(samples)[len(samples) // 2]
+    return min(samples)
 
 
 class _StreamingJob:
@@ -171,6 +280,30 @@ class _StreamingJob:
         self._started = time.monotonic()
         self._closing = False
         self.job: Any = None
+        self._completions: "collections.deque[float]" = collections.deque(
+            maxlen=RATE_WINDOW_ITEMS)  # monotonic times of the latest item completions
+
+    def _completed_one(self) -> None:
+        """An item completed (call with self._cv held)."""
+        self._completions.append(time.monotonic())
+
+    def _recent_rate(self) -> float:
+        """Items per second over the last RATE_WINDOW_S seconds (since the start when it is
+        younger; over the kept completions when RATE_WINDOW_ITEMS came faster)."""
+        now = time.monotonic()
+        with self._cv:
+            times = self._completions
+            while times and times[0] < now - RATE_WINDOW_S:
+                times.popleft()
+            if not times:
+                return 0.0
+            span = now - max(self._started, now - RATE_WINDOW_S)
+            if len(times) == times.maxlen:
+                span = now - times[0]
+            return len(times) / max(span, 1e-9)
+
+    def _finished_or_closed(self) -> bool:
+        return self._finished or self._closing or self._error is not None
 
     def _fail(self, message: str) -> None:
         with self._cv:
@@ -257,21 +390,41 @@ class InferenceJob(_StreamingJob):
             raise ValueError(f"inference_job: start = {start} (must be >= 0)")
         if items is not None and items <= 0:
             raise ValueError(f"inference_job: items = {items} (must be > 0 or None)")
+        if getattr(module, "training", False):
+            warnings.warn(f"inference_job '{name}': the module is in training mode "
+                          "(module.training is True), so dropout and batch norm run as in "
+                          "training; call module.eval() first", RuntimeWarning, stacklevel=3)
         self.module = module
         self.name = name
         self.slots = slots
         self._batches = self._batched(data, batch_size)
         self.start = start
         self.end = None if items is None else start + items
+        length = _length_of(self._batches)
+        if length is not None:  # the range must lie in the data: never silently truncated
+            if start >= length:
+                raise ValueError(f"inference_job: start = {start} is past the end of data "
+                                 f"({length} batches: start must be < {length})")
+            if self.end is not None and self.end > length:
+                raise ValueError(f"inference_job: items = {items} from start = {start} goes "
+                                 f"past the end of data ({length} batches: at most "
+                                 f"{length - start} items from start {start})")
         self._resume = pathlib.Path(resume) if resume is not None else None
         self.next_item = self._read_resume() if self._resume is not None else start
         self.resumed_from = self.next_item
         if self._resume is not None:
             _check_writable(self._resume, "resume file")
 
-        iterator = _skip(iter(self._batches), self.next_item)
-        first = next(iterator, None)
+        iterator = iter(self._batches)
+        skipped = _skip_counting(iterator, self.next_item)
+        first = next(iterator, None) if skipped == self.next_item else None
         remaining = None if self.end is None else self.end - self.next_item
+        if first is None and self.next_item == self.start:  # data of unknown length
+            raise ValueError(f"inference_job: start = {start} is past the end of data (it "
+                             f"yields {skipped} batches)")
+        if first is None and remaining is not None and remaining > 0:
+            raise ValueError(f"inference_job: items = {items} from start = {start}, but data "
+                             f"yields {skipped} batches (the job is at item {self.next_item})")
         if first is None or (remaining is not None and remaining <= 0):
             # Nothing left (a resumed job that had finished, or an empty range): no native job.
             self._finished = True
@@ -282,7 +435,11 @@ class InferenceJob(_StreamingJob):
         self.sample_shape = tuple(first.shape[1:])
         self.dtype = first.dtype
         self.batch_size = batch_size if batch_size is not None else first.shape[0]
-        self.sink = _make_sink(sink, self.batch_size)
+        host = runtime.backend != Backend.CUDA
+        _check_fits_module(f"inference_job '{name}': data", "batches", module, first,
+                           device=host)
+        output = self._probe(first) if host else None
+        self.sink = _make_sink(sink, self.batch_size, self, output)
         self._rows = [0] * slots
         self._staged = 0   # items staged (the available bound), this attempt
         self._ran = 0      # items run
@@ -307,6 +464,17 @@ class InferenceJob(_StreamingJob):
         self._feeder.start()
         self._drainer.start()
 
+    def _probe(self, first: "torch.Tensor") -> Any:
+        """The module on the first batch at creation (outside any bubble): a module that does
+        not take the data fails here, naming the batch, not in every item."""
+        try:
+            with torch.no_grad():
+                return self.module(first)
+        except Exception as error:
+            raise ValueError(f"inference_job '{self.name}': the module failed on the first batch "
+                             f"of data ({_describe(first)}): {type(error).__name__}: "
+                             f"{error}") from None
+
     # -- input --
     @staticmethod
     def _batched(data: Iterable[Any], batch_size: Optional[int]) -> Iterable[Any]:
@@ -325,7 +493,8 @@ class InferenceJob(_StreamingJob):
             def __iter__(self_inner) -> Iterator[Any]:
                 iterator = iter(data)
                 for item in itertools.count():
-                    chunk = [torch.as_tensor(c) for c in itertools.islice(iterator, batch_size)]
+                    chunk = [torch.as_tensor(_input_of(c))
+                             for c in itertools.islice(iterator, batch_size)]
                     if not chunk:
                         return
                     for j, sample in enumerate(chunk):
@@ -342,9 +511,7 @@ class InferenceJob(_StreamingJob):
         return _Batches()
 
     def _as_batch(self, batch: Any, item: int) -> "torch.Tensor":
-        if isinstance(batch, (tuple, list)) and batch:  # (inputs, labels) from a DataLoader
-            batch = batch[0]
-        tensor = torch.as_tensor(batch)
+        tensor = torch.as_tensor(_input_of(batch))  # (inputs, labels): the inputs
         if tensor.dim() == 0:
             raise ValueError(f"item {self.next_item + item}: a batch must have a batch dimension, "
                              f"got a scalar")
@@ -383,6 +550,9 @@ class InferenceJob(_StreamingJob):
                     self._staged = k + 1
                 self.job._native.set_available(k + 1)
                 k += 1
+            if self.end is not None and self._limit is not None and k < self._limit:
+                raise ValueError(f"items = {self.end - self.start} from start = {self.start}, "
+                                 f"but the data ended at item {self.next_item + k}")
             with self._cv:
                 self._total = k
                 self._cv.notify_all()
@@ -469,6 +639,7 @@ class InferenceJob(_StreamingJob):
                     self._write_resume(index + 1)
                 with self._cv:
                     self._drained = k + 1
+                    self._completed_one()
                     self._cv.notify_all()
                 k += 1
             with self._cv:
@@ -509,8 +680,7 @@ class InferenceJob(_StreamingJob):
             done = self._drained if self.job is not None else 0
             total = self._total
             finished = self._finished
-        elapsed = max(1e-9, time.monotonic() - self._started)
-        rate = done / elapsed
+        rate = self._recent_rate()
         eta = None if total is None or rate <= 0 else (total - done) / rate
         all_total = None if total is None else self.resumed_from - self.start + total
         return Progress(self.resumed_from - self.start + done, all_total, rate, eta, finished)

@@ -36,8 +36,24 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional
 import torch
 
 from . import Backend, Runtime
-from .torch_jobs import (UNBOUNDED_ITEMS, FillJobError, PathLike, Progress, _check_writable,
-                         _create_item_job, _skip, _StreamingJob, _write_atomically)
+from .torch_jobs import (UNBOUNDED_ITEMS, FillJobError, PathLike, Progress, _check_fits_module,
+                         _check_writable, _create_item_job, _describe, _measure_us, _skip,
+                         _StreamingJob, _write_atomically)
+
+DEFAULT_STEP_COST_US = 1000.0
+"""The item cost assumed only when a step cannot be timed at creation (module not copyable)."""
+
+def _check_host_optimizer(optimizer: Any, backend: Any) -> None:
+    """Off CUDA: refuses an optimizer made with ``capturable=True`` over parameters off the GPU
+    (torch's step would fail on every item), naming the group and the fix."""
+    for i, group in enumerate(getattr(optimizer, "param_groups", None) or []):
+        if group.get("capturable") and any(p.device.type != "cuda" for p in group["params"]):
+            name = type(optimizer).__name__
+            raise ValueError(f"training_job: optimizer {name} (param group {i}) has "
+                             f"capturable=True, which torch supports only for GPU parameters, and "
+                             f"the runtime's backend is {backend}: create it with capturable="
+                             "(runtime.backend == pf.Backend.CUDA)")
+
 
 FALLBACK_BUBBLES = 256
 """Bubbles a runtime that never saw ``iteration_end`` begins while a checkpoint is due before the
@@ -70,6 +86,113 @@ def _to_host(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
+# ---- the data position a checkpoint holds -------------------------------------------------
+
+def _generators(data: Any) -> List["torch.Generator"]:
+    """The torch.Generators that decide the order of ``data`` (a DataLoader's, its sampler's, its
+    batch sampler's sampler's), each once, in a fixed order."""
+    found: List[torch.Generator] = []
+    candidates = [data, getattr(data, "sampler", None), getattr(data, "batch_sampler", None),
+                  getattr(getattr(data, "batch_sampler", None), "sampler", None)]
+    for owner in candidates:
+        generator = getattr(owner, "generator", None)
+        if isinstance(generator, torch.Generator) and all(generator is not g for g in found):
+            found.append(generator)
+    return found
+
+
+def _skips_by_index(data: Any, iterator: Any) -> bool:
+    """A single-process DataLoader over a map-style dataset: skipping a batch is advancing its
+    sampler (no sample is loaded). Any other data is skipped by drawing the batches (worker
+    processes' RNGs advance as in the run that drew them)."""
+    loader = torch.utils.data.DataLoader
+    return (isinstance(data, loader) and data.num_workers == 0
+            and not isinstance(data.dataset, torch.utils.data.IterableDataset)
+            and hasattr(iterator, "_sampler_iter") and hasattr(iterator, "_num_yielded"))
+
+
+class _Batches:
+    """The training data, iterated again each time it ends, with a position a checkpoint can
+    hold: the epoch, the batches drawn in it, and the RNG states right before its ``iter()``
+    (torch's CPU RNG and every generator of :func:`_generators`). Restoring sets those states,
+    calls ``iter()`` again (the sampler draws the same order) and skips the drawn batches without
+    drawing anything new, so the next batch is the one the uninterrupted run drew."""
+
+    def __init__(self, data: Iterable[Any], name: str) -> None:
+        self.data, self.name = data, name
+        self.epoch, self.in_epoch = 0, 0
+        self.epoch_start: Optional[dict] = None
+        self._iterator: Optional[Iterator[Any]] = None
+
+    def _rng_states(self) -> dict:
+        return {"torch": torch.get_rng_state(),
+                "generators": [g.get_state() for g in _generators(self.data)]}
+
+    def _set_rng_states(self, states: dict) -> None:
+        generators = _generators(self.data)
+        if len(generators) != len(states["generators"]):
+            raise ValueError(f"training_job '{self.name}': the checkpoint's data had "
+                             f"{len(states['generators'])} torch.Generator(s) (DataLoader / "
+                             f"sampler), this job's data has {len(generators)}: resume with the "
+                             "same kind of data")
+        torch.set_rng_state(states["torch"])
+        for generator, state in zip(generators, states["generators"]):
+            generator.set_state(state)
+
+    def state(self) -> dict:
+        """The position after the batches drawn so far."""
+        return {"epoch": self.epoch, "in_epoch": self.in_epoch, "epoch_start": self.epoch_start}
+
+    def __iter__(self) -> "_Batches":
+        return self
+
+    def __next__(self) -> Any:
+        while True:
+            if self._iterator is None:
+                self.epoch_start = self._rng_states()
+                self._iterator = iter(self.data)
+                self.in_epoch = 0
+            try:
+                batch = next(self._iterator)
+            except StopIteration:
+                if self.in_epoch == 0:
+                    raise ValueError(f"training_job '{self.name}': the data yielded no batch") \
+                        from None
+                self._iterator = None
+                self.epoch += 1
+                continue
+            self.in_epoch += 1
+            return batch
+
+    def restore(self, position: dict) -> None:
+        """Back to ``position`` (from :meth:`state` of the run that wrote the checkpoint); the
+        caller then sets torch's RNG to the checkpoint's state."""
+        self._set_rng_states(position["epoch_start"])
+        self.epoch_start = position["epoch_start"]
+        self.epoch = int(position["epoch"])
+        iterator = iter(self.data)
+        count = int(position["in_epoch"])
+        if _skips_by_index(self.data, iterator):
+            sampler = iterator._sampler_iter  # type: ignore[attr-defined]
+            for drawn in range(count):
+                if next(sampler, None) is None:
+                    raise self._shorter(drawn, count)
+            iterator._num_yielded += count  # type: ignore[attr-defined]
+        else:
+            for drawn in range(count):
+                if next(iterator, _END) is _END:
+                    raise self._shorter(drawn, count)
+        self._iterator, self.in_epoch = iterator, count
+
+    def _shorter(self, drawn: int, count: int) -> ValueError:
+        return ValueError(f"training_job '{self.name}': the checkpoint is {count} batches into "
+                          f"epoch {self.epoch}, but this data's epoch has only {drawn}: resume "
+                          "with the same data")
+
+
+_END = object()
+
+
 class TrainingJob(_StreamingJob):
     """Made by :func:`training_job`: ``losses`` (resumed ones, then this attempt's),
     ``snapshots`` (a :class:`Snapshot` per checkpoint taken), progress, wait, close."""
@@ -92,6 +215,8 @@ class TrainingJob(_StreamingJob):
             from .torch_cuda_jobs import check_capturable, check_full_batches
             check_capturable(optimizer)  # before anything else: a refusal changes nothing
             check_full_batches(data)     # a partial batch would fail the captured step later
+        else:
+            _check_host_optimizer(optimizer, runtime.backend)
         self.module, self.optimizer, self.loss_fn = module, optimizer, loss_fn
         self.data, self.steps, self.every, self.name, self.slots = data, steps, every, name, slots
         self.checkpoint = pathlib.Path(checkpoint) if checkpoint is not None else None
@@ -100,10 +225,15 @@ class TrainingJob(_StreamingJob):
         self.losses: List[float] = []
         self.snapshots: List[Snapshot] = []
         self.step = 0
+        # CPU: the steps draw from an RNG stream of the job's own (torch's CPU RNG swapped in
+        # around each step), so that the trainer's draws and the job's never interleave and a
+        # checkpoint holds exactly the job's state at its step.
+        self._rng = torch.get_rng_state()
+        self._batches = _Batches(data, name)
+        self._positions: dict = {}  # CUDA: due step -> data position before its batch was drawn
         if resume is not None:
             self._load(pathlib.Path(resume))
         self.resumed_from = self.step
-        self._batches = self._cycle(self.step)
         self._due = self._next_due(self.step)  # the step the available bound is held at
         self._snapped = self.step               # the last step whose state was copied
         self._pending: Optional[tuple] = None   # (step, state, event) for the writer
@@ -118,9 +248,10 @@ class TrainingJob(_StreamingJob):
         if self.cuda:
             self._start_cuda(items, priority, item_cost_us)
         else:
-            self._first = next(self._batches)
-            self.job = _create_item_job(runtime, name, items,
-                                        item_cost_us if item_cost_us is not None else 1000.0,
+            self._first = self._in_job_rng(lambda: next(self._batches))
+            self.item_cost_us = float(item_cost_us if item_cost_us is not None
+                                      else self._measure_step(self._first))
+            self.job = _create_item_job(runtime, name, items, self.item_cost_us,
                                         self._run_item, bound, priority)
         if self.checkpoint is not None:
             runtime._add_iteration_end_hook(self._on_iteration_end)
@@ -128,17 +259,61 @@ class TrainingJob(_StreamingJob):
                                             daemon=True)
             self._writer.start()
 
-    # -- data --
-    def _cycle(self, skip: int) -> Iterator[Any]:
-        def batches() -> Iterator[Any]:
-            while True:
-                empty = True
-                for batch in self.data:
-                    empty = False
-                    yield batch
-                if empty:
-                    raise ValueError(f"training_job '{self.name}': the data yielded no batch")
-        return _skip(batches(), skip)
+    # -- data and RNG --
+    def _in_job_rng(self, fn: Callable[[], Any]) -> Any:
+        """fn() with the job's RNG stream as torch's CPU RNG (CPU; on CUDA the global one)."""
+        if self.cuda:
+            return fn()
+        outer = torch.get_rng_state()
+        torch.set_rng_state(self._rng)
+        try:
+            return fn()
+        finally:
+            self._rng = torch.get_rng_state()
+            torch.set_rng_state(outer)
+
+    def _split(self, batch: Any, step: int) -> tuple:
+        """(inputs, target) of a batch, or a ValueError naming what the batch is."""
+        if isinstance(batch, (tuple, list)) and len(batch) == 2:
+            return batch[0], batch[1]
+        raise ValueError(f"training_job '{self.name}': data: step {step}'s batch is "
+                         f"{_describe(batch)}; each batch must be an (inputs, target) pair "
+                         "(loss_fn(module(inputs), target)): a dataset of (x, y) samples, or a "
+                         "DataLoader over one")
+
+    def _measure_step(self, batch: Any) -> float:
+        """One step's time at creation (outside any bubble), on copies of the module and the
+        optimizer and with the RNG put back, so the job's steps are unchanged: the fastest of 5
+        steps after one warm-up (the optimizer's state is made at its first step). A batch that
+        does not fit the module is refused here, naming it."""
+        inputs, target = self._split(batch, self.step)
+        for what, value in (("inputs", inputs),):
+            _check_fits_module(f"training_job '{self.name}': data", what, self.module, value)
+        try:
+            module, optimizer = copy.deepcopy((self.module, self.optimizer))
+        except Exception as error:  # a module that cannot be copied: the default, named
+            warnings.warn(f"training_job '{self.name}': the module and optimizer cannot be "
+                          f"copied to time a step ({type(error).__name__}: {error}); item_cost_us "
+                          f"= {DEFAULT_STEP_COST_US:g} assumed: pass item_cost_us=",
+                          RuntimeWarning, stacklevel=3)
+            return DEFAULT_STEP_COST_US
+
+        def step() -> None:
+            optimizer.zero_grad(set_to_none=True)
+            loss = self.loss_fn(module(inputs), target)
+            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                raise ValueError(f"loss_fn returned {_describe(loss)}, not a one-element tensor")
+            loss.backward()
+            optimizer.step()
+
+        with torch.random.fork_rng(devices=[]):
+            try:
+                step()  # warm-up
+                return _measure_us(step)
+            except Exception as error:
+                raise ValueError(f"training_job '{self.name}': one step on the first batch "
+                                 f"(inputs {_describe(inputs)}, target {_describe(target)}) "
+                                 f"failed: {type(error).__name__}: {error}") from None
 
     def _next_due(self, step: int) -> int:
         """The step the next checkpoint is taken at (multiples of ``every``, and the last)."""
@@ -151,6 +326,7 @@ class TrainingJob(_StreamingJob):
         with self._cv:
             self.losses.append(loss)
             self.step += 1
+            self._completed_one()
             if self.step == self._due:
                 self._dry_at_bubble = self.runtime._bubble_index
             if self.step == self.steps and self.checkpoint is None:
@@ -158,16 +334,20 @@ class TrainingJob(_StreamingJob):
             self._cv.notify_all()
 
     def _run_item(self, k: int) -> None:
+        loss = self._in_job_rng(lambda: self._step(k))
+        self._stepped(loss)  # after the RNG stream is saved: a snapshot may follow at once
+
+    def _step(self, k: int) -> float:
         if self._first is not None:
             batch, self._first = self._first, None
         else:
             batch = next(self._batches)
-        inputs, target = batch
+        inputs, target = self._split(batch, self.resumed_from + k)
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.loss_fn(self.module(inputs), target)
         loss.backward()
         self.optimizer.step()
-        self._stepped(float(loss.detach()))
+        return float(loss.detach())
 
     # -- checkpoints --
     def _claim_snapshot(self) -> Optional[int]:
@@ -199,8 +379,15 @@ class TrainingJob(_StreamingJob):
         else:
             model = _to_host(self.module.state_dict())
             optimizer = _to_host(self.optimizer.state_dict())
+        with self._cv:
+            position = self._positions.pop(step, None)
+            for older in [s for s in self._positions if s < step]:
+                del self._positions[older]
+        if position is None:  # CPU: nothing was drawn past the due step
+            position = self._batches.state()
+        rng = torch.get_rng_state() if self.cuda else self._rng.clone()
         state = dict(self._identity(), step=step, model=model, optimizer=optimizer,
-                     rng=torch.get_rng_state(), losses=list(self.losses))
+                     rng=rng, data=position, losses=list(self.losses))
         with self._cv:
             self.snapshots.append(Snapshot(step, in_bubble, taken_at))
             self._pending = (step, state, event)
@@ -300,13 +487,25 @@ class TrainingJob(_StreamingJob):
                                  f"its {key} is {got!r}, this job's is {value!r}")
         self.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"])
         self.losses = list(state["losses"])
         self.step = int(state["step"])
+        rng, position = state["rng"], state.get("data")
+
+        def restore() -> None:
+            if position is not None:
+                self._batches.restore(position)
+            else:  # a checkpoint without a data position (before issue 25): re-iterate
+                torch.set_rng_state(rng)
+                _skip(self._batches, self.step)
+            torch.set_rng_state(rng)
+
+        self._rng = rng
+        self._in_job_rng(restore)
 
     # -- CUDA: the captured step over a ring of slots --
     def _start_cuda(self, items: int, priority: int, item_cost_us: Optional[float]) -> None:
         from .torch_cuda_jobs import TrainingCapture
+        self._note_position(self.step)
         first = next(self._batches)
         self._capture = TrainingCapture(self.runtime, self.module, self.optimizer, self.loss_fn,
                                         first, self.slots, items, self.name, priority,
@@ -327,6 +526,7 @@ class TrainingJob(_StreamingJob):
             batch = first
             for k in range(items):
                 if k > 0:
+                    self._note_position(self.resumed_from + k)
                     batch = next(self._batches)
                 with self._cv:
                     while not self._stopping() and (
@@ -342,6 +542,13 @@ class TrainingJob(_StreamingJob):
         except Exception as error:
             if not self._stopping():
                 self._fail(f"training_job '{self.name}': feeder: {type(error).__name__}: {error}")
+
+    def _note_position(self, step: int) -> None:
+        """CUDA feeder: the data position before step's batch is drawn, kept for a checkpoint
+        due at that step (the feeder draws ahead of the steps taken)."""
+        if self.checkpoint is not None and (step % self.every == 0 or step == self.steps):
+            with self._cv:
+                self._positions[step] = self._batches.state()
 
     def _check_batch(self, k: int, inputs: "torch.Tensor", target: "torch.Tensor") -> None:
         for what, value, slot in (("inputs", inputs, self._capture.inputs.host[0]),
@@ -380,8 +587,7 @@ class TrainingJob(_StreamingJob):
         import time
         with self._cv:
             done, finished = self.step, self._finished
-        elapsed = max(1e-9, time.monotonic() - self._started)
-        rate = (done - self.resumed_from) / elapsed
+        rate = self._recent_rate()
         eta = None if rate <= 0 else (self.steps - done) / rate
         return Progress(done, self.steps, rate, eta, finished)
 

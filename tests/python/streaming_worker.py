@@ -139,11 +139,7 @@ def pipeline(rank: int, world: int, out: dict) -> None:
             if steps < 6:
                 filled_losses.append([float(l) for l in losses])
             steps += 1
-            mine = int(infer.progress().finished and train.progress().finished
-                       or infer.error is not None or train.error is not None)
-            flag = torch.tensor([mine])
-            dist.all_reduce(flag, op=dist.ReduceOp.MIN)  # every rank stops at the same step
-            if flag.item() == 1 and steps >= 6:
+            if pft.all_finished([infer, train]) and steps >= 6:  # every rank at the same step
                 break
         bubbles.remove()
         errors = [infer.error, train.error]
@@ -164,6 +160,40 @@ def pipeline(rank: int, world: int, out: dict) -> None:
         train_losses_equal=train.losses == eager_losses,
         train_params_equal=all(torch.equal(state[k], eager_state[k]) for k in eager_state),
         pipeline_losses_equal=filled_losses == base_losses[:len(filled_losses)])
+
+
+def stop(rank: int, world: int, out: dict) -> None:
+    """The documented loop, ``while not pft.all_finished(jobs): schedule.step()``, with jobs of
+    very different lengths per rank (4 items on rank 0, 40 on rank 1): a per-rank
+    ``while not job.progress().finished`` would end rank 0's loop first and leave rank 1 waiting
+    in its schedule for rank 0's sends forever."""
+    module = Stage(rank)
+    stage = pp.PipelineStage(module, rank, world, torch.device("cpu"),
+                             input_args=(torch.zeros(BATCH * 2 // MICROBATCHES, STAGE_DIM),))
+    schedule = pp.Schedule1F1B(stage, n_microbatches=MICROBATCHES, loss_fn=nn.MSELoss())
+    x = torch.randn(BATCH * 2, STAGE_DIM, generator=torch.Generator().manual_seed(7))
+    items = 4 if rank == 0 else 40
+    got = []
+    with pf.Runtime(backend="host", stage_id=rank, stage_count=world, reserved_sms=0,
+                    min_samples=1) as runtime:
+        job = pft.inference_job(runtime, fill_model(rank).eval(), Samples(items * BATCH),
+                                batch_size=BATCH, slots=SLOTS, sink=lambda i, y: got.append(i),
+                                name="infer")
+        bubbles = pft.instrument(schedule, runtime, strict=True)
+        steps, finished_alone_at = 0, None
+        while not pft.all_finished([job]):
+            if rank == 0:
+                schedule.step(x)
+            else:
+                schedule.step(target=x)
+            steps += 1
+            if finished_alone_at is None and job.progress().finished:
+                finished_alone_at = steps
+        bubbles.remove()
+        job.wait(timeout=30)
+        job.close()
+    out.update(steps=steps, items=len(got), expected_items=items,
+               finished_alone_at=finished_alone_at)
 
 
 def resume(out_dir: str, kill_after: int) -> None:
@@ -191,9 +221,15 @@ def resume(out_dir: str, kill_after: int) -> None:
             if infer.error or train.error:
                 break
             # Both jobs mid-run, the training job past a durable checkpoint (written by its
-            # background thread after the copy at iteration_end).
-            if (kill_after and infer.progress().items_done >= kill_after
-                    and train.progress().items_done >= 4 and os.path.exists(ckpt)):
+            # background thread after the copy at iteration_end). The jobs' relative speeds
+            # depend on the machine's load (the inference drainer fsyncs each item), so the kill
+            # comes at kill_after inference items or, when training runs ahead, before its last
+            # two steps (it takes at most 2 per 3000 us bubble of 1200 us items), whichever is
+            # first: a condition, never a timing.
+            done, steps = infer.progress().items_done, train.progress().items_done
+            if (kill_after and done >= 1 and not infer.progress().finished
+                    and 4 <= steps < TRAIN_STEPS and os.path.exists(ckpt)
+                    and (done >= kill_after or steps >= TRAIN_STEPS - 2)):
                 os.kill(os.getpid(), signal.SIGKILL)  # kill -9, mid-run
             with runtime.bubble(stream, expected_us=3000.0):
                 pf.host_stream_delay(stream, 3000.0)
@@ -233,7 +269,10 @@ def main() -> None:
     try:
         dist.init_process_group("gloo", init_method=f"file://{out_dir}/store", rank=rank,
                                 world_size=world, timeout=datetime.timedelta(seconds=60))
-        pipeline(rank, world, out)
+        if args.scenario == "stop":
+            stop(rank, world, out)
+        else:
+            pipeline(rank, world, out)
     except Exception as error:
         out["fatal"] = "".join(traceback.format_exception(error))
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:

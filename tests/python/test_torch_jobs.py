@@ -180,21 +180,22 @@ def test_bad_input_ends_the_job_not_the_trainer(tmp_path):
     def broken_module(x):
         raise RuntimeError("kaput")
 
-    with pytest.raises(RuntimeError, match="kaput"):  # timed on the first batch at creation
+    with pytest.raises(ValueError, match=r"the module failed on the first batch of data \(a tensor "
+                                         r"of shape \(4, 8\).*RuntimeError: kaput"):  # at creation
         pft.inference_job(rt, broken_module, Samples(8), batch_size=BATCH, sink=lambda i, y: None)
 
-    class FailsLater(nn.Module):  # 3 calls time it at creation; items 0 and 1 run; item 2 raises
+    class FailsLater(nn.Module):  # 6 calls at creation (the probe, 5 timings); items 0, 1 run
         def __init__(self):
             super().__init__()
             self.calls = 0
 
         def forward(self, x):
             self.calls += 1
-            if self.calls == 6:
+            if self.calls == 9:
                 raise RuntimeError("module broke")
             return module(x)
 
-    late = pft.inference_job(rt, FailsLater(), Samples(40), batch_size=BATCH,
+    late = pft.inference_job(rt, FailsLater().eval(), Samples(40), batch_size=BATCH,
                              sink=lambda i, y: None, name="bad-module")
     run_bubbles(rt, lambda: late.error is not None or late.progress().finished, max_bubbles=500)
     with pytest.raises(pft.FillJobError, match=r"(?s)job 'bad-module': item 2: .*RuntimeError: module broke"):
@@ -248,7 +249,7 @@ def test_host_training_equals_eager_and_resumes_bit_identically(tmp_path):
     module = model(3).train()
     opt = torch.optim.Adam(module.parameters(), lr=0.01)
     first = pft.training_job(rt, module, opt, nn.functional.mse_loss, data, steps=steps,
-                             checkpoint=ckpt, every=4)
+                             checkpoint=ckpt, every=4, item_cost_us=1000.0)  # fits the bubbles
     run_bubbles(rt, lambda: first.progress().items_done >= 9 or first.error is not None)
     first.close()
     assert first.error is None
@@ -264,7 +265,7 @@ def test_host_training_equals_eager_and_resumes_bit_identically(tmp_path):
     module = model(99).train()  # other initial weights: the checkpoint must replace them
     opt = torch.optim.Adam(module.parameters(), lr=0.01)
     second = pft.training_job(rt, module, opt, nn.functional.mse_loss, data, steps=steps,
-                              checkpoint=ckpt, every=4, resume=ckpt)
+                              checkpoint=ckpt, every=4, resume=ckpt, item_cost_us=1000.0)
     assert second.resumed_from % 4 == 0 and second.resumed_from >= 8
     run_bubbles(rt, lambda: second.progress().finished or second.error is not None)
     progress = second.wait(timeout=30)
@@ -319,7 +320,7 @@ def test_training_without_iteration_end_still_checkpoints(tmp_path, monkeypatch)
     ckpt = tmp_path / "train.pt"
     with pytest.warns(RuntimeWarning, match="has seen no iteration_end call in 3 bubbles"):
         job = pft.training_job(rt, module, opt, nn.functional.mse_loss, data, steps=steps,
-                               checkpoint=ckpt, every=4)
+                               checkpoint=ckpt, every=4, item_cost_us=1000.0)
         stream = rt.high_priority_stream()
         for _ in range(5000):  # bubbles, never an iteration_end
             if job.progress().finished or job.error is not None:
@@ -341,7 +342,7 @@ def test_training_checkpoint_hook_leaves_with_the_job(tmp_path):
     module = model(3).train()
     job = pft.training_job(rt, module, torch.optim.SGD(module.parameters(), lr=0.1),
                            nn.functional.mse_loss, training_data(2), steps=4,
-                           checkpoint=tmp_path / "c.pt", every=2)
+                           checkpoint=tmp_path / "c.pt", every=2, item_cost_us=1000.0)
     assert rt._iteration_end_hooks == [job._on_iteration_end]
     job.close()
     assert rt._iteration_end_hooks == []

@@ -17,7 +17,8 @@ import random
 import time
 from typing import Any, Callable, Dict, Optional, TypeVar
 
-from .. import PipeFillError, Result
+from .._enums import Result
+from .._errors import PipeFillError
 
 T = TypeVar("T")
 

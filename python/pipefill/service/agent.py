@@ -34,7 +34,8 @@ import threading
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from .. import PipeFillError, Result
+from .._enums import Result
+from .._errors import PipeFillError
 from . import _db, code, limits
 from .runner import LeaseLost, ShardContext, Stopping
 from .manifest import write_manifest

@@ -22,7 +22,8 @@ import re
 import stat
 from typing import Any, Dict, List, Optional
 
-from .. import PipeFillError, Result
+from .._enums import Result
+from .._errors import PipeFillError
 from . import _db, code, limits
 from .limits import UsageError, shown
 from .manifest import MANIFEST_NAME, write_manifest

@@ -1,8 +1,9 @@
 """``PIPEFILL_SERVICE`` set: a :class:`pipefill.Runtime` joins the fill-job service by itself.
 
-:class:`pipefill.Runtime` calls :func:`start_from_environment` when it is created with
-``PIPEFILL_SERVICE`` in the environment, serves the agent's job requests after each
-``iteration_end()`` and drains the agent in ``close()``. The rank's name is
+:class:`pipefill.Runtime` calls :func:`runtime_extension` (registered by the package face
+through ``pipefill._extensions``; the binding core never imports the service) when it is created;
+with ``PIPEFILL_SERVICE`` in the environment that starts an agent, whose job requests the runtime
+serves after each ``iteration_end()`` and which it drains in ``close()``. The rank's name is
 ``PIPEFILL_SERVICE_RANK`` when set, else ``<host>-<pid>-<n>`` (n counts the runtimes of the
 process); ``PIPEFILL_SERVICE_CAPACITY_INTERVAL_S`` sets how often it advertises its capacity
 (default 0.5 s; raise it on a cluster). The password comes from ``PIPEFILL_SERVICE_PASSWORD_FILE`` / ``PIPEFILL_SERVICE_PASSWORD``
@@ -21,7 +22,8 @@ import socket
 import warnings
 from typing import Any, Optional
 
-from .. import PipeFillError, Result
+from .._enums import Result
+from .._errors import PipeFillError
 from . import _db
 
 ENV_RANK = "PIPEFILL_SERVICE_RANK"
@@ -31,6 +33,29 @@ ENV_CAPACITY_INTERVAL = "PIPEFILL_SERVICE_CAPACITY_INTERVAL_S"
 DEFAULT_CAPACITY_INTERVAL_S = 0.5
 _log = logging.getLogger("pipefill")
 _runtimes = itertools.count()
+
+
+class RuntimeAgent:
+    """The runtime extension (pipefill._extensions) holding a runtime's service agent."""
+
+    def __init__(self, agent: Any) -> None:
+        self.agent = agent
+
+    def on_iteration_end(self) -> None:
+        self.agent.on_iteration_end()
+
+    def close(self) -> None:
+        if not self.agent.drain():  # leases back to the service, its fill jobs closed
+            _log.warning("pipefill: the fill-job service agent of rank %s did not stop within "
+                         "30 s; closing the runtime anyway (its lease expires on the service)",
+                         self.agent.rank)
+
+
+def runtime_extension(runtime: Any) -> Optional[RuntimeAgent]:
+    """The factory the package face registers: an agent for ``runtime`` when
+    ``PIPEFILL_SERVICE`` is set (else None)."""
+    agent = start_from_environment(runtime)
+    return RuntimeAgent(agent) if agent is not None else None
 
 
 def start_from_environment(runtime: Any) -> Optional[Any]:

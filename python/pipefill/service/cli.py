@@ -14,7 +14,8 @@ import argparse
 import sys
 from typing import List, NoReturn, Optional
 
-from .. import PipeFillError, Result
+from .._enums import Result
+from .._errors import PipeFillError
 from .limits import INT64_MAX, UsageError, shown
 
 EXIT_FAILED = 1

@@ -35,7 +35,8 @@ import tempfile
 import threading
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from .. import PipeFillError, Result
+from .._enums import Result
+from .._errors import PipeFillError
 
 ENTRY_POINT_GROUP = "pipefill.service"
 _BYTECODE_SUFFIXES = (".pyc", ".pyo")

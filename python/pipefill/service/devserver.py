@@ -22,7 +22,8 @@ import tempfile
 import time
 from typing import Dict, List, Optional
 
-from .. import PipeFillError, Result
+from .._enums import Result
+from .._errors import PipeFillError
 
 OWNER = "pfadmin"
 DATABASE = "pipefill"

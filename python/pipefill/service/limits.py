@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from .. import PipeFillError, Result
+from .._enums import Result
+from .._errors import PipeFillError
 
 NAME_MAX_CHARS = 200
 """Job name, dist_name, dist_version, entry_point and rank names."""

@@ -13,7 +13,8 @@ import os
 import pathlib
 from typing import Any, Dict, Iterable, List, Sequence
 
-from .. import PipeFillError, Result
+from .._enums import Result
+from .._errors import PipeFillError
 
 MANIFEST_NAME = "manifest.json"
 

@@ -20,8 +20,8 @@ import sys
 import time
 from typing import List, NoReturn, Optional
 
-import pipefill as pf
-from pipefill import PipeFillError
+from .. import _runtime as pf
+from .._errors import PipeFillError
 
 from . import _db, limits
 from ._db import ENV_CONNECTION

@@ -35,7 +35,8 @@ try:
 except ImportError:  # pragma: no cover - Python < 3.8
     Protocol = object  # type: ignore[assignment,misc]
 
-from .. import JobStatus, PipeFillError, Result
+from .._enums import JobStatus, Result
+from .._errors import PipeFillError
 from ..jobs import GraphJob
 
 

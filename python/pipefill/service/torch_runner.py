@@ -32,7 +32,8 @@ import threading
 import time
 from typing import Any, Dict, Optional, Tuple
 
-from .. import PipeFillError, Result
+from .._enums import Result
+from .._errors import PipeFillError
 from .runner import ShardContext, Stopping
 
 PROGRESS_KIND = "pipefill.inference_job"  # the progress file inference_job reads (resume=)

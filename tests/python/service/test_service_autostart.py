@@ -57,7 +57,7 @@ def test_a_runtime_joins_the_service_from_the_environment(world, monkeypatch, ca
 
     with caplog.at_level(logging.INFO, logger="pipefill"):
         rt = host_runtime()
-    agent = rt._service_agent
+    agent = rt._extensions["service"].agent
     assert agent is not None and agent.running and agent.rank == "auto-rank"
     try:
         reached = train(rt, completed, 60.0)
@@ -98,7 +98,7 @@ def test_a_bad_value_warns_naming_the_variable_and_the_runtime_works_on(monkeypa
         rt = host_runtime()
     message = str(caught[0].message)
     assert reason in message and "hunter2" not in message
-    assert rt._service_agent is None
+    assert "service" not in rt._extensions
     stream = rt.high_priority_stream()
     with rt.bubble(stream, expected_us=100.0):
         pf.host_stream_delay(stream, 100.0)
@@ -114,7 +114,7 @@ def test_an_unreachable_service_ends_the_agent_with_a_clear_error_never_the_trai
     monkeypatch.setenv("PIPEFILL_SERVICE", f"host={tmp_path} port=1 dbname=none user=nobody")
     monkeypatch.setenv("PIPEFILL_SERVICE_PASSWORD", "never-shown-4b2")
     rt = host_runtime()
-    agent = rt._service_agent
+    agent = rt._extensions["service"].agent
     agent.db.budget_s = 0.3  # give up quickly
     assert train(rt, lambda: not agent.running, 30.0)
     rt.close()
@@ -138,7 +138,7 @@ def test_the_capacity_interval_comes_from_the_environment(monkeypatch, tmp_path,
     with _warnings.catch_warnings(record=True) as caught:
         _warnings.simplefilter("always")
         rt = host_runtime()
-    agent = rt._service_agent
+    agent = rt._extensions["service"].agent
     agent.db.budget_s = 0.3  # unreachable on purpose: give up quickly
     try:
         assert agent.capacity_interval_s == expected
