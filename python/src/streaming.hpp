@@ -1,6 +1,6 @@
 // Streaming item jobs for Python: a graph fill job (pfJobCreateGraph) whose items call a Python
 // callable on the simulated and host backends, plus the streaming bound (pfJobSetAvailable /
-// pfJobEndInput). pipefill.torch_jobs builds inference_job / training_job on them.
+// pfJobEndInput). pipefill.torch (_streaming.py) builds inference_job / training_job on them.
 #pragma once
 
 #include "common.hpp"

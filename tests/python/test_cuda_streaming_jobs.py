@@ -26,7 +26,7 @@ from torch.overrides import TorchFunctionMode
 import eager_reference
 import pipefill as pf
 import pipefill.torch as pft
-from pipefill import torch_cuda_jobs as tcj
+from pipefill.torch import _cuda_ring as tcj
 
 DIM, OUT, BATCH, SLOTS = 8, 4, 4, 3
 

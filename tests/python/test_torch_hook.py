@@ -35,8 +35,8 @@ def test_torch_version_is_one_the_hook_was_audited_against():
 
 
 def test_hooks_pass_through_without_an_instrumented_schedule():
-    pft._install()
-    assert schedules._wait_batch_p2p is pft._wait_batch_p2p_hook
+    pft._schedule._install()
+    assert schedules._wait_batch_p2p is pft._schedule._wait_batch_p2p_hook
     assert schedules._batch_p2p([]) == []
     schedules._wait_batch_p2p([])  # the original: nothing to wait for
 

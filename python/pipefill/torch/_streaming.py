@@ -1,4 +1,4 @@
-"""pipefill.torch_jobs: fill jobs that carry real work, streamed through a model in the bubbles.
+"""pipefill.torch._streaming: fill jobs that carry real work, streamed through a model in the bubbles.
 
 - :func:`inference_job`: a dataset (any iterable, a ``torch.utils.data.DataLoader``) through a
   module, one batch per item. A feeder thread stages batches into a ring of ``slots`` input
@@ -7,7 +7,7 @@
   order, to a sink (a callable, a folder of ``.npy`` files, or a numpy memmap) and frees the slot.
   Memory is bounded by the ring whatever the dataset's size. ``resume=`` keeps a progress file
   (the durable point) so that a restarted trainer goes on where the last attempt stopped.
-- :func:`training_job` (pipefill/torch_training.py): one optimizer step per item, with atomic
+- :func:`training_job` (pipefill/torch/_training.py): one optimizer step per item, with atomic
   checkpoints (model, optimizer, data position, RNG) every ``every`` steps, copied at the
   trainer's ``iteration_end`` (outside bubbles) and written by a background thread; ``resume=``
   from the last one.
@@ -15,7 +15,7 @@
 On the simulated and the real-time host backend the items are Python calls
 (``Runtime.create_item_job``: a graph fill job whose item calls the module eagerly on the host
 device's fill worker thread, the trainer thread being blocked in its receive; on the simulated
-backend at the item's virtual completion). On CUDA (pipefill/torch_cuda_jobs.py) each item is
+backend at the item's virtual completion). On CUDA (pipefill/torch/_cuda_ring.py) each item is
 one replay of a captured CUDA graph over a ring of device slots (slot ``index % slots``), gated
 by the runtime like every graph fill job; the feeder copies batches into the ring on a stream of
 its own and raises the available bound only once a copy is done, and never beyond the items
@@ -43,7 +43,9 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
 
 import torch
 
-from . import Backend, PipeFillError, Result, Runtime
+from .._enums import Backend, Result
+from .._errors import PipeFillError
+from .._runtime import Job, Runtime
 
 UNBOUNDED_ITEMS = 1 << 62
 """Item count of a job whose input length is unknown: pfJobEndInput sets the real one."""
@@ -252,7 +254,6 @@ def _make_sink(sink: Any, batch_size: int, job: Any,
 
 def _create_item_job(runtime: Runtime, name: str, items: int, item_cost_us: float,
                      fn: Callable[[int], None], available: int, priority: int) -> Any:
-    from ._runtime import Job
     native = runtime._native.create_item_job(name, priority, items, max(1.0, item_cost_us), fn,
                                              available)
     return Job(runtime, None, native)
@@ -568,7 +569,7 @@ class InferenceJob(_StreamingJob):
     def _stopping(self) -> bool:
         return self._error is not None or self._closing
 
-    # -- the backend's part (pipefill.torch_cuda_jobs.CudaInferenceJob overrides these) --
+    # -- the backend's part (pipefill.torch._cuda_ring.CudaInferenceJob overrides these) --
     _poll_s = 0.05  # the drainer's wait between looks (run items notify it on this path)
 
     def _make_job(self, runtime: Runtime, first: "torch.Tensor", items: int,
@@ -691,36 +692,3 @@ class InferenceJob(_StreamingJob):
         PipeFillError(TIMEOUT) when ``timeout`` seconds passed. The job only advances while
         the trainer runs bubbles."""
         return self._wait(timeout)
-
-
-def inference_job(runtime: Runtime, module: "torch.nn.Module", data: Iterable[Any], *,
-                  batch_size: Optional[int], sink: Any, slots: int = 4,
-                  resume: Optional[PathLike] = None, start: int = 0, items: Optional[int] = None,
-                  name: str = "inference", priority: int = 0,
-                  item_cost_us: Optional[float] = None) -> InferenceJob:
-    """Streams ``data`` through ``module`` in the bubbles, one batch per item.
-
-    ``data``: any iterable of samples (grouped into batches of ``batch_size`` with
-    ``torch.stack``), of batches (``batch_size=None``), or a DataLoader (its batches; a
-    ``(inputs, labels)`` batch uses ``inputs``). Items are numbered from the start of ``data``:
-    the job covers items ``[start, start + items)`` (``items=None``: to the end), which is how
-    a shard of a dataset maps onto one job. ``sink``: ``sink(index, output)``, a folder path
-    (``<index>.npy`` per item) or a numpy memmap (rows ``index * batch_size ...``); outputs come
-    in item order, once each per attempt. ``slots``: the ring of staged batches (memory does not
-    grow with the dataset). ``resume``: a progress file, rewritten atomically after each item
-    reached the sink; when it exists the job starts at its next item (it must come from a job of
-    the same name and range). Items between the last durable point and a crash are handed to a
-    callable sink again on resume; the folder and memmap sinks rewrite them in place, so they
-    hold each item exactly once. ``item_cost_us``: default, the module timed on the first batch.
-    """
-    kind = InferenceJob
-    if runtime.backend == Backend.CUDA:
-        from .torch_cuda_jobs import CudaInferenceJob
-        kind = CudaInferenceJob
-    return kind(runtime, module, data, batch_size=batch_size, sink=sink, slots=slots,
-                resume=resume, start=start, items=items, name=name, priority=priority,
-                item_cost_us=item_cost_us)
-
-
-# ---- training (torch_training.py) ---------------------------------------------------------
-from .torch_training import TrainingJob, training_job  # noqa: E402,F401

@@ -1,4 +1,4 @@
-"""pipefill.torch_cuda_jobs: the CUDA path of ``inference_job`` / ``training_job`` (issue 18).
+"""pipefill.torch._cuda_ring: the CUDA path of ``inference_job`` / ``training_job`` (issue 18).
 
 On the CUDA backend each item is one replay of a captured CUDA graph, gated by the runtime like
 every graph fill job (:func:`pipefill.torch.graph_fill_job`): the graph reads the item number
@@ -29,8 +29,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import JobStatus, PipeFillError, Result, Runtime
-from .torch_jobs import InferenceJob
+from .._enums import JobStatus, Result
+from .._errors import PipeFillError
+from .._runtime import Runtime
+from ._graph_jobs import graph_fill_job
+from ._streaming import InferenceJob
 
 
 def _device() -> "torch.device":
@@ -121,7 +124,6 @@ class CudaInferenceJob(InferenceJob):
 
     def _make_job(self, runtime: Runtime, first: "torch.Tensor", items: int,
                   item_cost_us: Optional[float], priority: int) -> Any:
-        from .torch import graph_fill_job
         device = _device()
         example = torch.zeros((self.batch_size,) + self.sample_shape, dtype=self.dtype)
         with torch.no_grad():
@@ -280,7 +282,6 @@ class TrainingCapture:
                  first: Tuple["torch.Tensor", "torch.Tensor"],
                  slots: int, items: int, name: str, priority: int,
                  item_cost_us: Optional[float]) -> None:
-        from .torch import graph_fill_job
         check_capturable(optimizer)
         device = _device()
         inputs, target = (torch.as_tensor(v) for v in first)

@@ -1,4 +1,4 @@
-"""pipefill.torch_training: ``training_job``, one optimizer step per fill item, with checkpoints
+"""pipefill.torch._training: ``training_job``, one optimizer step per fill item, with checkpoints
 taken at the trainer's ``iteration_end`` (issue 18).
 
 Checkpoints. A checkpoint is due every ``every`` steps and after the last one. The job's
@@ -18,7 +18,7 @@ boundary; a bubble may be open then), with a one-time RuntimeWarning saying why.
 a last checkpoint that is still due (it is never called inside a bubble).
 
 Backends: on the simulated and host backends each step runs eagerly as a Python item on the
-device's worker thread; on CUDA (pipefill.torch_cuda_jobs.TrainingCapture) the whole step -
+device's worker thread; on CUDA (pipefill.torch._cuda_ring.TrainingCapture) the whole step -
 forward, loss, backward, ``optimizer.step()`` of a capturable optimizer - is one captured graph
 over a ring of ``(inputs, target)`` slots, fed and drained by host threads like an inference
 job's.
@@ -35,8 +35,10 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional
 
 import torch
 
-from . import Backend, Runtime
-from .torch_jobs import (UNBOUNDED_ITEMS, FillJobError, PathLike, Progress, _check_fits_module,
+from .._enums import Backend
+from .._runtime import Runtime
+from ._cuda_ring import TrainingCapture, check_capturable, check_full_batches, job_failure
+from ._streaming import (UNBOUNDED_ITEMS, FillJobError, PathLike, Progress, _check_fits_module,
                          _check_writable, _create_item_job, _describe, _measure_us, _skip,
                          _StreamingJob, _write_atomically)
 
@@ -212,7 +214,6 @@ class TrainingJob(_StreamingJob):
         self.runtime = runtime
         self.cuda = runtime.backend == Backend.CUDA
         if self.cuda:
-            from .torch_cuda_jobs import check_capturable, check_full_batches
             check_capturable(optimizer)  # before anything else: a refusal changes nothing
             check_full_batches(data)     # a partial batch would fail the captured step later
         else:
@@ -504,7 +505,6 @@ class TrainingJob(_StreamingJob):
 
     # -- CUDA: the captured step over a ring of slots --
     def _start_cuda(self, items: int, priority: int, item_cost_us: Optional[float]) -> None:
-        from .torch_cuda_jobs import TrainingCapture
         self._note_position(self.step)
         first = next(self._batches)
         self._capture = TrainingCapture(self.runtime, self.module, self.optimizer, self.loss_fn,
@@ -560,7 +560,6 @@ class TrainingJob(_StreamingJob):
                                  "captured step needs the same shapes every step)")
 
     def _drain(self, items: int) -> None:
-        from .torch_cuda_jobs import job_failure
         try:
             for k in range(items):
                 while True:
