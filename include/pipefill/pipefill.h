@@ -119,6 +119,7 @@ typedef enum pfLogLevel_t {
  *   PIPEFILL_SIM_SMS=<int>              PIPEFILL_SIM_MEMORY_BYTES=<size>
  *   PIPEFILL_FILL_STREAMS=<1..64>       PIPEFILL_LAUNCH=auto|executor|inline   (version 3)
  *   PIPEFILL_GATED_QUANTILE=<0..1>      PIPEFILL_FILL_OPTIMIZER_BUBBLES=0|1   (version 4)
+ *   PIPEFILL_TOO_SHORT_WARN_BUBBLES=<int >= 1>   (no config field; pfJobGetCostInfo)
  */
 /* Version 2: the "unset" values below are ones no caller passes on purpose (in version 1 they were
  * -1 / -1.0, so a margin of -1.0 silently meant "default"). A version 1 config (a caller built
@@ -389,6 +390,33 @@ PF_API pfResult_t pfJobWait(pfJob_t job, double timeout_us);
  * callbacks (cancel it there, destroy it after). */
 PF_API pfResult_t pfJobDestroy(pfJob_t job);
 
+/* ---- Item costs learned from measured slices ------------------------------------------------ */
+/* The item cost a job is created with (pfJobConfig_t.item_cost_us or item_cost_hint_us) is only
+ * a prior: each configuration learns its cost from its timed slices (busy time / rounds of one
+ * item per worker, over a small window of recent slices; gated jobs use the window's median,
+ * opaque jobs its 90th percentile, since nothing bounds their overrun), and the planner uses
+ * that estimate from the first sample on. A job whose estimated item fits no bubble gets a
+ * one-item probe now and then (after 2, 4, 8 ... consecutive such bubbles, at most every 64;
+ * opaque jobs from 4, at most every 256), so a too-large prior is measured and corrected; it is
+ * warned about once (the runtime's log, level warn) after PIPEFILL_TOO_SHORT_WARN_BUBBLES (32)
+ * such bubbles in a row. */
+typedef struct pfJobCostInfo_t {
+  size_t size;                /* sizeof(pfJobCostInfo_t): set it before the call */
+  double prior_cost_us;       /* the configuration's item cost given at creation */
+  double learned_cost_us;     /* the cost the planner uses now (the prior until measured) */
+  uint64_t samples;           /* timed slices of the configuration measured so far */
+  uint64_t probes;            /* one-item probes the job ran */
+  uint64_t too_short_streak;  /* bubbles in a row its estimated item did not fit, now */
+  uint64_t too_short_bubbles; /* all such bubbles of the job's life */
+  int config_index;           /* the configuration described: the one in use (last chosen) */
+  int warned;                 /* 1 once the too-short warning was logged */
+} pfJobCostInfo_t;
+
+/* Fills `info` (set info->size first: a size below this layout's sizeof(pfJobCostInfo_t) is
+ * pfErrorInvalidArgument, nothing written; a larger one gets this layout's bytes and zeroes after
+ * them). Safe from any thread, also inside a bubble; it takes the runtime's state lock. */
+PF_API pfResult_t pfJobGetCostInfo(pfJob_t job, pfJobCostInfo_t* info);
+
 /* ---- Streaming jobs: input staged while the job runs ---------------------------------------- */
 /* A job may grow while it runs: only items < available may be claimed (the gate and budget rules
  * are unchanged). The bound is kept by the host and applied when a slice is planned: a slice's
@@ -451,10 +479,16 @@ typedef struct pfGraphJobDesc_t {
   /* Added in 0.1 (streaming); a caller whose desc->size ends before it gets UINT64_MAX. */
   uint64_t available;      /* items claimable from the start (pfJobSetAvailable): 0 for a job
                               whose input is staged while it runs; UINT64_MAX: all item_count */
+  /* Added in 0.3; a caller whose desc->size ends before it gets 0. Host backend only: 1 when
+   * on_item does the item's work (e.g. a Python function), so an item takes as long as on_item
+   * does and item_cost_us is only the planner's first estimate (learned from measured slices,
+   * pfJobGetCostInfo). 0: each item also lasts at least item_cost_us (a stand-in for the graph's
+   * kernels). The simulator always takes item_cost_us of virtual time. */
+  int on_item_is_work;
 } pfGraphJobDesc_t;
 
 #define PF_GRAPH_JOB_DESC_INITIALIZER \
-  {sizeof(pfGraphJobDesc_t), NULL, 0, 0, 0.0, 0, NULL, NULL, NULL, NULL, NULL, UINT64_MAX}
+  {sizeof(pfGraphJobDesc_t), NULL, 0, 0, 0.0, 0, NULL, NULL, NULL, NULL, NULL, UINT64_MAX, 0}
 
 /* Registers a graph fill job (kind pfJobGraph). Bad descriptions are pfErrorInvalidArgument
  * naming the field; pfErrorNotSupported names the CUDA driver/runtime version when conditional

@@ -1,15 +1,22 @@
 """Throughput and memory of pipefill.torch.inference_job on the real-time host backend.
 
-  python python/examples/streaming_bench.py [--items 400] [--bubble-us 4000] [--compute-us 4000] [--slots 16]
+  python python/examples/streaming_bench.py [--items 400] [--bubble-us 4000] [--compute-us 4000]
+      [--slots 16] [--item-cost-us C] [--memory-items 100 | --no-memory]
 
 Prints, from one run on this machine:
   1. items/s of the job alone: the same module over the same batches in a plain loop (no
      runtime, no threads);
   2. items/s of the job inside bubbles: a trainer loop of bubbles (bubble-us of waiting, the
-     fill work runs) and compute between them (compute-us, no fill work); the ratio to 1, the
-     bubble share of the trainer's time, and the ratio divided by that share (the fraction of
-     the bubble time that became items at the alone rate);
-  3. peak RSS growth (ru_maxrss, from before the job) while streaming 1x, 4x and 16x the items,
+     fill work runs) and the trainer's own CPU compute between them (torch matmuls on the main
+     thread calibrated to compute-us, no bubble open); the ratio to 1, the bubble share of the
+     trainer's time, and the ratio divided by that share (the fraction of the bubble time that
+     became items at the alone rate);
+  3. side by side: the trainer's step time (median) with host filling on vs the plain step (the
+     same loop, same runtime settings, no fill job), and the job's items per bubble-second vs
+     the job alone, each as a ratio; the job's item cost as timed at creation and as learned
+     from its measured slices (Job.cost_info). --item-cost-us gives the job a wrong first
+     estimate (e.g. 25x the real item) to see it corrected;
+  4. peak RSS growth (ru_maxrss, from before the job) while streaming 1x, 4x and 16x the items,
      one fresh process each, and the same with the dataset held in a list first (the control):
      memory vs dataset size.
 No figure is a pass/fail; the ratios come from one run, side by side.
@@ -20,7 +27,9 @@ import argparse
 import resource
 import subprocess
 import sys
+import statistics
 import time
+from typing import List, Optional
 
 import torch
 
@@ -52,32 +61,71 @@ def alone(items: int) -> float:
         return items / (time.perf_counter() - t0)
 
 
-def in_bubbles(items: int, bubble_us: float, compute_us: float, slots: int = 16):
-    rt = pf.Runtime(backend="host", reserved_sms=0, safety_margin_us=0.0,
-                    safety_margin_fraction=0.0, min_samples=1000000)
+# The trainer's own compute: CPU matmuls on the main thread (the host backend's "GPU" is the
+# CPU, so this is what fill threads compete with).
+_A = torch.randn(128, 128)
+
+
+def cpu_compute(reps: int) -> None:
+    x = _A
+    for _ in range(reps):
+        x = torch.mm(x, _A).clamp_(-1.0, 1.0)
+
+
+def calibrate(compute_us: float) -> int:
+    """Matmul repetitions that take compute_us on this machine now (no fill running)."""
+    cpu_compute(50)
+    t0 = time.perf_counter()
+    cpu_compute(200)
+    per_rep_us = (time.perf_counter() - t0) * 1e6 / 200
+    return max(1, round(compute_us / per_rep_us))
+
+
+def host_runtime() -> pf.Runtime:
+    return pf.Runtime(backend="host", reserved_sms=0, safety_margin_us=0.0,
+                      safety_margin_fraction=0.0, min_samples=1000000)
+
+
+def trainer_step(rt: pf.Runtime, stream, bubble_us: float, reps: int) -> float:
+    """One trainer step: a bubble (waiting for a peer, bubble_us; fill work runs), then the
+    trainer's compute. Returns its wall time (s)."""
+    t0 = time.perf_counter()
+    with rt.bubble(stream, expected_us=bubble_us):
+        pf.host_stream_delay(stream, bubble_us)
+    pf.host_stream_synchronize(stream)  # the peer's data arrived: the bubble is over
+    cpu_compute(reps)
+    rt.iteration_end()
+    return time.perf_counter() - t0
+
+
+def plain_steps(steps: int, bubble_us: float, reps: int) -> List[float]:
+    rt = host_runtime()
+    stream = rt.high_priority_stream()
+    times = [trainer_step(rt, stream, bubble_us, reps) for _ in range(steps)]
+    rt.close()
+    return times
+
+
+def in_bubbles(items: int, bubble_us: float, reps: int, slots: int = 16,
+               item_cost_us: Optional[float] = None):
+    rt = host_runtime()
     done = [0]
 
     def sink(i, y):
         done[0] += 1
 
     job = pft.inference_job(rt, model(), samples(items * BATCH), batch_size=BATCH, slots=slots,
-                            sink=sink)
+                            sink=sink, item_cost_us=item_cost_us)
     stream = rt.high_priority_stream()
-    bubbles = 0
-    t0 = time.perf_counter()
-    while not job.progress().finished and job.error is None and bubbles < 100000:
-        with rt.bubble(stream, expected_us=bubble_us):
-            pf.host_stream_delay(stream, bubble_us)
-        pf.host_stream_delay(stream, compute_us)
-        rt.iteration_end()
-        pf.host_stream_synchronize(stream)
-        bubbles += 1
-    seconds = time.perf_counter() - t0
+    times: List[float] = []
+    while not job.progress().finished and job.error is None and len(times) < 100000:
+        times.append(trainer_step(rt, stream, bubble_us, reps))
     job.wait(timeout=60)
     cost = job.item_cost_us
+    learned = job.job.cost_info()
     job.close()
     rt.close()
-    return done[0] / seconds, bubbles, seconds, cost
+    return done[0], times, cost, learned
 
 
 MEMORY = r"""
@@ -117,21 +165,47 @@ def main() -> None:
     parser.add_argument("--bubble-us", type=float, default=4000.0)
     parser.add_argument("--compute-us", type=float, default=4000.0)
     parser.add_argument("--memory-items", type=int, default=100)
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory part")
+    parser.add_argument("--item-cost-us", type=float, default=None,
+                        help="the job's first item-cost estimate (default: timed at creation)")
     parser.add_argument("--slots", type=int, default=16,
                         help="the job's ring (4 held 4000 us bubbles to ~6 items here: the feeder "
                              "waits for the drainer)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rate_alone = alone(args.items)
-    rate, bubbles, seconds, cost = in_bubbles(args.items, args.bubble_us, args.compute_us, args.slots)
+    reps = calibrate(args.compute_us)
+    plain_before = plain_steps(60, args.bubble_us, reps)
+    done, filled, cost, learned = in_bubbles(args.items, args.bubble_us, reps, args.slots,
+                                             args.item_cost_us)
+    plain_after = plain_steps(60, args.bubble_us, reps)  # before and after: drift shows
+    plain = plain_before + plain_after
+    seconds = sum(filled)
+    bubbles = len(filled)
+    rate = done / seconds
     share = args.bubble_us / (args.bubble_us + args.compute_us)
-    print(f"model {DIM}->{HIDDEN}->{OUT}, batch {BATCH}, {args.items} items, torch threads 1")
+    per_bubble_s = done / (bubbles * args.bubble_us * 1e-6)
+    step_plain, step_filled = statistics.median(plain), statistics.median(filled)
+    print(f"model {DIM}->{HIDDEN}->{OUT}, batch {BATCH}, {args.items} items, torch threads 1; "
+          f"trainer compute {reps} matmuls of 128x128 (~{args.compute_us:.0f} us when idle)")
     print(f"alone:          {rate_alone:10.1f} items/s")
     print(f"inside bubbles: {rate:10.1f} items/s ({bubbles} bubbles of {args.bubble_us:.0f} us "
-          f"+ {args.compute_us:.0f} us compute, {seconds:.2f} s; item cost measured "
-          f"{cost:.0f} us)")
+          f"+ the trainer's compute, {seconds:.2f} s)")
     print(f"ratio inside/alone: {rate / rate_alone:.3f}; bubble share {share:.3f}; "
           f"ratio / share: {rate / rate_alone / share:.3f}")
+    print("side by side (one run):")
+    print(f"  trainer step, median: plain {step_plain * 1e3:.3f} ms ({len(plain)} steps), "
+          f"host filling on {step_filled * 1e3:.3f} ms ({bubbles} steps): "
+          f"ratio {step_filled / step_plain:.3f}")
+    print(f"  items per bubble-second: {per_bubble_s:.1f}, alone {rate_alone:.1f} items/s: "
+          f"ratio {per_bubble_s / rate_alone:.3f}")
+    print(f"  item cost: first estimate {cost:.0f} us"
+          f"{' (given)' if args.item_cost_us is not None else ' (timed at creation)'}, learned "
+          f"{learned.learned_cost_us:.0f} us from {learned.samples} slices ({learned.probes} "
+          f"probes, {learned.too_short_bubbles} bubbles too short for the estimate); alone "
+          f"{1e6 / rate_alone:.0f} us per item")
+    if args.no_memory:
+        return
     print("memory vs dataset size (peak RSS growth from before the job, one process each):")
     for factor in (1, 4, 16):
         n = args.memory_items * factor

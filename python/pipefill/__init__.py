@@ -27,7 +27,7 @@ _pipefill.set_error_type(PipeFillError)
 #: on a machine without a GPU refuses with Result.NO_DEVICE.
 WITH_CUDA: bool = bool(_pipefill.WITH_CUDA)
 
-from ._runtime import (Bubble, ClassStats, FillProgress, GraphCounts, Job, JobInfo, Runtime, Stats, Stream,  # noqa: E402
+from ._runtime import (Bubble, ClassStats, CostInfo, FillProgress, GraphCounts, Job, JobInfo, Runtime, Stats, Stream,  # noqa: E402
                        MemoryInfo, StreamLike, TicketCounts, error_string, host_now,
                        host_stream_delay, host_stream_synchronize, library_version,
                        stream_handle)
@@ -58,7 +58,7 @@ def _version_text(code: int) -> str:
 __version__ = _version_text(_pipefill.HEADER_VERSION)
 
 __all__ = [
-    "Backend", "Bubble", "BubbleKind", "ClassStats", "Config", "EncoderInference", "FillProgress", "GraphCounts",
+    "Backend", "Bubble", "BubbleKind", "ClassStats", "Config", "CostInfo", "EncoderInference", "FillProgress", "GraphCounts",
     "GraphJob", "Job",
     "JobConfig", "JobInfo", "JobKind", "JobStatus", "LogLevel", "MemoryInfo", "MlpInference", "PipeFillError",
     "Policy", "Result", "Runtime", "SkipCause", "SimEvent", "SimStream", "SimTicketJob", "SimWorld", "Stats",

@@ -16,7 +16,7 @@ from ._enums import Backend, BubbleKind, JobStatus, Result, SkipCause, _KIND_NAM
 from ._errors import PipeFillError
 from ._sim import SimStream, SimWorld
 from . import _extensions, _profiler
-from ._stats import (ClassStats, FillProgress, GraphCounts, JobInfo, MemoryInfo, Stats,  # noqa: F401
+from ._stats import (ClassStats, CostInfo, FillProgress, GraphCounts, JobInfo, MemoryInfo, Stats,  # noqa: F401
                      TicketCounts, _kind, _skips)
 
 StreamLike = Union[None, int, SimStream, "Stream", Any]
@@ -138,6 +138,11 @@ class Job:
     @property
     def status(self) -> JobStatus:
         return self.info().status
+
+    def cost_info(self) -> CostInfo:
+        """pfJobGetCostInfo: the item cost given at creation and the one learned from measured
+        slices (a bad first estimate corrects itself within a few bubbles)."""
+        return CostInfo(**self._native.cost_info())
 
     def cancel(self) -> None:
         """Stops scheduling the job; slices in flight finish (ticket slices at the next gate)."""

@@ -140,6 +140,21 @@ class JobInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class CostInfo:
+    """pfJobCostInfo_t: a job's item cost as given at creation (the prior) and as learned from
+    its measured slices (what the planner uses now), for the configuration in use."""
+
+    config_index: int
+    prior_cost_us: float
+    learned_cost_us: float
+    samples: int             # timed slices measured
+    probes: int              # one-item probes run while its estimated item fitted no bubble
+    too_short_streak: int    # bubbles in a row its estimated item did not fit, now
+    too_short_bubbles: int   # all such bubbles
+    warned: bool             # the too-short warning was logged
+
+
+@dataclasses.dataclass(frozen=True)
 class TicketCounts:
     """What a :class:`pipefill.jobs.SimTicketJob` observed, item by item."""
 

@@ -211,6 +211,7 @@ void bind_jobs(nb::module_& m) {
       .def_prop_ro("name", &Job::name)
       .def_prop_ro("closed", &Job::closed)
       .def("info", &Job::info, "pfJobGetStatus as a dict.")
+      .def("cost_info", &Job::cost_info, "pfJobGetCostInfo as a dict (GIL released).")
       .def("cancel", &Job::cancel, "pfJobCancel.")
       .def("wait", &Job::wait, "timeout_us"_a, "pfJobWait (GIL released; < 0 waits forever).")
       .def("close", &Job::close, "pfJobDestroy (cancels first; idempotent).")

@@ -185,6 +185,9 @@ class Job {
     check(core_->destroy_now());
   }
 
+  // pfJobGetCostInfo as a dict (cost_info.cpp).
+  nb::dict cost_info();
+
   // ---- streaming (streaming.cpp) ----
   void set_available(uint64_t available);
   void end_input();

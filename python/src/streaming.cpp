@@ -54,6 +54,9 @@ Job Runtime::create_item_job(const std::string& name, int priority, uint64_t ite
   desc.on_item = &PyItemRecord::on_item;
   desc.user = record.get();
   desc.available = available;
+  // The Python function is the item's work: the host device does not stretch items to
+  // item_cost_us, which is only the planner's first estimate (learned from measured slices).
+  desc.on_item_is_work = 1;
   auto job = std::make_shared<JobCore>();
   job->name = name;
   job->py_items = record;

@@ -301,6 +301,27 @@ PF_API pfResult_t pfJobGetStatus(pfJob_t job, pfJobInfo_t* info) {
   });
 }
 
+PF_API pfResult_t pfJobGetCostInfo(pfJob_t job, pfJobCostInfo_t* info) {
+  return guarded(__func__, [&] {
+    JobRef j;
+    PF_TRY(pipefill::core::acquire_job(job, "pfJobGetCostInfo", &j));
+    if (info == nullptr) return fail(pfErrorInvalidArgument, "pfJobGetCostInfo: info is NULL");
+    const size_t size = info->size;
+    if (size < sizeof(pfJobCostInfo_t)) {
+      return fail(pfErrorInvalidArgument,
+                  "pfJobGetCostInfo: info->size = {} is below the first layout ({} bytes); set "
+                  "it to sizeof(pfJobCostInfo_t)",
+                  size, sizeof(pfJobCostInfo_t));
+    }
+    pfJobCostInfo_t one{};
+    PF_TRY(j.runtime()->job_cost_info(j.get(), &one));
+    std::memcpy(info, &one, sizeof one);
+    // Fields of a newer header this library does not know read 0.
+    if (size > sizeof one) std::memset(reinterpret_cast<char*>(info) + sizeof one, 0, size - sizeof one);
+    return pfSuccess;
+  });
+}
+
 PF_API pfResult_t pfJobCancel(pfJob_t job) {
   return guarded(__func__, [&] {
     if (pipefill::CallbackScope::active()) return pipefill::core::cancel_from_callback(job);

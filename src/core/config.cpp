@@ -317,6 +317,15 @@ pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out) {
                 o.min_samples);
   }
 
+  // Environment only (no pfConfig_t field): when a job skipped as too short is warned about.
+  PF_TRY(resolve_int(PF_UNSET_INT, "too_short_warn_bubbles", "PIPEFILL_TOO_SHORT_WARN_BUBBLES",
+                     &o.too_short_warn_bubbles));
+  if (o.too_short_warn_bubbles < 1) {
+    return fail(pfErrorInvalidArgument,
+                "environment variable PIPEFILL_TOO_SHORT_WARN_BUBBLES = {} must be >= 1",
+                o.too_short_warn_bubbles);
+  }
+
   if (c.policy != PF_UNSET_INT) {
     if (c.policy < pfPolicyFifo || c.policy > pfPolicyFairShare) {
       return fail(pfErrorInvalidArgument, "config.policy = {} is not a pfSchedulePolicy_t (0..3)",

@@ -46,6 +46,10 @@ struct RuntimeOptions {
   // runs the world (deterministic; the default) instead of on the executor thread. Not in
   // pfConfig_t: only tests of the threaded executor turn it off.
   bool sim_messages_in_hook = true;
+  // A job skipped as too short (its estimated item fits no bubble's budget) in this many
+  // bubbles in a row is warned about, once (PIPEFILL_TOO_SHORT_WARN_BUBBLES; not in pfConfig_t;
+  // core/cost_model.hpp).
+  int too_short_warn_bubbles = 32;
   // Pool sizes (not in pfConfig_t: tests shrink them to reach exhaustion quickly).
   size_t bubble_event_slots = 512;  // begin/end event pairs
   size_t slice_slots = 1024;        // slice start/end event pairs and read-back words

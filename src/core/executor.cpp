@@ -60,6 +60,48 @@ void note_late_slices(RuntimeState& s, JobState& job, bool late, uint64_t items_
   record_async_error(s, pfErrorJobFailed, message);
 }
 
+// A harvested slice's measurement of its job's item cost (cost_model.hpp): only timed slices
+// that ran items inside an open bubble measure it (a late slice ran nothing; an untimed one has
+// no trustworthy times). The estimate replaces the configuration's cost the planner uses.
+void learn_item_cost(RuntimeState& s, JobState& job, const SliceRecord& slice,
+                     const SliceAccounting& a, bool timed) REQUIRES(s.mu) {
+  if (slice.probe) job.cost.note_probe();
+  const bool measured = timed && !job.detached && a.items_done > 0 && !a.late &&
+                        !slice.enqueued_after_end && slice.config_index >= 0 &&
+                        static_cast<size_t>(slice.config_index) < job.planned_configs.size();
+  if (!measured) return;
+  const size_t index = static_cast<size_t>(slice.config_index);
+  job.planned_configs[index].item_cost_us = job.cost.add_slice(
+      index, a.busy_us, a.items_done, slice.workers, job.configs[index].item_cost_us);
+  if (!slice.probe) job.cost.note_fitted();
+}
+
+// A timed bubble in which the job's estimated item did not fit: its streak grows, and at
+// too_short_warn_bubbles in a row it is warned about once, with the numbers that made it so.
+void note_too_short(RuntimeState& s, JobState& job, const BubbleRecord& bubble,
+                    int warn_after) REQUIRES(s.mu) {
+  job.cost.note_too_short(bubble.predicted_us, bubble.gated_budget_us);
+  if (job.cost.warned || job.cost.too_short_streak < static_cast<uint32_t>(warn_after)) return;
+  job.cost.warned = true;
+  const int config = std::max(0, job.last_config >= 0 ? job.last_config : job.setup_config);
+  const size_t index = static_cast<size_t>(config);
+  std::array<double, kRecentTooShort> predicted{}, budget{};
+  const size_t n = job.cost.recent(predicted, budget);
+  std::string predictions, budgets;
+  for (size_t i = 0; i < n; ++i) {
+    predictions += fmt::format("{}{:.1f}", i == 0 ? "" : ", ", predicted[i]);
+    budgets += fmt::format("{}{:.1f}", i == 0 ? "" : ", ", budget[i]);
+  }
+  log::warn("job '{}' was skipped as too short in {} consecutive bubbles: its item is estimated "
+            "at {:.1f} us (given {:.1f} us at creation, {} measured samples, {} one-item probes) "
+            "and the last {} bubbles were predicted at {} us (budgets after the margins {} us). It runs only when a bubble fits one item "
+            "(and in an occasional one-item probe); if the estimate is wrong, give the job a "
+            "realistic item cost. (PIPEFILL_TOO_SHORT_WARN_BUBBLES={} sets when this warns.)",
+            job.name, job.cost.too_short_streak, job.planned_configs[index].item_cost_us,
+            job.configs[index].item_cost_us, job.cost.windows[index].total(), job.cost.probes,
+            n, predictions, budgets, warn_after);
+}
+
 }  // namespace
 
 void Executor::handle_messages(std::span<const BubbleMessage> batch) {
@@ -393,6 +435,16 @@ void Executor::harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begi
     ++s.stats.bubbles;
     s.stats.bubble_time_us += accounting.duration_us;
   }
+  // The jobs whose estimated item fitted no budget of this bubble (counted once per bubble,
+  // before its slices: a probe among them then backs off from the streak it ends on).
+  if (timed && bubble.too_short_slots.any()) {
+    for (const std::shared_ptr<JobState>& job : s.jobs) {
+      if (job->slot >= 0 && bubble.too_short_slots.test(static_cast<size_t>(job->slot)) &&
+          !job->detached && !is_terminal(job->status)) {
+        note_too_short(s, *job, bubble, options_.too_short_warn_bubbles);
+      }
+    }
+  }
   size_t launched = 0;
   uint64_t class_items = 0;
   for (size_t i = 0; i < bubble.slices.size(); ++i) {
@@ -411,6 +463,7 @@ void Executor::harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begi
     }
     if (!slice.launch_failed) {
       ++launched;
+      learn_item_cost(s, job, slice, a, timed);
       // A ticket slice that started while its bubble was open and still claimed nothing: its
       // launch callback enqueued nothing (or no block ever got an SM). Many in a row end the job
       // instead of letting it take bubble time forever.

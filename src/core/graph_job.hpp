@@ -26,7 +26,8 @@ inline constexpr size_t kGraphJobResidentBytes = kGraphScratchWords * sizeof(uin
 // The layouts this library knows: a caller's desc->size must cover V1; the fields after it
 // (available) are read only when the size covers them.
 inline constexpr size_t kGraphJobDescSizeV1 = offsetof(pfGraphJobDesc_t, available);
-inline constexpr size_t kGraphJobDescSizeV2 = sizeof(pfGraphJobDesc_t);
+inline constexpr size_t kGraphJobDescSizeV2 = offsetof(pfGraphJobDesc_t, on_item_is_work);
+inline constexpr size_t kGraphJobDescSizeV3 = sizeof(pfGraphJobDesc_t);
 
 // Validates `desc` and fills job's description part (kind, name, priority, item count, the one
 // configuration, user, teardown) and *spec (all but the words and the stream, which come with the

@@ -303,6 +303,10 @@ pfResult_t JobRegistry::reset_cursor(RuntimeState& s, JobState& job) {
 }
 
 pfResult_t JobRegistry::attach(RuntimeState& s, const std::shared_ptr<JobState>& job) {
+  // The planner's copy of the configurations, whose costs the harvest replaces by measured ones;
+  // made here, once the configurations are final (a graph job's SM charge is set above).
+  job->planned_configs = job->configs;
+  job->cost.init(is_gated(job->kind));
   // The handle exists before the executor can see the job (its slices carry it), and before
   // the warm-up (its empty slices carry it too).
   publish_job(job);
@@ -374,6 +378,25 @@ pfResult_t JobRegistry::info(RuntimeState& s, JobState& job, pfJobInfo_t* out) {
   out->busy_time_us = job.busy_time_us;
   out->config_index = job.last_config;
   out->error = job.error;
+  return pfSuccess;
+}
+
+pfResult_t JobRegistry::cost_info(RuntimeState& s, JobState& job, pfJobCostInfo_t* out) {
+  MutexLock lock(s.mu);
+  const int config = std::max(0, job.last_config >= 0 ? job.last_config : job.setup_config);
+  const size_t index = static_cast<size_t>(config);
+  *out = pfJobCostInfo_t{};
+  out->size = sizeof(pfJobCostInfo_t);
+  out->config_index = config;
+  if (index < job.configs.size()) out->prior_cost_us = job.configs[index].item_cost_us;
+  out->learned_cost_us = index < job.planned_configs.size()
+                             ? job.planned_configs[index].item_cost_us
+                             : out->prior_cost_us;
+  out->samples = index < job.cost.windows.size() ? job.cost.windows[index].total() : 0;
+  out->probes = job.cost.probes;
+  out->too_short_streak = job.cost.too_short_streak;
+  out->too_short_bubbles = job.cost.too_short_bubbles;
+  out->warned = job.cost.warned ? 1 : 0;
   return pfSuccess;
 }
 

@@ -35,6 +35,9 @@ class JobRegistry {
   // pfJobGetStatus. Succeeds (and leaves the thread's message empty) for a failed job too: the
   // failure's message comes with pfJobWait's pfErrorJobFailed.
   pfResult_t info(RuntimeState& s, JobState& job, pfJobInfo_t* out) EXCLUDES(s.mu);
+  // pfJobGetCostInfo: the item cost of the configuration in use, given and learned
+  // (cost_model.hpp). Writes a whole pfJobCostInfo_t (the C API copies the caller's size of it).
+  pfResult_t cost_info(RuntimeState& s, JobState& job, pfJobCostInfo_t* out) EXCLUDES(s.mu);
   pfResult_t cancel(RuntimeState& s, JobState& job) EXCLUDES(s.mu);
   // pfJobSetAvailable / pfJobEndInput (streaming jobs; the rules are in pipefill.h). A refused
   // call changes nothing.

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cost_model.hpp"
 #include "core/handles.hpp"
 #include "core/planner.hpp"
 #include "device/device.hpp"
@@ -61,6 +62,11 @@ struct JobState {
   pfResult_t error = pfSuccess;
   std::string error_message;
   uint64_t items_completed = 0;
+  // What the planner is given: `configs` with each item_cost_us replaced by the learned estimate
+  // (cost_model.hpp) once its configuration has a measured sample. Made at attach, same size as
+  // `configs`; only item_cost_us changes afterwards (at harvest), so planning allocates nothing.
+  std::vector<JobConfigModel> planned_configs;
+  JobCostModel cost;
   // Streaming jobs (pfJobSetAvailable): items >= available are not claimed yet (UINT64_MAX: no
   // bound). pfJobEndInput lowers item_count to it, so item_count changes under the lock too.
   uint64_t available = UINT64_MAX;

@@ -109,6 +109,40 @@ SlicePlan plan_slice(const PlanRequest& r, std::span<const JobConfigModel> confi
   return plan;
 }
 
+SlicePlan plan_probe(const PlanRequest& r, std::span<const JobConfigModel> configs,
+                     int config_index) {
+  SlicePlan plan;
+  plan.cause = pfSkipTooShort;
+  const double budget =
+      r.predicted_us * (1.0 - r.margin_fraction) - r.margin_us - r.launch_overhead_us;
+  if (config_index < 0 || static_cast<size_t>(config_index) >= configs.size()) {
+    plan.reason = fmt::format("probe: no configuration {}", config_index);
+    return plan;
+  }
+  const JobConfigModel& c = configs[static_cast<size_t>(config_index)];
+  if (r.remaining_items == 0 || !(budget > 0)) {
+    plan.reason = "probe: no item left or no time";
+    return plan;
+  }
+  if (c.resident_bytes > r.resident_limit || sms_per_worker(c) > r.fill_sms ||
+      c.workspace_bytes_per_item > r.free_bytes) {
+    plan.reason = "probe: one worker's SMs or one item's workspace do not fit";
+    plan.cause = c.workspace_bytes_per_item > r.free_bytes ? pfSkipNoMemory : pfSkipNoResources;
+    return plan;
+  }
+  plan.fill = true;
+  plan.probe = true;
+  plan.config_index = config_index;
+  plan.items = 1;
+  plan.workers = 1;
+  plan.sms = sms_per_worker(c);
+  plan.expected_us = budget;
+  plan.workspace_bytes = c.workspace_bytes_per_item;
+  plan.work = work_of(c);
+  plan.cause = pfSkipOther;
+  return plan;
+}
+
 int choose_setup_config(std::span<const JobConfigModel> configs, size_t arena_free, int fill_sms) {
   int best = -1;
   double best_rate = 0.0;

@@ -51,6 +51,9 @@ struct SlicePlan {
   double expected_us = 0.0;    // predicted execution time of the slice
   size_t workspace_bytes = 0;
   double work = 0.0;           // useful work units planned
+  // A one-item probe of a job whose estimated item fits no bubble (cost_model.hpp): planned by
+  // the slice launcher, not by plan_slice, so that the job's real cost gets measured.
+  bool probe = false;
   std::string reason;          // why no fill (empty when fill)
   pfSkipCause_t cause = pfSkipOther;  // the reason's category, counted per skipped bubble
 };
@@ -60,6 +63,13 @@ struct SlicePlan {
 // planned up to the time budget (the gate bounds overrun); opaque work only in whole items
 // whose total duration fits the budget.
 SlicePlan plan_slice(const PlanRequest& request, std::span<const JobConfigModel> configs);
+
+// A one-item probe of configs[config_index] on one worker, granted the request's whole budget:
+// for a job whose estimated item is longer than every bubble (the estimate may be wrong; only a
+// measurement tells). Only the resources are checked (resident limit, one worker's SMs, one
+// item's workspace, a positive budget, an item left); fill false with the reason otherwise.
+SlicePlan plan_probe(const PlanRequest& request, std::span<const JobConfigModel> configs,
+                     int config_index);
 
 // Config to set the job up with: best throughput with unconstrained bubble memory, among those
 // whose resident bytes fit `arena_free`. -1 when none fits.

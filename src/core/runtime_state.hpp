@@ -8,6 +8,7 @@
 
 #include <array>
 #include <atomic>
+#include <bitset>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "analysis/activity.hpp"
 #include "common/mutex.hpp"
 #include "core/arena.hpp"
+#include "core/fill_resources.hpp"
 #include "core/job_state.hpp"
 #include "core/planner.hpp"
 #include "core/predictor.hpp"
@@ -38,6 +40,8 @@ struct SliceRecord {
   uint64_t sequence = 0;        // enqueue order (over all fill streams)
   int stream = 0;               // index into FillResources::fill_streams
   int sms = 0;                  // SMs granted (the slice's max_blocks)
+  int workers = 0;              // items in flight planned (the cost sample's rounds divide by it)
+  bool probe = false;           // a one-item probe (cost_model.hpp)
   bool launch_failed = false;   // the callback failed: tracked only so its resources wait
   // The bubble's end event had completed when the launch callback returned: the gate was closed
   // before the slice's kernel was queued, so it ran nothing through no fault of the job (the
@@ -61,6 +65,10 @@ struct BubblePlan {
   std::vector<PackedSlice> slices;
   std::string skip_reason;  // why a job got nothing (the first reason), for traces and logs
   pfSkipCause_t skip_cause = pfSkipNoJob;  // skip_reason's category (none given: no runnable job)
+  // Job slots whose estimated item did not fit this bubble's budget (cost_model.hpp's streak),
+  // and that budget for gated work (the usable time less the first slice's launch overhead).
+  std::bitset<kMaxJobs> too_short_slots;
+  double gated_budget_us = 0.0;
 };
 
 // Inline launch mode: the plan of a bubble class prepared by the executor after a harvest, so
@@ -124,6 +132,10 @@ struct BubbleRecord {
   std::vector<SliceRecord> slices;
   std::string skip_reason;
   pfSkipCause_t skip_cause = pfSkipNoJob;  // skip_reason's category (none given: no runnable job)
+  // The plans' too-short job slots and gated budget (BubblePlan), counted at harvest: once per
+  // bubble, however many packing rounds or prepared plans were made for it.
+  std::bitset<kMaxJobs> too_short_slots;
+  double gated_budget_us = 0.0;
 };
 
 struct RuntimeState {

@@ -76,6 +76,7 @@ BubblePlan SliceLauncher::plan(RuntimeState& s, const FillRequest& in,
     out.skip_cause = cause;
   };
 
+  out.gated_budget_us = gated_budget - resources_.launch_overhead_us;
   const int fill_sms = resources_.partition.fill_sms;
   const size_t job_count = s.jobs.size();
   std::vector<JobSchedView> views(job_count);
@@ -85,7 +86,8 @@ BubblePlan SliceLauncher::plan(RuntimeState& s, const FillRequest& in,
     v.sequence = job.sequence;
     v.priority = job.priority;
     const uint64_t remaining = remaining_items(job);
-    const JobConfigModel& c = job.configs[static_cast<size_t>(std::max(0, job.setup_config))];
+    const JobConfigModel& c =
+        job.planned_configs[static_cast<size_t>(std::max(0, job.setup_config))];
     v.remaining_work_us =
         static_cast<double>(remaining) * c.item_cost_us / workers_of(c, fill_sms);
     // Fair share in SM·µs: a 1-SM job given the whole bubble got 1/fill_sms of it.
@@ -149,7 +151,20 @@ BubblePlan SliceLauncher::plan(RuntimeState& s, const FillRequest& in,
     request.gated = is_gated(job->kind);
     request.resident_limit = job->resident_reserved;
     request.pack_sms = true;
-    SlicePlan slice = plan_slice(request, job->configs);
+    SlicePlan slice = plan_slice(request, job->planned_configs);
+    // Its estimated item is longer than a positive budget: the job's too-short streak counts this
+    // bubble (at harvest), and when a probe is due it gets one item anyway, so that a wrong
+    // estimate is measured instead of trusted forever (cost_model.hpp). One probe at a time: the
+    // job's previous slice must have been harvested (its measurement is in).
+    if (!slice.fill && slice.cause == pfSkipTooShort &&
+        request.predicted_us - request.launch_overhead_us > 0) {
+      if (job->slot >= 0) out.too_short_slots.set(static_cast<size_t>(job->slot));
+      if (job->cost.probe_due() && job->slices_in_flight == 0) {
+        const int config = job->last_config >= 0 ? job->last_config : std::max(0, job->setup_config);
+        SlicePlan probe = plan_probe(request, job->planned_configs, config);
+        if (probe.fill) slice = std::move(probe);
+      }
+    }
     if (!slice.fill) {
       note(slice.cause, fmt::format("job '{}': {}", job->name, slice.reason));
       continue;
@@ -181,7 +196,9 @@ void SliceLauncher::fill_packed(RuntimeState& s, BubbleRecord& bubble, const Fil
   // A slice that could not be launched (its callback failed, its workspace no longer fits, a
   // device call failed) leaves its SMs and stream free: the jobs not yet packed get them. Each
   // round excludes the jobs it tried, so this ends.
+  bubble.gated_budget_us = first.gated_budget_us;
   for (size_t round = 0; round <= s.jobs.size(); ++round) {
+    bubble.too_short_slots |= current->too_short_slots;
     if (!enqueue(s, bubble, *current, tails, &done)) return;
     next = plan(s, request, observed ? &bubble : nullptr, &done);
     if (next.slices.empty()) return;
@@ -208,9 +225,14 @@ bool SliceLauncher::enqueue(RuntimeState& s, BubbleRecord& bubble, const BubbleP
       continue;
     }
     SlicePlan plan = p.plan;
+    if (plan.probe && job.slices_in_flight > 0) {
+      // A prepared plan's probe used again before the first one was harvested: one is enough.
+      unused();
+      continue;
+    }
     if (plan.items > remaining) {
       // A prepared plan older than the job's last slice: fewer items, on fewer workers.
-      const JobConfigModel& c = job.configs[static_cast<size_t>(plan.config_index)];
+      const JobConfigModel& c = job.planned_configs[static_cast<size_t>(plan.config_index)];
       plan.items = remaining;
       plan.workers = static_cast<int>(std::min<uint64_t>(plan.workers, plan.items));
       plan.sms = plan.workers * std::max(1, c.sms_per_worker);
@@ -224,9 +246,14 @@ bool SliceLauncher::enqueue(RuntimeState& s, BubbleRecord& bubble, const BubbleP
       // callback, a late executor). Opaque work gets only the time left now, none once the
       // bubble ended.
       const Observed now = observe(s, bubble, /*elapsed=*/true);
-      const JobConfigModel& c = job.configs[static_cast<size_t>(plan.config_index)];
+      const JobConfigModel& c = job.planned_configs[static_cast<size_t>(plan.config_index)];
       const double left = p.opaque_budget_us - now.elapsed_us - resources_.launch_overhead_us;
-      const double rounds_left = now.ended ? 0.0 : std::floor(left / c.item_cost_us + 1e-9);
+      // A probe's item is estimated not to fit at all (that is why it is a probe): it only needs
+      // the bubble still open, with time left.
+      const double rounds_left =
+          now.ended ? 0.0
+          : plan.probe ? (left > 0 ? 1.0 : 0.0)
+                       : std::floor(left / c.item_cost_us + 1e-9);
       if (rounds_left < 1) {
         if (bubble.skip_reason.empty()) {
           bubble.skip_reason = fmt::format(
@@ -239,7 +266,7 @@ bool SliceLauncher::enqueue(RuntimeState& s, BubbleRecord& bubble, const BubbleP
       }
       const uint64_t workers = static_cast<uint64_t>(plan.workers);
       const uint64_t rounds = (plan.items + workers - 1) / workers;
-      if (static_cast<double>(rounds) > rounds_left) {
+      if (!plan.probe && static_cast<double>(rounds) > rounds_left) {
         plan.items = std::min<uint64_t>(plan.items, static_cast<uint64_t>(rounds_left) * workers);
         plan.expected_us = rounds_left * c.item_cost_us;
       }
@@ -422,6 +449,8 @@ SliceLauncher::Launched SliceLauncher::launch(RuntimeState& s, BubbleRecord& bub
   record.sequence = s.next_slice_sequence++;
   record.stream = stream;
   record.sms = plan.sms;
+  record.workers = plan.workers;
+  record.probe = plan.probe;
   record.launch_failed = failed;
   record.enqueued_after_end = !failed && observe(s, bubble, /*elapsed=*/false).ended;
   ++job.slices_in_flight;

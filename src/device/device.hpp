@@ -78,6 +78,7 @@ struct GraphJobSpec {
   uint64_t item_count = 0;
   double item_cost_us = 0.0;
   pfGraphItemFn on_item = nullptr;         // simulated/host devices: called per item
+  bool on_item_is_work = false;            // host: on_item is the item (no item_cost_us pad)
   void* user = nullptr;
   const volatile uint64_t* gate = nullptr;
   uint64_t* cursor = nullptr;

@@ -30,13 +30,16 @@ namespace {
 
 // A graph job on the host device: each item is a ticket item (claimed by the protocol a GPU
 // block runs) that writes its index where the graph would read it, reports it, and then takes
-// the job's item cost of real time (sleeping, so idle cores stay idle).
+// the job's item cost of real time (sleeping, so idle cores stay idle) - unless on_item is the
+// item's work (a Python item job): then the item lasts as long as on_item, and a wrong
+// item_cost_us (the planner's prior) does not stretch every item to it.
 class HostGraphItems final : public GraphItems {
  public:
   explicit HostGraphItems(const GraphJobSpec& spec)
       : index_word_(spec.index_word), on_item_(spec.on_item), user_(spec.user),
         item_cost_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-            std::chrono::duration<double, std::micro>(spec.item_cost_us))) {}
+            std::chrono::duration<double, std::micro>(spec.on_item_is_work ? 0.0
+                                                                            : spec.item_cost_us))) {}
   int sms_used() const override { return 1; }  // launch_graph_items runs items on one worker
 
   static void run_item(void* self, uint64_t item) {

@@ -28,7 +28,7 @@ class ConfigTest : public ::testing::Test {
       "PIPEFILL_RESERVED_SMS", "PIPEFILL_SAFETY_MARGIN_US", "PIPEFILL_SAFETY_MARGIN_FRACTION",
       "PIPEFILL_ARENA_BYTES", "PIPEFILL_QUANTILE", "PIPEFILL_MIN_SAMPLES", "PIPEFILL_POLICY",
       "PIPEFILL_DEBUG", "PIPEFILL_CUPTI", "PIPEFILL_SIM_SEED", "PIPEFILL_SIM_SMS",
-      "PIPEFILL_SIM_MEMORY_BYTES", "PIPEFILL_GATED_QUANTILE"};
+      "PIPEFILL_SIM_MEMORY_BYTES", "PIPEFILL_GATED_QUANTILE", "PIPEFILL_TOO_SHORT_WARN_BUBBLES"};
 };
 
 TEST_F(ConfigTest, NullConfigGivesDefaults) {
@@ -241,7 +241,18 @@ INSTANTIATE_TEST_SUITE_P(
                       BadEnv{"PIPEFILL_MIN_SAMPLES", "-1"}, BadEnv{"PIPEFILL_POLICY", "lifo"},
                       BadEnv{"PIPEFILL_DEBUG", "loud"}, BadEnv{"PIPEFILL_CUPTI", "3"},
                       BadEnv{"PIPEFILL_SIM_SEED", "-7"}, BadEnv{"PIPEFILL_SIM_SMS", "0"},
-                      BadEnv{"PIPEFILL_SIM_MEMORY_BYTES", "lots"}));
+                      BadEnv{"PIPEFILL_SIM_MEMORY_BYTES", "lots"},
+                      BadEnv{"PIPEFILL_TOO_SHORT_WARN_BUBBLES", "0"},
+                      BadEnv{"PIPEFILL_TOO_SHORT_WARN_BUBBLES", "often"}));
+
+TEST_F(ConfigTest, TooShortWarningStreakFromTheEnvironment) {
+  RuntimeOptions o;
+  ASSERT_EQ(resolve_config(nullptr, &o), pfSuccess);
+  EXPECT_EQ(o.too_short_warn_bubbles, 32);
+  setenv("PIPEFILL_TOO_SHORT_WARN_BUBBLES", "5", 1);
+  ASSERT_EQ(resolve_config(nullptr, &o), pfSuccess) << last_error_message();
+  EXPECT_EQ(o.too_short_warn_bubbles, 5);
+}
 
 // The 0.1.0 header (config version 1) marked unset fields with -1 / -1.0; such a config still
 // resolves to the defaults.

@@ -1,0 +1,80 @@
+// Item costs learned online (cost_model.hpp): the window, its quantile, the streak and probes.
+#include "core/cost_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace pipefill::core {
+
+void CostWindow::add(double sample_us) {
+  if (!(sample_us > 0) || !std::isfinite(sample_us)) return;
+  samples_[next_] = sample_us;
+  next_ = (next_ + 1) % kCapacity;
+  kept_ = std::min(kept_ + 1, kCapacity);
+  ++total_;
+}
+
+double CostWindow::quantile(double q) const {
+  if (kept_ == 0) return 0.0;
+  std::array<double, kCapacity> sorted = samples_;  // a copy on the stack, no allocation
+  // Nearest rank: the smallest sample with at least q of the kept ones at or below it.
+  const double rank = std::ceil(std::clamp(q, 0.0, 1.0) * static_cast<double>(kept_));
+  const size_t index = static_cast<size_t>(std::max(1.0, rank)) - 1;
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(index),
+                   sorted.begin() + static_cast<std::ptrdiff_t>(kept_));
+  return sorted[index];
+}
+
+void JobCostModel::init(bool gated_kind) {
+  gated = gated_kind;
+  probe_interval = gated ? kFirstProbeAfterGated : kFirstProbeAfterOpaque;
+  next_probe_at = probe_interval;
+}
+
+double JobCostModel::estimate(size_t config, double prior_us) const {
+  if (config >= windows.size() || windows[config].kept() == 0) return prior_us;
+  return windows[config].quantile(gated ? kGatedCostQuantile : kOpaqueCostQuantile);
+}
+
+double JobCostModel::add_slice(size_t config, double busy_us, uint64_t items_done, int workers,
+                               double prior_us) {
+  if (config >= windows.size() || items_done == 0 || workers <= 0) return estimate(config, prior_us);
+  // The planner's model of a slice: ceil(items / workers) rounds of one item per worker.
+  const uint64_t w = static_cast<uint64_t>(workers);
+  const uint64_t rounds = (items_done + w - 1) / w;
+  windows[config].add(busy_us / static_cast<double>(rounds));
+  return estimate(config, prior_us);
+}
+
+void JobCostModel::note_too_short(double predicted_us, double budget_us) {
+  const size_t at = static_cast<size_t>(too_short_bubbles % kRecentTooShort);
+  recent_predicted_us[at] = predicted_us;
+  recent_budget_us[at] = budget_us;
+  ++too_short_bubbles;
+  ++too_short_streak;
+}
+
+void JobCostModel::note_fitted() {
+  too_short_streak = 0;
+  probe_interval = gated ? kFirstProbeAfterGated : kFirstProbeAfterOpaque;
+  next_probe_at = probe_interval;
+}
+
+void JobCostModel::note_probe() {
+  ++probes;
+  const uint32_t cap = gated ? kMaxProbeIntervalGated : kMaxProbeIntervalOpaque;
+  probe_interval = std::min(cap, probe_interval * 2);
+  next_probe_at = too_short_streak + probe_interval;
+}
+
+size_t JobCostModel::recent(std::span<double> predicted, std::span<double> budget) const {
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(too_short_bubbles, kRecentTooShort));
+  for (size_t i = 0; i < n && i < predicted.size() && i < budget.size(); ++i) {
+    const size_t at = static_cast<size_t>((too_short_bubbles - n + i) % kRecentTooShort);
+    predicted[i] = recent_predicted_us[at];
+    budget[i] = recent_budget_us[at];
+  }
+  return n;
+}
+
+}  // namespace pipefill::core

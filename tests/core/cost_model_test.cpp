@@ -1,0 +1,118 @@
+// The learned item cost's rules (core/cost_model.hpp) and the planner's one-item probe, with
+// hand-computed cases: the window's quantiles, its ring, per-worker rounds, the probe back-off.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/cost_model.hpp"
+#include "core/planner.hpp"
+
+namespace pipefill::core {
+namespace {
+
+TEST(CostWindow, NearestRankQuantilesOfTheKeptSamples) {
+  CostWindow w;
+  EXPECT_EQ(w.quantile(0.5), 0.0);  // no sample: no estimate
+  for (double v : {30.0, 10.0, 20.0, 50.0, 40.0}) w.add(v);
+  EXPECT_EQ(w.kept(), 5u);
+  EXPECT_DOUBLE_EQ(w.quantile(0.5), 30.0);  // rank ceil(2.5) = 3 of 10,20,30,40,50
+  EXPECT_DOUBLE_EQ(w.quantile(0.9), 50.0);  // rank ceil(4.5) = 5
+  EXPECT_DOUBLE_EQ(w.quantile(0.1), 10.0);
+}
+
+TEST(CostWindow, KeepsOnlyTheLastSamplesAndIgnoresNonsense) {
+  CostWindow w;
+  for (size_t i = 0; i < CostWindow::kCapacity; ++i) w.add(100.0);
+  for (size_t i = 0; i < CostWindow::kCapacity; ++i) w.add(5.0);  // the load dropped
+  w.add(0.0);
+  w.add(-3.0);
+  EXPECT_EQ(w.kept(), CostWindow::kCapacity);
+  EXPECT_EQ(w.total(), 2 * CostWindow::kCapacity);
+  EXPECT_DOUBLE_EQ(w.quantile(1.0), 5.0);  // every 100 us sample has left the window
+}
+
+TEST(JobCostModel, PriorUntilMeasuredThenPerWorkerRounds) {
+  JobCostModel m;
+  m.init(/*gated_kind=*/true);
+  EXPECT_DOUBLE_EQ(m.estimate(0, 250.0), 250.0);
+  // 7 items on 3 workers: ceil(7/3) = 3 rounds in 31.5 us -> 10.5 us per item per worker.
+  EXPECT_DOUBLE_EQ(m.add_slice(0, 31.5, 7, 3, 250.0), 10.5);
+  EXPECT_DOUBLE_EQ(m.estimate(0, 250.0), 10.5);
+  EXPECT_DOUBLE_EQ(m.estimate(1, 40.0), 40.0);  // another configuration keeps its prior
+}
+
+TEST(JobCostModel, GatedMedianIgnoresOutliersOpaqueTakesTheSlowEnd) {
+  JobCostModel gated, opaque;
+  gated.init(true);
+  opaque.init(false);
+  for (int i = 0; i < 12; ++i) {
+    gated.add_slice(0, 10.0, 1, 1, 1.0);
+    opaque.add_slice(0, 10.0, 1, 1, 1.0);
+  }
+  for (int i = 0; i < 3; ++i) {  // three slices 5x slower (a busy rank)
+    gated.add_slice(0, 50.0, 1, 1, 1.0);
+    opaque.add_slice(0, 50.0, 1, 1, 1.0);
+  }
+  EXPECT_DOUBLE_EQ(gated.estimate(0, 1.0), 10.0);
+  // 15 samples, rank ceil(13.5) = 14: one of the slow ones. Nothing bounds opaque overrun.
+  EXPECT_DOUBLE_EQ(opaque.estimate(0, 1.0), 50.0);
+}
+
+TEST(JobCostModel, ProbesBackOffWhileTooShortAndResetOnceTheJobFits) {
+  JobCostModel m;
+  m.init(true);
+  std::vector<uint32_t> probed_at;
+  for (uint32_t bubble = 1; bubble <= 40; ++bubble) {
+    const bool probe = m.probe_due();  // planned before the bubble, from the harvested streak
+    m.note_too_short(100.0, 95.0);
+    if (probe) {
+      probed_at.push_back(bubble);
+      m.note_probe();
+    }
+  }
+  // The streak before bubble b is b - 1. Due at streak 2 (bubble 3); each probe's bubble ends on
+  // streak b and sets the next at b + 4, 8, 16: bubbles 8, 17, 34.
+  EXPECT_EQ(probed_at, (std::vector<uint32_t>{3, 8, 17, 34}));
+  EXPECT_EQ(m.probes, 4u);
+  EXPECT_EQ(m.too_short_streak, 40u);
+  double predicted[kRecentTooShort]{}, budget[kRecentTooShort]{};
+  EXPECT_EQ(m.recent(predicted, budget), kRecentTooShort);
+  EXPECT_DOUBLE_EQ(budget[0], 95.0);
+  m.note_fitted();
+  EXPECT_EQ(m.too_short_streak, 0u);
+  EXPECT_EQ(m.too_short_bubbles, 40u);
+  EXPECT_FALSE(m.probe_due());
+}
+
+TEST(PlanProbe, OneItemOnOneWorkerWithTheWholeBudget) {
+  std::vector<JobConfigModel> configs(1);
+  configs[0].item_cost_us = 250.0;
+  configs[0].workspace_bytes_per_item = 64;
+  PlanRequest r;
+  r.predicted_us = 100.0;
+  r.launch_overhead_us = 5.0;
+  r.fill_sms = 28;
+  r.free_bytes = 1024;
+  r.remaining_items = 1000;
+  // The regular plan finds no item that fits: the probe is what makes the job measurable.
+  EXPECT_FALSE(plan_slice(r, configs).fill);
+  const SlicePlan p = plan_probe(r, configs, 0);
+  ASSERT_TRUE(p.fill) << p.reason;
+  EXPECT_TRUE(p.probe);
+  EXPECT_EQ(p.items, 1u);
+  EXPECT_EQ(p.workers, 1);
+  EXPECT_EQ(p.sms, 1);
+  EXPECT_DOUBLE_EQ(p.expected_us, 95.0);
+  EXPECT_EQ(p.workspace_bytes, 64u);
+  r.free_bytes = 63;  // one item's workspace no longer fits
+  EXPECT_FALSE(plan_probe(r, configs, 0).fill);
+  r.free_bytes = 1024;
+  r.predicted_us = 5.0;  // no time at all
+  EXPECT_FALSE(plan_probe(r, configs, 0).fill);
+  r.predicted_us = 100.0;
+  EXPECT_FALSE(plan_probe(r, configs, 3).fill);  // no such configuration
+  EXPECT_TRUE(plan_probe(r, configs, 0).fill);
+}
+
+}  // namespace
+}  // namespace pipefill::core
