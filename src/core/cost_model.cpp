@@ -33,7 +33,10 @@ void JobCostModel::init(bool gated_kind) {
 
 double JobCostModel::estimate(size_t config, double prior_us) const {
   if (config >= windows.size() || windows[config].kept() == 0) return prior_us;
-  return windows[config].quantile(gated ? kGatedCostQuantile : kOpaqueCostQuantile);
+  const CostWindow& w = windows[config];
+  if (!gated) return w.quantile(kOpaqueCostQuantile);
+  const double learned = w.quantile(kGatedCostQuantile);
+  return w.kept() < kGatedSamplesToRaise ? std::min(learned, prior_us) : learned;
 }
 
 double JobCostModel::add_slice(size_t config, double busy_us, uint64_t items_done, int workers,

@@ -51,6 +51,13 @@ class CostWindow {
 //    whole items, so an estimate too small by e% overruns by e% of the whole slice; sizing it to
 //    the slow end of recent items keeps that overrun rare, at the price of some unused time.
 inline constexpr double kGatedCostQuantile = 0.5;
+// A gated job's estimate rises above its prior only once this many samples agree: one slow first
+// slice (cold caches, lazy initialisation, a moment of load - the host device's SM threads under a
+// sanitizer measured 37x their item) would otherwise make every bubble "too short" and leave the
+// job to the probes' back-off, the very starvation learning is meant to end. Lowering needs one
+// sample (a too-large prior is the common case, and the gate bounds what an estimate too small
+// costs: one item). Opaque jobs rise at once: nothing bounds their overrun.
+inline constexpr size_t kGatedSamplesToRaise = 3;
 inline constexpr double kOpaqueCostQuantile = 0.9;
 
 // Probes: a job too short for any bubble gets one item on one worker after this many consecutive
@@ -88,7 +95,7 @@ struct JobCostModel {
 
   void init(bool gated_kind);
   // The estimate of configuration `config`: the kind's quantile of its window, `prior_us` until
-  // it has a sample.
+  // it has a sample (gated: at most `prior_us` until kGatedSamplesToRaise samples).
   double estimate(size_t config, double prior_us) const;
   // A timed slice's measurement (items_done >= 1, workers >= 1). Returns the new estimate.
   double add_slice(size_t config, double busy_us, uint64_t items_done, int workers,

@@ -41,6 +41,23 @@ TEST(JobCostModel, PriorUntilMeasuredThenPerWorkerRounds) {
   EXPECT_DOUBLE_EQ(m.estimate(1, 40.0), 40.0);  // another configuration keeps its prior
 }
 
+TEST(JobCostModel, OneSlowFirstSliceDoesNotRaiseAGatedEstimate) {
+  JobCostModel gated, opaque;
+  gated.init(true);
+  opaque.init(false);
+  // The prior says 100 us; the first slices measure 3700 us (a cold start, a loaded machine).
+  EXPECT_DOUBLE_EQ(gated.add_slice(0, 3700.0, 1, 1, 100.0), 100.0);
+  EXPECT_DOUBLE_EQ(gated.add_slice(0, 3700.0, 1, 1, 100.0), 100.0);
+  // Three samples agree: now the estimate follows them.
+  EXPECT_DOUBLE_EQ(gated.add_slice(0, 3700.0, 1, 1, 100.0), 3700.0);
+  // Opaque work is not stopped by the gate: its estimate rises with the first sample.
+  EXPECT_DOUBLE_EQ(opaque.add_slice(0, 3700.0, 1, 1, 100.0), 3700.0);
+  // Lowering needs one sample, gated or not (a prior 25x too large is the common case).
+  JobCostModel low;
+  low.init(true);
+  EXPECT_DOUBLE_EQ(low.add_slice(0, 4.0, 1, 1, 100.0), 4.0);
+}
+
 TEST(JobCostModel, GatedMedianIgnoresOutliersOpaqueTakesTheSlowEnd) {
   JobCostModel gated, opaque;
   gated.init(true);
