@@ -84,19 +84,18 @@ class Runtime {
     });
   }
   std::shared_ptr<SimWorld> sim_world() {
-    return without_gil([&] { return sim_world_native(); });
-  }
-  std::shared_ptr<SimWorld> sim_world_native() {
-    Use use(core_->life, "Runtime");
-    pfSimWorld_t world = nullptr;
-    check(pfRuntimeGetSimWorld(core_->runtime, &world));
-    if (core_->world != nullptr && core_->world->world == world) {
-      return std::make_shared<SimWorld>(core_->world);
-    }
-    auto view = std::make_shared<WorldCore>();
-    view->world = world;
-    view->owner = core_;
-    return std::make_shared<SimWorld>(view);
+    return without_gil([&] {
+      Use use(core_->life, "Runtime");
+      pfSimWorld_t world = nullptr;
+      check(pfRuntimeGetSimWorld(core_->runtime, &world));
+      if (core_->world != nullptr && core_->world->world == world) {
+        return std::make_shared<SimWorld>(core_->world);
+      }
+      auto view = std::make_shared<WorldCore>();
+      view->world = world;
+      view->owner = core_;
+      return std::make_shared<SimWorld>(view);
+    });
   }
   int async_error() {
     return without_gil([&] {
@@ -334,7 +333,6 @@ class Runtime {
   Job create_item_job(const std::string& name, int priority, uint64_t items, double item_cost_us,
                       nb::object fn, uint64_t available);
   Job create_fill_job(const fjParams_t& given);
-  Job create_fill_job_native(const fjParams_t& given, std::vector<std::shared_ptr<JobCore>>& dropped);
 
   std::vector<Job> jobs() {
     return without_gil([&] {
@@ -349,6 +347,8 @@ class Runtime {
   }
 
  private:
+  // create_fill_job's body, run with the GIL released (jobs.cpp).
+  Job create_fill_job_native(const fjParams_t& given, std::vector<std::shared_ptr<JobCore>>& dropped);
   std::vector<std::shared_ptr<PySliceObserver>> observers_;  // every one set (see above)
   std::shared_ptr<PySliceObserver> current_observer_;
   // Called with the GIL released (it takes the jobs' lifetime locks). The closed jobs it drops

@@ -83,8 +83,7 @@ void note_too_short(RuntimeState& s, JobState& job, const BubbleRecord& bubble,
   job.cost.note_too_short(bubble.predicted_us, bubble.gated_budget_us);
   if (job.cost.warned || job.cost.too_short_streak < static_cast<uint32_t>(warn_after)) return;
   job.cost.warned = true;
-  const int config = std::max(0, job.last_config >= 0 ? job.last_config : job.setup_config);
-  const size_t index = static_cast<size_t>(config);
+  const size_t index = static_cast<size_t>(current_config(job));
   std::array<double, kRecentTooShort> predicted{}, budget{};
   const size_t n = job.cost.recent(predicted, budget);
   std::string predictions, budgets;

@@ -383,7 +383,7 @@ pfResult_t JobRegistry::info(RuntimeState& s, JobState& job, pfJobInfo_t* out) {
 
 pfResult_t JobRegistry::cost_info(RuntimeState& s, JobState& job, pfJobCostInfo_t* out) {
   MutexLock lock(s.mu);
-  const int config = std::max(0, job.last_config >= 0 ? job.last_config : job.setup_config);
+  const int config = current_config(job);
   const size_t index = static_cast<size_t>(config);
   *out = pfJobCostInfo_t{};
   out->size = sizeof(pfJobCostInfo_t);

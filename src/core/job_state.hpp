@@ -7,6 +7,7 @@
 // REQUIRES(s.mu) on the RuntimeState it is given instead.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -108,6 +109,12 @@ inline constexpr uint32_t kMaxLateSlicesWithoutProgress = 16;
 // Ticket and graph jobs are gated and report their progress through the cursor; opaque jobs are
 // neither (their planned items count as done).
 inline bool is_gated(pfJobKind_t kind) { return kind != pfJobOpaque; }
+
+// The configuration a job runs with now: its latest slice's, else the one chosen at setup (0
+// when neither is known yet). Read under the state lock, like last_config.
+inline int current_config(const JobState& job) {
+  return std::max(0, job.last_config >= 0 ? job.last_config : job.setup_config);
+}
 
 inline bool is_terminal(pfJobStatus_t s) {
   return s == pfJobCompleted || s == pfJobFailed || s == pfJobCancelled;

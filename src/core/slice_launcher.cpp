@@ -160,8 +160,7 @@ BubblePlan SliceLauncher::plan(RuntimeState& s, const FillRequest& in,
         request.predicted_us - request.launch_overhead_us > 0) {
       if (job->slot >= 0) out.too_short_slots.set(static_cast<size_t>(job->slot));
       if (job->cost.probe_due() && job->slices_in_flight == 0) {
-        const int config = job->last_config >= 0 ? job->last_config : std::max(0, job->setup_config);
-        SlicePlan probe = plan_probe(request, job->planned_configs, config);
+        SlicePlan probe = plan_probe(request, job->planned_configs, current_config(*job));
         if (probe.fill) slice = std::move(probe);
       }
     }
