@@ -97,6 +97,10 @@ struct JobCostModel {
   // The estimate of configuration `config`: the kind's quantile of its window, `prior_us` until
   // it has a sample (gated: at most `prior_us` until kGatedSamplesToRaise samples).
   double estimate(size_t config, double prior_us) const;
+  // Samples measured for `config` over the job's life (0 beyond kMaxConfigs: not learned).
+  uint64_t samples(size_t config) const {
+    return config < windows.size() ? windows[config].total() : 0;
+  }
   // A timed slice's measurement (items_done >= 1, workers >= 1). Returns the new estimate.
   double add_slice(size_t config, double busy_us, uint64_t items_done, int workers,
                    double prior_us);

@@ -97,7 +97,7 @@ void note_too_short(RuntimeState& s, JobState& job, const BubbleRecord& bubble,
             "(and in an occasional one-item probe); if the estimate is wrong, give the job a "
             "realistic item cost. (PIPEFILL_TOO_SHORT_WARN_BUBBLES={} sets when this warns.)",
             job.name, job.cost.too_short_streak, job.planned_configs[index].item_cost_us,
-            job.configs[index].item_cost_us, job.cost.windows[index].total(), job.cost.probes,
+            job.configs[index].item_cost_us, job.cost.samples(index), job.cost.probes,
             n, predictions, budgets, warn_after);
 }
 

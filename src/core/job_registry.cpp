@@ -392,7 +392,7 @@ pfResult_t JobRegistry::cost_info(RuntimeState& s, JobState& job, pfJobCostInfo_
   out->learned_cost_us = index < job.planned_configs.size()
                              ? job.planned_configs[index].item_cost_us
                              : out->prior_cost_us;
-  out->samples = index < job.cost.windows.size() ? job.cost.windows[index].total() : 0;
+  out->samples = job.cost.samples(index);
   out->probes = job.cost.probes;
   out->too_short_streak = job.cost.too_short_streak;
   out->too_short_bubbles = job.cost.too_short_bubbles;

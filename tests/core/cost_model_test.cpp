@@ -58,6 +58,16 @@ TEST(JobCostModel, OneSlowFirstSliceDoesNotRaiseAGatedEstimate) {
   EXPECT_DOUBLE_EQ(low.add_slice(0, 4.0, 1, 1, 100.0), 4.0);
 }
 
+TEST(JobCostModel, ConfigurationsBeyondTheLearnedOnesKeepTheirPriorAndCountNoSample) {
+  JobCostModel m;
+  m.init(true);
+  const size_t beyond = JobCostModel::kMaxConfigs;  // a job may have more configurations
+  EXPECT_DOUBLE_EQ(m.add_slice(beyond, 10.0, 1, 1, 70.0), 70.0);
+  EXPECT_EQ(m.samples(beyond), 0u);
+  m.add_slice(0, 10.0, 1, 1, 70.0);
+  EXPECT_EQ(m.samples(0), 1u);
+}
+
 TEST(JobCostModel, GatedMedianIgnoresOutliersOpaqueTakesTheSlowEnd) {
   JobCostModel gated, opaque;
   gated.init(true);
