@@ -24,18 +24,26 @@
  *   uint64_t load(const volatile uint64_t* word)   reads a word another agent writes (the gate)
  *   uint64_t fetch_add_one(uint64_t* word)         atomically adds 1, returns the old value
  *
- * HostAtomics (below) is the CPU policy (std::atomic_ref: words must be 8-byte aligned); the GPU
- * policy lives in device.cuh (volatile load, atomicAdd).
+ * HostAtomics (below) is the CPU policy (sequentially consistent atomics on 8-byte aligned words);
+ * the GPU policy lives in device.cuh (volatile load, atomicAdd).
+ *
+ * Language: C++17 (host compilers) or CUDA C++17. The CPU policy uses the GCC/Clang __atomic
+ * builtins (what std::atomic_ref compiles to there), so it needs no C++20; another compiler falls
+ * back to C++20's std::atomic_ref.
  */
 #ifndef PIPEFILL_ITEM_PROTOCOL_HPP_
 #define PIPEFILL_ITEM_PROTOCOL_HPP_
+
+#if !defined(__cplusplus) || (__cplusplus < 201703L && !defined(__CUDACC__))
+#error "pipefill/item_protocol.hpp needs C++17 or later (-std=c++17)"
+#endif
 
 #include <stdint.h>
 
 #include "pipefill/pipefill.h"
 
-#if !defined(__CUDA_ARCH__)
-#include <atomic>
+#if !defined(__CUDA_ARCH__) && !defined(__GNUC__)
+#include <atomic> /* std::atomic_ref (C++20) where the __atomic builtins are missing */
 #endif
 
 #if defined(__CUDACC__)
@@ -89,14 +97,22 @@ PF_PROTOCOL_FN uint64_t claimable_items(uint64_t item_count, uint64_t available,
 }
 
 #if !defined(__CUDA_ARCH__)
-/* The CPU policy: sequentially consistent std::atomic_ref operations on 8-byte aligned words.
- * The gate is written by another thread (a stream's word write) and read by every block. */
+/* The CPU policy: sequentially consistent atomic operations on 8-byte aligned words. The gate is
+ * written by another thread (a stream's word write) and read by every block. */
 struct HostAtomics {
   uint64_t load(const volatile uint64_t* word) const {
+#if defined(__GNUC__) /* GCC and Clang: the builtins std::atomic_ref<uint64_t> is made of */
+    return __atomic_load_n(const_cast<const uint64_t*>(word), __ATOMIC_SEQ_CST);
+#else
     return std::atomic_ref<uint64_t>(*const_cast<uint64_t*>(word)).load();
+#endif
   }
   uint64_t fetch_add_one(uint64_t* word) const {
+#if defined(__GNUC__)
+    return __atomic_fetch_add(word, uint64_t{1}, __ATOMIC_SEQ_CST);
+#else
     return std::atomic_ref<uint64_t>(*word).fetch_add(1);
+#endif
   }
 };
 

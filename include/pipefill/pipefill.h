@@ -703,12 +703,12 @@ typedef struct pfSimDeviceDesc_t {
 } pfSimDeviceDesc_t;
 
 #define PF_SIM_DEVICE_DESC_INITIALIZER \
-  {132, (size_t)141 << 30, 0.0, 0.6, sizeof(pfSimDeviceDesc_t), 0.5, 0.6, 0.5, 1.0}
+  {132, 141ULL << 30, 0.0, 0.6, sizeof(pfSimDeviceDesc_t), 0.5, 0.6, 0.5, 1.0}
 /* The same device with every interference coefficient 0 (beta, beta_f, gamma): co-running
  * kernels do not slow each other. For tests whose expected times assume no interference, and
  * for the "interference off" sensitivity row; not a model of a real GPU. */
 #define PF_SIM_DEVICE_DESC_NO_INTERFERENCE_INITIALIZER \
-  {132, (size_t)141 << 30, 0.0, 0.0, sizeof(pfSimDeviceDesc_t), 0.5, 0.0, 0.0, 1.0}
+  {132, 141ULL << 30, 0.0, 0.0, sizeof(pfSimDeviceDesc_t), 0.5, 0.0, 0.0, 1.0}
 
 PF_API pfResult_t pfSimWorldCreate(int device_count, const pfSimDeviceDesc_t* desc,
                                    uint64_t seed, pfSimWorld_t* world);

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Installs a build tree into a scratch prefix, MOVES the prefix elsewhere (so nothing may point at
+# the install location: pipefill.pc must be relative to ${pcfiledir}, the CMake package files to
+# their own directory), then builds and runs, from the moved prefix:
+#   1. main.c with `cc $(pkg-config --cflags --libs pipefill)`           (C99)
+#   2. cxx/main.cpp with `c++ -std=c++17 $(pkg-config --cflags --libs pipefill)`
+#   3. both through find_package(pipefill) (this folder's CMakeLists.txt, CMAKE_PREFIX_PATH only).
+# Usage: check_installed.sh <build-dir> <scratch-dir> <expected-version>
+# Environment: CC, CXX, CMAKE, CMAKE_GENERATOR (defaults: cc, c++, cmake, CMake's own default).
+# Run by the ctest package.installed_prefix_consumers and by scripts/test.sh.
+set -euo pipefail
+build=$(cd "$1" && pwd)
+mkdir -p "$2"
+scratch=$(cd "$2" && pwd)
+expected_version=$3
+here=$(cd "$(dirname "$0")" && pwd)
+cc=${CC:-cc}
+cxx=${CXX:-c++}
+cmake=${CMAKE:-cmake}
+generator=()
+[ -n "${CMAKE_GENERATOR:-}" ] && generator=(-G "$CMAKE_GENERATOR")
+
+rm -rf "$scratch/installed" "$scratch/moved" "$scratch/out"
+mkdir -p "$scratch/out" "$scratch/moved"
+"$cmake" --install "$build" --prefix "$scratch/installed" >/dev/null
+mv "$scratch/installed" "$scratch/moved/prefix"  # the install location no longer exists
+prefix=$scratch/moved/prefix
+
+pc=$(find "$prefix" -name pipefill.pc -path '*/pkgconfig/*' | head -1)
+[ -n "$pc" ] || { echo "FAIL: no pipefill.pc under $prefix"; exit 1; }
+if grep -n "$scratch/installed" "$pc"; then
+  echo "FAIL: $pc names the install location it was moved away from"; exit 1
+fi
+export PKG_CONFIG_PATH=$(dirname "$pc")
+flags=$(pkg-config --cflags --libs pipefill)
+libdir=$(pkg-config --variable=libdir pipefill)
+version=$(pkg-config --modversion pipefill)
+echo "pkg-config from the moved prefix: $flags (version $version)"
+[ "$version" = "$expected_version" ] || { echo "FAIL: pipefill.pc says $version, the build is $expected_version"; exit 1; }
+[ -f "$libdir/libpipefill.so" ] || { echo "FAIL: libdir $libdir has no libpipefill.so"; exit 1; }
+[ -f "$(pkg-config --variable=includedir pipefill)/pipefill/pipefill.h" ] || {
+  echo "FAIL: includedir has no pipefill/pipefill.h"; exit 1; }
+
+# shellcheck disable=SC2086  # $flags is a list of flags
+"$cc" -std=c99 -Wall -Wextra -Werror "$here/main.c" $flags -o "$scratch/out/c_pkgconfig"
+# shellcheck disable=SC2086
+"$cxx" -std=c++17 -Wall -Wextra -Werror "$here/cxx/main.cpp" $flags -o "$scratch/out/cxx_pkgconfig"
+LD_LIBRARY_PATH=$libdir "$scratch/out/c_pkgconfig"
+LD_LIBRARY_PATH=$libdir "$scratch/out/cxx_pkgconfig"
+
+"$cmake" -S "$here" -B "$scratch/out/cmake" "${generator[@]}" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" >/dev/null
+"$cmake" --build "$scratch/out/cmake" >/dev/null
+# The imported target carries the library's location: no LD_LIBRARY_PATH (CMake's build rpath).
+"$scratch/out/cmake/consumer"
+"$scratch/out/cmake/consumer_cxx"
+echo "PASS: C and C++ consumers built and ran through pkg-config and find_package from a moved prefix"
