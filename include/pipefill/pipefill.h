@@ -17,8 +17,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The version rule (docs/api.md, "Versions"): one version, CMake's project(VERSION) = these
+ * macros = pyproject.toml's (tests/headers/check_version.sh). Every release that appends a field
+ * or adds a function bumps MINOR (0.x: additions only; older binaries keep working through the
+ * size-versioned layouts); comments say "added in 0.N" for what came with release 0.N, so
+ * `PIPEFILL_VERSION_CODE >= N * 100` tests for it. */
 #define PIPEFILL_VERSION_MAJOR 0
-#define PIPEFILL_VERSION_MINOR 1
+#define PIPEFILL_VERSION_MINOR 4
 #define PIPEFILL_VERSION_PATCH 0
 /* Encoded as MAJOR*10000 + MINOR*100 + PATCH, like NCCL_VERSION_CODE. */
 #define PIPEFILL_VERSION_CODE \
@@ -121,13 +126,13 @@ typedef enum pfLogLevel_t {
  *   PIPEFILL_GATED_QUANTILE=<0..1>      PIPEFILL_FILL_OPTIMIZER_BUBBLES=0|1   (version 4)
  *   PIPEFILL_TOO_SHORT_WARN_BUBBLES=<int >= 1>   (no config field; pfJobGetCostInfo)
  */
-/* Version 2: the "unset" values below are ones no caller passes on purpose (in version 1 they were
+/* Version 2 (0.2): the "unset" values below are ones no caller passes on purpose (in version 1 they were
  * -1 / -1.0, so a margin of -1.0 silently meant "default"). A version 1 config (a caller built
- * against the 0.1.0 header) is still accepted, with its -1 / -1.0 meaning "unset". `size` is
+ * against the 0.1 header) is still accepted, with its -1 / -1.0 meaning "unset". `size` is
  * honoured both ways: a smaller (older) layout gets defaults for the fields it lacks, and
  * pfRuntimeGetConfig writes only the bytes the caller's `size` holds. */
-/* Version 3 appends fill_streams and launch_mode; a version 2 layout (size and version of the
- * 0.1 header with version 2) gets their defaults. Version 4 appends gated_prediction_quantile
+/* Version 3 (0.3) appends fill_streams and launch_mode; a version 2 layout (size and version of
+ * the 0.2 header) gets their defaults. Version 4 (0.4) appends gated_prediction_quantile
  * and fill_optimizer_bubbles; a version 3 layout (PF_CONFIG_V3_SIZE bytes, version 3) gets their
  * defaults. */
 #define PF_CONFIG_VERSION 4
@@ -476,10 +481,10 @@ typedef struct pfGraphJobDesc_t {
                               after *index_word was written; must not call into PipeFill */
   void* user;              /* passed to on_item and teardown */
   void (*teardown)(void* user); /* optional: once, after the job ended and its last slice ran */
-  /* Added in 0.1 (streaming); a caller whose desc->size ends before it gets UINT64_MAX. */
+  /* Added in 0.4 (streaming); a caller whose desc->size ends before it gets UINT64_MAX. */
   uint64_t available;      /* items claimable from the start (pfJobSetAvailable): 0 for a job
                               whose input is staged while it runs; UINT64_MAX: all item_count */
-  /* Added in 0.3; a caller whose desc->size ends before it gets 0. Host backend only: 1 when
+  /* Added in 0.4; a caller whose desc->size ends before it gets 0. Host backend only: 1 when
    * on_item does the item's work (e.g. a Python function), so an item takes as long as on_item
    * does and item_cost_us is only the planner's first estimate (learned from measured slices,
    * pfJobGetCostInfo). 0: each item also lasts at least item_cost_us (a stand-in for the graph's
@@ -535,7 +540,7 @@ typedef struct pfStats_t {
   uint64_t jobs_completed;
   uint64_t jobs_failed;
   double host_begin_end_ns;    /* mean host cost of pfBubbleBegin+pfBubbleEnd */
-  /* ---- Appended in 0.2: only pfRuntimeGetStatsV2 writes the fields below ---- */
+  /* ---- Appended in 0.3: only pfRuntimeGetStatsV2 writes the fields below ---- */
   double filled_sm_us;         /* sum over slices of (overlap with the bubble) x (SMs granted) */
   double capacity_sm_us;       /* sum over timed bubbles of duration x fill SMs of the partition */
 } pfStats_t;

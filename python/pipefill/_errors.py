@@ -30,3 +30,16 @@ class PipeFillError(Exception):
 
     def __reduce__(self):  # picklable across processes (multiprocessing, torch.distributed)
         return (type(self), (int(self.code), self.message))
+
+
+class FillJobError(PipeFillError, RuntimeError):
+    """A fill job ended itself (a Python item, the sink or a checkpoint raised): ``code`` is
+    Result.JOB_FAILED and ``message`` names the job, the item and the reason. The same failure
+    reads as JobStatus.FAILED in ``Job.info()``, counts in ``Runtime.stats().jobs_failed`` and is
+    raised by ``Job.wait()``. A RuntimeError too, as before it was a PipeFillError."""
+
+    def __init__(self, message: str, code: int = int(Result.JOB_FAILED)) -> None:
+        super().__init__(code, message)
+
+    def __reduce__(self):
+        return (type(self), (self.message, int(self.code)))

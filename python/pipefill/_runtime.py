@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 from . import _pipefill
 from ._config import Config
 from ._enums import Backend, BubbleKind, JobStatus, Result, SkipCause, _KIND_NAMES
-from ._errors import PipeFillError
+from ._errors import FillJobError, PipeFillError
 from ._sim import SimStream, SimWorld
 from . import _extensions, _profiler
 from ._stats import (ClassStats, CostInfo, FillProgress, GraphCounts, JobInfo, MemoryInfo, Stats,  # noqa: F401
@@ -119,6 +119,10 @@ class Job:
         self.runtime = runtime
         self.spec = spec
         self._native = native
+        # Why the job ended itself on the Python side (a Python item, a sink or a checkpoint
+        # raised: _fail), None otherwise. The native job is cancelled then; info(), wait() and
+        # Runtime.stats() tell it as the failure it is.
+        self._failure: Optional[str] = None
 
     @property
     def name(self) -> str:
@@ -129,11 +133,49 @@ class Job:
         return self._native.closed
 
     def info(self) -> JobInfo:
-        """pfJobGetStatus."""
+        """pfJobGetStatus; a job that ended itself on the Python side (a Python item raised)
+        reads FAILED with error JOB_FAILED, like a native failure."""
+        failure = self._python_failure()
         d = self._native.info()
         d["status"] = JobStatus(d["status"])
         d["error"] = Result(d["error"])
+        if failure is not None:
+            d["status"], d["error"] = JobStatus.FAILED, Result.JOB_FAILED
         return JobInfo(**d)
+
+    @property
+    def failure(self) -> Optional[str]:
+        """Why the job failed on the Python side (the item and the exception), else None."""
+        return self._python_failure()
+
+    def _python_failure(self) -> Optional[str]:
+        if self._failure is None and not self._native.closed:
+            try:
+                item_error = self._native.item_error()  # item jobs: a Python item raised
+            except PipeFillError:
+                item_error = None  # not an item job
+            if item_error is not None:
+                self._fail(f"job '{self.name}': {item_error}")
+        return self._failure
+
+    def _fail(self, message: str) -> None:
+        """Ends the job as failed on the Python side: cancels the native job (nothing more is
+        scheduled) and records ``message``; counted once in Runtime.stats().jobs_failed."""
+        if self._failure is not None:
+            return
+        completed = False
+        if not self._native.closed:
+            status = JobStatus(self._native.info()["status"])
+            if status == JobStatus.FAILED:
+                return  # it failed natively before: that failure is its outcome, counted already
+            completed = status == JobStatus.COMPLETED  # its items ran, its sink or item failed
+            try:
+                self._native.cancel()
+            except PipeFillError:
+                pass  # it ended meanwhile
+        self._failure = message
+        self.runtime._python_failed_jobs += 1
+        self.runtime._python_failed_completed += int(completed)
 
     @property
     def status(self) -> JobStatus:
@@ -160,7 +202,16 @@ class Job:
                 raise PipeFillError(Result.INVALID_ARGUMENT, f"Job.wait: timeout {timeout!r} "
                                     "is not a number of seconds")
             timeout_us = max(0.0, float(timeout)) * 1e6
-        self._native.wait(timeout_us)
+        failure = self._python_failure()
+        if failure is not None:
+            raise FillJobError(failure)
+        try:
+            self._native.wait(timeout_us)
+        except PipeFillError as error:
+            failure = self._python_failure()
+            if failure is not None and error.code == Result.CANCELLED:
+                raise FillJobError(failure) from None
+            raise
         return self.info()
 
     def close(self) -> None:
@@ -312,6 +363,8 @@ class Runtime:
         self._world = world  # kept alive while the runtime lives
         self._native = _pipefill.Runtime(config._to_raw(), world._native if world else None)
         self._job_refs: "List[weakref.ref[Job]]" = []
+        self._python_failed_jobs = 0  # jobs that failed on the Python side (Job._fail)
+        self._python_failed_completed = 0  # of them, those the library counted as completed
         # The runtime's class key of the next unlabelled bubble ("#k": k-th of the iteration),
         # and the torch.profiler range of the open bubble (_profiler).
         self._bubble_index = 0
@@ -333,15 +386,11 @@ class Runtime:
             requested = os.environ.get("PIPEFILL_BACKEND", "auto")
         if str(requested).strip().lower() not in ("auto", "0", str(Backend.AUTO)):
             return
-        chosen = self.backend
-        if chosen == Backend.SIM:
-            warnings.warn("pipefill: backend 'auto' found no usable GPU and chose the simulated "
-                          "device (Backend.SIM: virtual time, a real wait takes no simulated "
-                          "time, so real-time bubbles measure 0); pass backend='host' for the "
-                          "real-time CPU device or backend='sim' to choose the simulator "
-                          "explicitly", RuntimeWarning, stacklevel=3)
-        else:
-            logging.getLogger("pipefill").info("backend 'auto' chose %s", chosen)
+        # The fallback to the simulator is warned about once, by the library itself (its log at
+        # level warn, which pfRuntimeCreate just wrote): a second warning here said the same
+        # twice per rank, and "bubbles measure 0" was untrue where waits are mirrored into
+        # virtual time (pipefill.torch does it).
+        logging.getLogger("pipefill").info("backend 'auto' chose %s", self.backend)
 
     # ---- life ----
     def close(self) -> None:
@@ -526,7 +575,11 @@ class Runtime:
         (pfRuntimeGetSkipCounts) and every bubble class (pfRuntimeGetClassStats). ``print()``
         it for a summary and a table per class."""
         classes = tuple(ClassStats._from_native(c) for c in self._native.class_stats())
-        return Stats(**self._native.stats(), skips=_skips(self._native.skip_counts()),
+        native = self._native.stats()
+        # A job that failed on the Python side is cancelled natively: counted as the failure.
+        native["jobs_failed"] += self._python_failed_jobs
+        native["jobs_completed"] -= self._python_failed_completed
+        return Stats(**native, skips=_skips(self._native.skip_counts()),
                      classes=classes, bubble_failures=self.bubble_failures)
 
     def memory_info(self) -> MemoryInfo:

@@ -19,6 +19,9 @@
 // runtime, its config and the host device's stream calls), jobs.* (fill jobs and the example
 // jobs' parameters), sim_world.* (the simulated world). This file is the module's entry point.
 
+#include <cstdlib>
+#include <string_view>
+
 #include "core/env_check.hpp"
 #include "runtime.hpp"
 
@@ -30,6 +33,14 @@ NB_MODULE(_pipefill, m) {
       "Native layer of the pipefill package: the PipeFill C API and the example fill jobs.\n"
       "Use the `pipefill` package; this module's names are its building blocks.";
   nb::register_exception_translator(&translate_error);
+  // nanobind lists, at interpreter exit, every instance, type and function of this module still
+  // alive (~25 lines for a script that never closed its runtime: module globals are not collected
+  // at exit). That is a check for this package's own tests (tests/python/conftest.py sets
+  // PIPEFILL_LEAK_WARNINGS=1), not a message for a user's script, which exits quietly. What a
+  // script leaves open is not closed at exit: the process ends its threads, and the item
+  // trampolines call no Python once the interpreter is finalizing (streaming.cpp).
+  const char* leak_warnings = std::getenv("PIPEFILL_LEAK_WARNINGS");
+  nb::set_leak_warnings(leak_warnings != nullptr && std::string_view(leak_warnings) == "1");
 
   m.def(
       "set_error_type",

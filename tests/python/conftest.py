@@ -16,6 +16,10 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
+# nanobind's leak report at interpreter exit is on for this suite and its subprocesses only (a
+# user's script exits quietly: python/src/module.cpp). Read when pipefill is first imported.
+os.environ.setdefault("PIPEFILL_LEAK_WARNINGS", "1")
+
 
 def _build_dir() -> pathlib.Path:
     return pathlib.Path(os.environ.get("PIPEFILL_BUILD_DIR", REPO / "build"))

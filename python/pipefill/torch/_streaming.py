@@ -44,17 +44,13 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
 import torch
 
 from .._enums import Backend, Result
-from .._errors import PipeFillError
+from .._errors import FillJobError, PipeFillError
 from .._runtime import Job, Runtime
 
 UNBOUNDED_ITEMS = 1 << 62
 """Item count of a job whose input length is unknown: pfJobEndInput sets the real one."""
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-
-class FillJobError(RuntimeError):
-    """A fill job ended itself: the message names the item and the bad value."""
 
 
 @dataclass(frozen=True)
@@ -311,11 +307,8 @@ class _StreamingJob:
             if self._error is None:
                 self._error = message
             self._cv.notify_all()
-        try:
-            if self.job is not None:
-                self.job.cancel()
-        except PipeFillError:
-            pass  # it ended already
+        if self.job is not None:
+            self.job._fail(message)  # the job reads FAILED everywhere (info, stats, wait)
 
     def _check_item_error(self) -> None:
         if self.job is None or self._error is not None:
@@ -330,7 +323,8 @@ class _StreamingJob:
         self._check_item_error()
         return self._error
 
-    def _wait_finished(self, timeout: Optional[float]) -> None:
+    def _wait_finished(self, timeout: Optional[float], asked: Optional[float] = None) -> None:
+        # asked: the caller's whole timeout, for the message (timeout may be what is left of it)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             self._check_item_error()
@@ -340,14 +334,14 @@ class _StreamingJob:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise PipeFillError(Result.TIMEOUT, f"job '{self.job.name}' did not finish "
-                                        f"within {timeout} s")
+                                        f"within {timeout if asked is None else asked} s")
                 self._cv.wait(0.05 if left is None else min(0.05, left))
         if self._error is not None:
             raise FillJobError(self._error)
 
-    def _wait(self, timeout: Optional[float]) -> Progress:
+    def _wait(self, timeout: Optional[float], asked: Optional[float] = None) -> Progress:
         started = time.monotonic()
-        self._wait_finished(timeout)
+        self._wait_finished(timeout, asked)
         if self.job is not None:
             # The last slice's completion reaches the job when its bubble is harvested.
             self.job.runtime.synchronize()
@@ -647,7 +641,7 @@ class InferenceJob(_StreamingJob):
                 self._finished = True
                 self._cv.notify_all()
         except Exception as error:
-            self._fail(str(error) if isinstance(error, FillJobError)
+            self._fail(error.message if isinstance(error, FillJobError)
                        else f"job '{self.name}': drainer: {type(error).__name__}: {error}")
 
     # -- resume --

@@ -454,7 +454,7 @@ class TrainingJob(_StreamingJob):
                         self._finished = True
                     self._cv.notify_all()
         except Exception as error:
-            self._fail(str(error) if isinstance(error, FillJobError)
+            self._fail(error.message if isinstance(error, FillJobError)
                        else f"training_job '{self.name}': checkpoint writer: "
                             f"{type(error).__name__}: {error}")
 
@@ -578,7 +578,7 @@ class TrainingJob(_StreamingJob):
                     self._drained = k + 1
                 self._stepped(loss)
         except Exception as error:
-            self._fail(str(error) if isinstance(error, FillJobError)
+            self._fail(error.message if isinstance(error, FillJobError)
                        else f"training_job '{self.name}': drainer: {type(error).__name__}: {error}")
 
     # -- public --
@@ -607,7 +607,8 @@ class TrainingJob(_StreamingJob):
                         break
                     self._cv.wait(0.05 if left is None else min(0.05, left))
             self._take_snapshot("wait")
-        return self._wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return self._wait(None if deadline is None else max(0.0, deadline - time.monotonic()),
+                          asked=timeout)
 
     def _check_item_error(self) -> None:
         if self.cuda:

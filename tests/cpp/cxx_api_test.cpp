@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "fixtures.hpp"
+#include "runtime/fixtures.hpp"
 #include "pipefill/pipefill.hpp"
 
 namespace pipefill::testing {
