@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs every test, each build once:
 #  1. the release build (CUDA backend compiled when the toolkit is present; GPU tests skip without
-#     a device) with the Python extension in the same tree, its ctest suite, then the Python
+#     a device) with the Python extension in the same tree, its ctest suite, the library installed
+#     into a scratch prefix (moved, then C and C++ consumers built against it), then the Python
 #     package's pytest suite on that very extension (no second build of the library), then that
 #     extension as a manylinux wheel, installed and run where the dev packages and toolkit are hidden;
 #  2. the whole suite under ASan+UBSan;
@@ -42,7 +43,13 @@ cmake -S . -B build -G Ninja "${launcher[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo 
   -DPIPEFILL_BUILD_PYTHON=ON -DPython_EXECUTABLE="$py" >/dev/null
 cmake --build build -j "$jobs"
 step "tests (release)"
-ctest --test-dir build -j "$jobs" --timeout 300
+# package.installed_prefix_consumers runs as the next stage, on its own.
+ctest --test-dir build -j "$jobs" --timeout 300 -E '^package[.]installed_prefix_consumers$'
+
+step "install: the release tree into a scratch prefix, moved; C and C++ consumers through pkg-config and find_package"
+# The ctest package.installed_prefix_consumers (tests/package_consumer/check_installed.sh): pipefill.pc
+# relative to itself, the CMake package files, docs/integration.md section 4's program.
+ctest --test-dir build --timeout 300 -R '^package[.]installed_prefix_consumers$' --no-tests=error
 
 step "python package: the release tree's extension (CUDA backend included), pytest (bindings, gloo pipelines)"
 # With the toolkit here the extension must be the CUDA build, the one `pip install .` gives users.

@@ -2,9 +2,11 @@
 # Installs a build tree into a scratch prefix, MOVES the prefix elsewhere (so nothing may point at
 # the install location: pipefill.pc must be relative to ${pcfiledir}, the CMake package files to
 # their own directory), then builds and runs, from the moved prefix:
-#   1. main.c with `cc $(pkg-config --cflags --libs pipefill)`           (C99)
+#   1. main.c with `cc -std=c99 $(pkg-config --cflags --libs pipefill)`
 #   2. cxx/main.cpp with `c++ -std=c++17 $(pkg-config --cflags --libs pipefill)`
-#   3. both through find_package(pipefill) (this folder's CMakeLists.txt, CMAKE_PREFIX_PATH only).
+#   3. docs/integration.md section 4's C trainer, extracted from the doc, the same way
+#   4. main.c and cxx/main.cpp through find_package(pipefill) (this folder's CMakeLists.txt,
+#      CMAKE_PREFIX_PATH only).
 # Usage: check_installed.sh <build-dir> <scratch-dir> <expected-version>
 # Environment: CC, CXX, CMAKE, CMAKE_GENERATOR (defaults: cc, c++, cmake, CMake's own default).
 # Run by the ctest package.installed_prefix_consumers and by scripts/test.sh.
@@ -47,6 +49,17 @@ echo "pkg-config from the moved prefix: $flags (version $version)"
 "$cxx" -std=c++17 -Wall -Wextra -Werror "$here/cxx/main.cpp" $flags -o "$scratch/out/cxx_pkgconfig"
 LD_LIBRARY_PATH=$libdir "$scratch/out/c_pkgconfig"
 LD_LIBRARY_PATH=$libdir "$scratch/out/cxx_pkgconfig"
+# docs/integration.md section 4's complete C trainer, as written there (the ```c block after its
+# "package-consumer-test" marker), built the same way.
+doc=$here/../../docs/integration.md
+awk '/<!-- package-consumer-test: trainer.c -->/ {found = 1; next}
+     found == 1 && /^```c$/ {found = 2; next}
+     found == 2 && /^```$/ {exit}
+     found == 2 {print}' "$doc" > "$scratch/out/trainer.c"
+[ -s "$scratch/out/trainer.c" ] || { echo "FAIL: no trainer.c block in $doc"; exit 1; }
+# shellcheck disable=SC2086
+"$cc" -std=c99 -Wall -Wextra -Werror "$scratch/out/trainer.c" $flags -o "$scratch/out/trainer"
+LD_LIBRARY_PATH=$libdir PIPEFILL_DEBUG=error "$scratch/out/trainer"
 
 "$cmake" -S "$here" -B "$scratch/out/cmake" "${generator[@]}" -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" >/dev/null
