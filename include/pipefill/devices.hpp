@@ -47,7 +47,7 @@ class SimEvent {
   pfSimEvent_t event_ = nullptr;
 };
 
-namespace sim {
+namespace sim_device {
 
 // A main-job kernel of min(sm_count, the device's SMs) blocks of duration_us each.
 inline void launch_kernel(void* stream, double duration_us, int sm_count) {
@@ -75,9 +75,9 @@ inline void wait_event_transfer(void* stream, const SimEvent& event, double late
 // A stream of SimWorld::create_stream (enqueued work still runs; the handle is invalid after).
 inline void destroy_stream(void* stream) { check(pfSimStreamDestroy(stream)); }
 
-}  // namespace sim
+}  // namespace sim_device
 
-namespace host {
+namespace host_device {
 
 // A main-job operation: occupies the host-backend stream for duration_us of real time.
 inline void stream_delay(void* stream, double duration_us) {
@@ -96,7 +96,7 @@ inline double now(void* stream) {
   return t;
 }
 
-}  // namespace host
+}  // namespace host_device
 }  // namespace pipefill
 
 #endif  // PIPEFILL_DEVICES_HPP_

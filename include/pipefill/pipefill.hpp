@@ -10,10 +10,10 @@
 //
 // Lifetimes (the rule; the same as the Python package's):
 //  - A Job keeps its runtime alive: the C runtime is destroyed when the Runtime object AND every
-//    Job (and Stream, CaptureContextScope) made from it are gone, whichever goes last. Destroying
-//    a Runtime object with live Jobs is therefore fine: nothing leaks, nothing fails; the jobs
-//    keep running in the bubbles of whoever still holds them, and the last Job's destructor
-//    destroys the runtime.
+//    Job (and OwnedStream, CaptureContextScope) made from it are gone, whichever goes last.
+//    Destroying a Runtime object with live Jobs is therefore fine: nothing leaks, nothing fails;
+//    the jobs stay valid (status, wait, cancel) and the last one's destructor destroys the
+//    runtime.
 //  - A runtime created in a SimWorld (Runtime(config, world)) keeps that world alive.
 //  - BubbleScope is a stack scope, like std::lock_guard: it must end before the runtime it
 //    belongs to is destroyed (it holds no reference, to keep the bubble pair at the C cost).
@@ -21,7 +21,8 @@
 //    pfErrorInvalidArgument ("... is NULL").
 //  - Job callbacks (setup, launch, teardown, on_item) are C functions: never let an exception
 //    out of one; pipefill::to_result(...) turns a throwing body into a pfResult_t.
-// The simulated and host devices' main-job calls are in pipefill/devices.hpp (included below).
+// The simulated and host devices' main-job calls are in pipefill/devices.hpp (included below:
+// pipefill::SimEvent, pipefill::sim_device::*, pipefill::host_device::*).
 #ifndef PIPEFILL_PIPEFILL_HPP_
 #define PIPEFILL_PIPEFILL_HPP_
 
@@ -175,7 +176,7 @@ class SimWorld {
 };
 
 class Job;
-class Stream;
+class OwnedStream;
 
 class Runtime {
  public:
@@ -276,16 +277,16 @@ class Runtime {
     streams.resize(written < count ? written : count);
     return streams;
   }
-  // A main-job stream at the highest priority, owned by the returned Stream (RAII).
-  Stream high_priority_stream();
+  // A main-job stream at the highest priority, owned by the returned OwnedStream (RAII).
+  OwnedStream high_priority_stream();
   // The same as a raw handle: destroy it with destroy_stream().
   void* create_high_priority_stream() {
     void* s = nullptr;
     check(pfStreamCreateHighPriority(get(), &s));
     return s;
   }
-  // A capture stream for a graph fill job (pfGraphCaptureStreamCreate), owned by the Stream.
-  Stream graph_capture_stream();
+  // A capture stream for a graph fill job (pfGraphCaptureStreamCreate), owned by the OwnedStream.
+  OwnedStream graph_capture_stream();
   void destroy_stream(void* stream) { check(pfStreamDestroy(get(), stream)); }
 
   // ---- Simulated and host backends ----
@@ -303,7 +304,7 @@ class Runtime {
 
  private:
   friend class Job;
-  friend class Stream;
+  friend class OwnedStream;
   friend class CaptureContextScope;
   void create(const pfConfig_t* config, std::shared_ptr<detail::WorldHandle> world) {
     pfRuntime_t rt = nullptr;
@@ -388,11 +389,11 @@ inline Job Runtime::create_graph_job(const pfGraphJobDesc_t& desc) { return Job(
 
 // A stream the runtime made for the caller (a main-job stream or a graph capture stream),
 // destroyed with pfStreamDestroy by the destructor. Keeps the runtime alive.
-class Stream {
+class OwnedStream {
  public:
-  Stream(Stream&& other) noexcept
+  OwnedStream(OwnedStream&& other) noexcept
       : runtime_(std::move(other.runtime_)), stream_(std::exchange(other.stream_, nullptr)) {}
-  Stream& operator=(Stream&& other) noexcept {
+  OwnedStream& operator=(OwnedStream&& other) noexcept {
     if (this != &other) {
       reset();
       runtime_ = std::move(other.runtime_);
@@ -400,9 +401,9 @@ class Stream {
     }
     return *this;
   }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  ~Stream() { reset(); }
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+  ~OwnedStream() { reset(); }
 
   void* get() const noexcept { return stream_; }
   // Gives up ownership: the caller destroys it (Runtime::destroy_stream).
@@ -410,7 +411,7 @@ class Stream {
 
  private:
   friend class Runtime;
-  Stream(std::shared_ptr<detail::RuntimeHandle> runtime, void* stream) noexcept
+  OwnedStream(std::shared_ptr<detail::RuntimeHandle> runtime, void* stream) noexcept
       : runtime_(std::move(runtime)), stream_(stream) {}
   void reset() noexcept {
     if (stream_ != nullptr) detail::record_destructor_error(pfStreamDestroy(runtime_->runtime, stream_));
@@ -421,13 +422,13 @@ class Stream {
   void* stream_ = nullptr;
 };
 
-inline Stream Runtime::high_priority_stream() {
-  return Stream(handle_, create_high_priority_stream());
+inline OwnedStream Runtime::high_priority_stream() {
+  return OwnedStream(handle_, create_high_priority_stream());
 }
-inline Stream Runtime::graph_capture_stream() {
+inline OwnedStream Runtime::graph_capture_stream() {
   void* s = nullptr;
   check(pfGraphCaptureStreamCreate(get(), &s));
-  return Stream(handle_, s);
+  return OwnedStream(handle_, s);
 }
 
 // pfBubbleBegin in the constructor, pfBubbleEnd in the destructor: scope the recv wait with it.
@@ -451,7 +452,7 @@ class BubbleScope {
 // the same thread: capture a graph fill job's item inside it. Keeps the runtime alive.
 class CaptureContextScope {
  public:
-  CaptureContextScope(Runtime& runtime, const Stream& capture_stream)
+  CaptureContextScope(Runtime& runtime, const OwnedStream& capture_stream)
       : runtime_(runtime.handle_) {
     check(pfGraphCaptureContextPush(runtime.get(), capture_stream.get()));
   }

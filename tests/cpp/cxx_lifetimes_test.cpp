@@ -100,10 +100,10 @@ TEST_F(CxxLifetimes, ARuntimeKeepsItsSimWorldAlive) {
     rt = std::make_unique<Runtime>(quiet_sim_config(), world);
   }  // the SimWorld object goes first; the runtime still runs in the world
   EXPECT_EQ(rt->sim_world().get(), raw_world);
-  Stream main = rt->high_priority_stream();
+  OwnedStream main = rt->high_priority_stream();
   {
     BubbleScope bubble(*rt, main.get());
-    sim::stream_delay(main.get(), 50.0);
+    sim_device::stream_delay(main.get(), 50.0);
   }
   rt->iteration_end();
   rt->sim_world().run_until_idle();
@@ -115,28 +115,28 @@ TEST_F(CxxLifetimes, ARuntimeKeepsItsSimWorldAlive) {
   EXPECT_EQ(pfSimNow(raw_world, &now), pfErrorInvalidArgument);  // the world went with it
 }
 
-TEST_F(CxxLifetimes, StreamsAreDestroyedWithTheirObject) {
+TEST_F(CxxLifetimes, OwnedStreamsAreDestroyedWithTheirObject) {
   Runtime rt(quiet_sim_config());
   void* raw = nullptr;
   {
-    Stream main = rt.high_priority_stream();
+    OwnedStream main = rt.high_priority_stream();
     raw = main.get();
-    Stream moved = std::move(main);
+    OwnedStream moved = std::move(main);
     EXPECT_EQ(main.get(), nullptr);  // NOLINT(bugprone-use-after-move)
     EXPECT_EQ(moved.get(), raw);
   }
   EXPECT_EQ(pfStreamDestroy(rt.get(), raw), pfErrorInvalidArgument);  // already destroyed
-  Stream kept = rt.high_priority_stream();
+  OwnedStream kept = rt.high_priority_stream();
   void* released = kept.release();
   EXPECT_NO_THROW(rt.destroy_stream(released));
 }
 
 TEST_F(CxxLifetimes, AFailingDestructorKeepsCodeAndMessageUntilCleared) {
   Runtime rt(quiet_sim_config());
-  Stream main = rt.high_priority_stream();
+  OwnedStream main = rt.high_priority_stream();
   void* raw = main.get();
   rt.bubble_begin(raw);
-  { Stream doomed = std::move(main); }  // pfStreamDestroy of the open bubble's stream: refused
+  { OwnedStream doomed = std::move(main); }  // pfStreamDestroy of the open bubble's stream: refused
   EXPECT_EQ(last_destructor_error(), pfErrorInvalidState);
   EXPECT_NE(last_destructor_error_message().find("bubble"), std::string::npos)
       << last_destructor_error_message();
@@ -149,7 +149,7 @@ TEST_F(CxxLifetimes, AFailingDestructorKeepsCodeAndMessageUntilCleared) {
 
 TEST_F(CxxLifetimes, CaptureContextScopePairsPushAndPop) {
   Runtime rt(quiet_sim_config());
-  Stream capture = rt.graph_capture_stream();
+  OwnedStream capture = rt.graph_capture_stream();
   { CaptureContextScope scope(rt, capture); }
   EXPECT_EQ(pfGraphCaptureContextPop(rt.get()), pfErrorInvalidState);  // the scope popped it
 }

@@ -15,6 +15,7 @@ cxx_warnings=("${warnings[@]}" -Wold-style-cast)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
+# HEADERS: the headers compiled as C++ (default all four; an override checks an older tree).
 HEADERS=${HEADERS:-pipefill.h pipefill.hpp devices.hpp item_protocol.hpp}
 pairs=()
 command -v gcc >/dev/null && command -v g++ >/dev/null && pairs+=("gcc g++")
@@ -33,7 +34,7 @@ compile() {  # compile <compiler> <lang> <std> <source-file> <warnings...>
   checked=$((checked + 1))
 }
 
-for header in $HEADERS; do
+for header in pipefill.h $HEADERS; do
   printf '#include <pipefill/%s>\n' "$header" > "$out/$header.tu"
 done
 for pair in "${pairs[@]}"; do

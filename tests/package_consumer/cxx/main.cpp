@@ -13,10 +13,10 @@ int main() {
   config.log_level = pfLogError;
   pipefill::SimWorld world(1);
   pipefill::Runtime runtime(config, world);
-  pipefill::Stream main_stream = runtime.high_priority_stream();
+  pipefill::OwnedStream main_stream = runtime.high_priority_stream();
   {
     pipefill::BubbleScope bubble(runtime, main_stream.get());
-    pipefill::sim::stream_delay(main_stream.get(), 100.0);
+    pipefill::sim_device::stream_delay(main_stream.get(), 100.0);
   }
   runtime.iteration_end();
   world.run_until_idle();
