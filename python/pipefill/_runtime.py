@@ -6,6 +6,7 @@ import difflib
 import logging
 import math
 import os
+import threading
 import warnings
 import weakref
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
@@ -123,6 +124,7 @@ class Job:
         # raised: _fail), None otherwise. The native job is cancelled then; info(), wait() and
         # Runtime.stats() tell it as the failure it is.
         self._failure: Optional[str] = None
+        self._failure_lock = threading.Lock()  # _fail may race (a torch job's threads, info())
 
     @property
     def name(self) -> str:
@@ -161,6 +163,10 @@ class Job:
     def _fail(self, message: str) -> None:
         """Ends the job as failed on the Python side: cancels the native job (nothing more is
         scheduled) and records ``message``; counted once in Runtime.stats().jobs_failed."""
+        with self._failure_lock:
+            self._fail_once(message)
+
+    def _fail_once(self, message: str) -> None:
         if self._failure is not None:
             return
         completed = False

@@ -24,7 +24,8 @@ generator=()
 
 rm -rf "$scratch/installed" "$scratch/moved" "$scratch/out"
 mkdir -p "$scratch/out" "$scratch/moved"
-"$cmake" --install "$build" --prefix "$scratch/installed" >/dev/null
+# The consumer's component (lib/CMakeLists.txt): library, headers, CMake and pkg-config files.
+"$cmake" --install "$build" --prefix "$scratch/installed" --component pipefill >/dev/null
 mv "$scratch/installed" "$scratch/moved/prefix"  # the install location no longer exists
 prefix=$scratch/moved/prefix
 
