@@ -126,9 +126,9 @@ typedef enum pfLogLevel_t {
  *   PIPEFILL_GATED_QUANTILE=<0..1>      PIPEFILL_FILL_OPTIMIZER_BUBBLES=0|1   (version 4)
  *   PIPEFILL_TOO_SHORT_WARN_BUBBLES=<int >= 1>   (no config field; pfJobGetCostInfo)
  */
-/* Version 2 (0.2): the "unset" values below are ones no caller passes on purpose (in version 1 they were
- * -1 / -1.0, so a margin of -1.0 silently meant "default"). A version 1 config (a caller built
- * against the 0.1 header) is still accepted, with its -1 / -1.0 meaning "unset". `size` is
+/* Version 2 (0.2): the "unset" values below are ones no caller passes on purpose (in version 1
+ * they were -1 / -1.0, so a margin of -1.0 silently meant "default"). A version 1 config (built
+ * by a caller against the 0.1 header) is still accepted, -1 / -1.0 meaning "unset". `size` is
  * honoured both ways: a smaller (older) layout gets defaults for the fields it lacks, and
  * pfRuntimeGetConfig writes only the bytes the caller's `size` holds. */
 /* Version 3 (0.3) appends fill_streams and launch_mode; a version 2 layout (size and version of

@@ -27,7 +27,7 @@
 #define PIPEFILL_PIPEFILL_HPP_
 
 #if !defined(__cplusplus) || __cplusplus < 201703L
-#error "pipefill/pipefill.hpp needs C++17 or later (-std=c++17); C code includes pipefill/pipefill.h"
+#error "pipefill/pipefill.hpp needs C++17 or later (-std=c++17); C includes pipefill/pipefill.h"
 #endif
 
 #include <array>
@@ -414,7 +414,9 @@ class OwnedStream {
   OwnedStream(std::shared_ptr<detail::RuntimeHandle> runtime, void* stream) noexcept
       : runtime_(std::move(runtime)), stream_(stream) {}
   void reset() noexcept {
-    if (stream_ != nullptr) detail::record_destructor_error(pfStreamDestroy(runtime_->runtime, stream_));
+    if (stream_ != nullptr) {
+      detail::record_destructor_error(pfStreamDestroy(runtime_->runtime, stream_));
+    }
     stream_ = nullptr;
     runtime_.reset();
   }
