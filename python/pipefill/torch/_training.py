@@ -26,21 +26,21 @@ job's.
 from __future__ import annotations
 
 import copy
-import os
 import pathlib
 import threading
 import warnings
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, List, Optional
+from typing import Any, Callable, Iterable, List, Optional
 
 import torch
 
 from .._enums import Backend
 from .._runtime import Runtime
+from ._job_common import (UNBOUNDED_ITEMS, FillJobError, PathLike, Progress, _StreamingJob,
+                          _check_fits_module, _check_writable, _create_item_job, _describe,
+                          _measure_us)
 from ._cuda_ring import TrainingCapture, check_capturable, check_full_batches, job_failure
-from ._streaming import (UNBOUNDED_ITEMS, FillJobError, PathLike, Progress, _check_fits_module,
-                         _check_writable, _create_item_job, _describe, _measure_us, _skip,
-                         _StreamingJob, _write_atomically)
+from ._training_state import Snapshot, _Batches
+from ._checkpoints import _Checkpoints
 
 DEFAULT_STEP_COST_US = 1000.0
 """The item cost assumed only when a step cannot be timed at creation (module not copyable)."""
@@ -57,145 +57,8 @@ def _check_host_optimizer(optimizer: Any, backend: Any) -> None:
                              "(runtime.backend == pf.Backend.CUDA)")
 
 
-FALLBACK_BUBBLES = 256
-"""Bubbles a runtime that never saw ``iteration_end`` begins while a checkpoint is due before the
-job's writer thread takes the checkpoint itself (more than any pipeline iteration has, so a
-trainer that does call ``iteration_end`` never gets there before its first call)."""
 
-
-@dataclass(frozen=True)
-class Snapshot:
-    """When a checkpoint's state was copied: the step, whether a bubble of the runtime was open
-    then (``Runtime.in_bubble``), and who took it ("iteration_end", "fallback" or "wait")."""
-    step: int
-    in_bubble: bool
-    taken_at: str
-
-
-def _to_host(value: Any) -> Any:
-    """A copy of a (nested) state whose tensors are host tensors: on CUDA enqueued on the current
-    stream into pinned memory (non_blocking), on CPU cloned."""
-    if isinstance(value, torch.Tensor):
-        if value.device.type == "cpu":
-            return value.detach().clone()
-        return value.detach().to("cpu", non_blocking=True)
-    if isinstance(value, dict):
-        return type(value)((k, _to_host(v)) for k, v in value.items())
-    if isinstance(value, list):
-        return [_to_host(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_to_host(v) for v in value)
-    return copy.deepcopy(value)
-
-
-# ---- the data position a checkpoint holds -------------------------------------------------
-
-def _generators(data: Any) -> List["torch.Generator"]:
-    """The torch.Generators that decide the order of ``data`` (a DataLoader's, its sampler's, its
-    batch sampler's sampler's), each once, in a fixed order."""
-    found: List[torch.Generator] = []
-    candidates = [data, getattr(data, "sampler", None), getattr(data, "batch_sampler", None),
-                  getattr(getattr(data, "batch_sampler", None), "sampler", None)]
-    for owner in candidates:
-        generator = getattr(owner, "generator", None)
-        if isinstance(generator, torch.Generator) and all(generator is not g for g in found):
-            found.append(generator)
-    return found
-
-
-def _skips_by_index(data: Any, iterator: Any) -> bool:
-    """A single-process DataLoader over a map-style dataset: skipping a batch is advancing its
-    sampler (no sample is loaded). Any other data is skipped by drawing the batches (worker
-    processes' RNGs advance as in the run that drew them)."""
-    loader = torch.utils.data.DataLoader
-    return (isinstance(data, loader) and data.num_workers == 0
-            and not isinstance(data.dataset, torch.utils.data.IterableDataset)
-            and hasattr(iterator, "_sampler_iter") and hasattr(iterator, "_num_yielded"))
-
-
-class _Batches:
-    """The training data, iterated again each time it ends, with a position a checkpoint can
-    hold: the epoch, the batches drawn in it, and the RNG states right before its ``iter()``
-    (torch's CPU RNG and every generator of :func:`_generators`). Restoring sets those states,
-    calls ``iter()`` again (the sampler draws the same order) and skips the drawn batches without
-    drawing anything new, so the next batch is the one the uninterrupted run drew."""
-
-    def __init__(self, data: Iterable[Any], name: str) -> None:
-        self.data, self.name = data, name
-        self.epoch, self.in_epoch = 0, 0
-        self.epoch_start: Optional[dict] = None
-        self._iterator: Optional[Iterator[Any]] = None
-
-    def _rng_states(self) -> dict:
-        return {"torch": torch.get_rng_state(),
-                "generators": [g.get_state() for g in _generators(self.data)]}
-
-    def _set_rng_states(self, states: dict) -> None:
-        generators = _generators(self.data)
-        if len(generators) != len(states["generators"]):
-            raise ValueError(f"training_job '{self.name}': the checkpoint's data had "
-                             f"{len(states['generators'])} torch.Generator(s) (DataLoader / "
-                             f"sampler), this job's data has {len(generators)}: resume with the "
-                             "same kind of data")
-        torch.set_rng_state(states["torch"])
-        for generator, state in zip(generators, states["generators"]):
-            generator.set_state(state)
-
-    def state(self) -> dict:
-        """The position after the batches drawn so far."""
-        return {"epoch": self.epoch, "in_epoch": self.in_epoch, "epoch_start": self.epoch_start}
-
-    def __iter__(self) -> "_Batches":
-        return self
-
-    def __next__(self) -> Any:
-        while True:
-            if self._iterator is None:
-                self.epoch_start = self._rng_states()
-                self._iterator = iter(self.data)
-                self.in_epoch = 0
-            try:
-                batch = next(self._iterator)
-            except StopIteration:
-                if self.in_epoch == 0:
-                    raise ValueError(f"training_job '{self.name}': the data yielded no batch") \
-                        from None
-                self._iterator = None
-                self.epoch += 1
-                continue
-            self.in_epoch += 1
-            return batch
-
-    def restore(self, position: dict) -> None:
-        """Back to ``position`` (from :meth:`state` of the run that wrote the checkpoint); the
-        caller then sets torch's RNG to the checkpoint's state."""
-        self._set_rng_states(position["epoch_start"])
-        self.epoch_start = position["epoch_start"]
-        self.epoch = int(position["epoch"])
-        iterator = iter(self.data)
-        count = int(position["in_epoch"])
-        if _skips_by_index(self.data, iterator):
-            sampler = iterator._sampler_iter  # type: ignore[attr-defined]
-            for drawn in range(count):
-                if next(sampler, None) is None:
-                    raise self._shorter(drawn, count)
-            iterator._num_yielded += count  # type: ignore[attr-defined]
-        else:
-            for drawn in range(count):
-                if next(iterator, _END) is _END:
-                    raise self._shorter(drawn, count)
-        self._iterator, self.in_epoch = iterator, count
-
-    def _shorter(self, drawn: int, count: int) -> ValueError:
-        return ValueError(f"training_job '{self.name}': the checkpoint is {count} batches into "
-                          f"epoch {self.epoch}, but this data's epoch has only {drawn}: resume "
-                          "with the same data")
-
-
-_END = object()
-
-
-class TrainingJob(_StreamingJob):
+class TrainingJob(_Checkpoints, _StreamingJob):
     """Made by :func:`training_job`: ``losses`` (resumed ones, then this attempt's),
     ``snapshots`` (a :class:`Snapshot` per checkpoint taken), progress, wait, close."""
 
@@ -316,12 +179,6 @@ class TrainingJob(_StreamingJob):
                                  f"(inputs {_describe(inputs)}, target {_describe(target)}) "
                                  f"failed: {type(error).__name__}: {error}") from None
 
-    def _next_due(self, step: int) -> int:
-        """The step the next checkpoint is taken at (multiples of ``every``, and the last)."""
-        if self.checkpoint is None:
-            return self.steps
-        return min(self.steps, (step // self.every + 1) * self.every)
-
     # -- a step done (CPU: the worker thread; CUDA: the drainer) --
     def _stepped(self, loss: float) -> None:
         with self._cv:
@@ -349,159 +206,6 @@ class TrainingJob(_StreamingJob):
         loss.backward()
         self.optimizer.step()
         return float(loss.detach())
-
-    # -- checkpoints --
-    def _claim_snapshot(self) -> Optional[int]:
-        """The due step when its state should be copied now (and by the caller), else None."""
-        with self._cv:
-            if (self.checkpoint is None or self._error is not None or self._closing
-                    or self.step != self._due or self._snapped == self.step
-                    or self._pending is not None):
-                return None
-            self._snapped = self.step
-            return self.step
-
-    def _take_snapshot(self, taken_at: str) -> None:
-        step = self._claim_snapshot()
-        if step is None:
-            return
-        in_bubble = self.runtime.in_bubble
-        event = None
-        if self.cuda:
-            # The state was last written by the fill stream, whose items are complete
-            # (harvested): the copies need no stream dependency, so the trainer's queued work
-            # does not delay them.
-            stream = self._snapshot_stream
-            with torch.cuda.stream(stream):
-                model = _to_host(self.module.state_dict())
-                optimizer = _to_host(self.optimizer.state_dict())
-                event = torch.cuda.Event()
-                event.record(stream)
-        else:
-            model = _to_host(self.module.state_dict())
-            optimizer = _to_host(self.optimizer.state_dict())
-        with self._cv:
-            position = self._positions.pop(step, None)
-            for older in [s for s in self._positions if s < step]:
-                del self._positions[older]
-        if position is None:  # CPU: nothing was drawn past the due step
-            position = self._batches.state()
-        rng = torch.get_rng_state() if self.cuda else self._rng.clone()
-        state = dict(self._identity(), step=step, model=model, optimizer=optimizer,
-                     rng=rng, data=position, losses=list(self.losses))
-        with self._cv:
-            self.snapshots.append(Snapshot(step, in_bubble, taken_at))
-            self._pending = (step, state, event)
-            self._cv.notify_all()
-        if event is None:
-            self._release_bound(step)  # the clone is complete: the job may run on
-
-    def _release_bound(self, step: int) -> None:
-        """Raises the available bound to the next due step (after the copy of ``step``)."""
-        due = self._next_due(step)
-        with self._cv:
-            self._due = due
-            self._cv.notify_all()
-        if due > step and not self.cuda:  # on CUDA the feeder raises it batch by batch
-            self.job._native.set_available(due - self.resumed_from)
-
-    def _on_iteration_end(self) -> None:
-        """Runtime.iteration_end's hook (the trainer thread; never raises)."""
-        try:
-            self._take_snapshot("iteration_end")
-        except Exception as error:
-            self._fail(f"training_job '{self.name}': checkpoint at step {self.step}: "
-                       f"{type(error).__name__}: {error}")
-
-    def _fallback_due(self) -> bool:
-        rt = self.runtime
-        with self._cv:
-            dry = self.step == self._due and self._snapped != self.step and self._pending is None
-            since = self._dry_at_bubble
-        return (dry and getattr(rt, "_iteration_ends", 0) == 0
-                and rt._bubble_index - since >= FALLBACK_BUBBLES)
-
-    def _write_loop(self) -> None:
-        try:
-            while True:
-                with self._cv:
-                    while self._pending is None and not self._stopping():
-                        if self._fallback_due():
-                            break
-                        self._cv.wait(0.05)
-                    if self._stopping():
-                        return
-                    pending = self._pending
-                if pending is None:  # the trainer never calls iteration_end
-                    if not self._warned_fallback:
-                        self._warned_fallback = True
-                        warnings.warn(f"pipefill.torch.training_job '{self.name}': the runtime "
-                                      f"has seen no iteration_end call in {FALLBACK_BUBBLES} "
-                                      "bubbles, so checkpoints are taken by the job's writer "
-                                      "thread (possibly while a bubble is open); call "
-                                      "runtime.iteration_end() after each step to take them "
-                                      "outside bubbles", RuntimeWarning, stacklevel=2)
-                    self._take_snapshot("fallback")
-                    continue
-                step, state, event = pending
-                if event is not None:
-                    event.synchronize()  # this thread only; the job is dry meanwhile
-                    self._release_bound(step)
-                self._save(step, state)
-                with self._cv:
-                    self._pending = None
-                    if step == self.steps:
-                        self._finished = True
-                    self._cv.notify_all()
-        except Exception as error:
-            self._fail(str(error) if isinstance(error, FillJobError)
-                       else f"training_job '{self.name}': checkpoint writer: "
-                            f"{type(error).__name__}: {error}")
-
-    def _stopping(self) -> bool:
-        return self._error is not None or self._closing
-
-    def _identity(self) -> dict:
-        return {"kind": "pipefill.training_job", "name": self.name, "steps": self.steps}
-
-    def _save(self, step: int, state: dict) -> None:
-        assert self.checkpoint is not None
-        try:
-            _write_atomically(self.checkpoint, lambda f: torch.save(state, f), True)
-        except OSError as error:
-            raise FillJobError(f"training_job '{self.name}': checkpoint "
-                               f"{os.fspath(self.checkpoint)!r} at step {step} could not be "
-                               f"written: {error}") from None
-
-    def _load(self, path: pathlib.Path) -> None:
-        if not path.exists():
-            return  # a first attempt
-        try:
-            state = torch.load(path, weights_only=False)
-        except Exception as error:
-            raise ValueError(f"resume checkpoint {os.fspath(path)!r} cannot be read: "
-                             f"{error}") from None
-        for key, value in self._identity().items():
-            if not isinstance(state, dict) or state.get(key) != value:
-                got = state.get(key) if isinstance(state, dict) else type(state).__name__
-                raise ValueError(f"resume checkpoint {os.fspath(path)!r} belongs to another job: "
-                                 f"its {key} is {got!r}, this job's is {value!r}")
-        self.module.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.losses = list(state["losses"])
-        self.step = int(state["step"])
-        rng, position = state["rng"], state.get("data")
-
-        def restore() -> None:
-            if position is not None:
-                self._batches.restore(position)
-            else:  # a checkpoint without a data position (before issue 25): re-iterate
-                torch.set_rng_state(rng)
-                _skip(self._batches, self.step)
-            torch.set_rng_state(rng)
-
-        self._rng = rng
-        self._in_job_rng(restore)
 
     # -- CUDA: the captured step over a ring of slots --
     def _start_cuda(self, items: int, priority: int, item_cost_us: Optional[float]) -> None:
@@ -583,7 +287,6 @@ class TrainingJob(_StreamingJob):
 
     # -- public --
     def progress(self) -> Progress:
-        import time
         with self._cv:
             done, finished = self.step, self._finished
         rate = self._recent_rate()
