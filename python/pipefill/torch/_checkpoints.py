@@ -87,7 +87,7 @@ class _Checkpoints:
             self._due = due
             self._cv.notify_all()
         if due > step and not self.cuda:  # on CUDA the feeder raises it batch by batch
-            self.job._native.set_available(due - self.resumed_from)
+            self.job._native.set_available(self._claims_bound(due))
 
     def _on_iteration_end(self) -> None:
         """Runtime.iteration_end's hook (the trainer thread; never raises)."""

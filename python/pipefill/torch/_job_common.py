@@ -142,9 +142,13 @@ def _input_of(sample: Any) -> Any:
 # ---- the item job both helpers run on -----------------------------------------------------
 
 def _create_item_job(runtime: Runtime, name: str, items: int, item_cost_us: float,
-                     fn: Callable[[int], None], available: int, priority: int) -> Any:
+                     fn: Callable[[int], None], available: int, priority: int,
+                     fixed_cost: bool = False) -> Any:
+    """The native item job. ``fixed_cost``: the caller gave ``item_cost_us`` explicitly, so the
+    planner keeps it instead of learning it from the slices (items inside bubbles run slower
+    than alone on a shared CPU; a learned cost above the bubbles starved such jobs, issue 32)."""
     native = runtime._native.create_item_job(name, priority, items, max(1.0, item_cost_us), fn,
-                                             available)
+                                             available, fixed_cost)
     return Job(runtime, None, native)
 
 

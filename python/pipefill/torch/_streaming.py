@@ -192,8 +192,13 @@ class InferenceJob(_StreamingJob):
         return tensor
 
     def _feed(self, first: "torch.Tensor", iterator: Iterator[Any]) -> None:
+        """Stages batches into free slots and raises the available bound in batches, not per
+        item (each raise takes the runtime's lock): when the ring is full, every quarter ring,
+        and whenever the items run have nearly caught up with the bound (the job would go dry)."""
         try:
             k = 0
+            published = 0
+            publish_every = max(1, self.slots // 4)
             batch: Any = first
             while True:
                 if self._limit is not None and k >= self._limit:
@@ -213,17 +218,23 @@ class InferenceJob(_StreamingJob):
                     raise ValueError(f"item {index}: a batch of {batch.shape[0]} rows (batch_size "
                                      f"is {self.batch_size})")
                 slot = k % self.slots
-                with self._cv:  # the slot is free once the item `slots` earlier was drained
-                    while k - self._drained >= self.slots and not self._stopping():
-                        self._cv.wait(0.1)
-                    if self._stopping():
-                        return
+                if k - self._drained >= self.slots:  # the ring is full: publish, then wait
+                    if published < k:
+                        self._publish(k)
+                        published = k
+                    with self._cv:  # the slot is free once the item `slots` earlier was drained
+                        while k - self._drained >= self.slots and not self._stopping():
+                            self._cv.wait(0.1)
+                if self._stopping():
+                    return
                 self._stage(slot, batch)
                 self._rows[slot] = batch.shape[0]
-                with self._cv:
-                    self._staged = k + 1
-                self.job._native.set_available(k + 1)
                 k += 1
+                if k - published >= publish_every or published - self._items_done() < 2:
+                    self._publish(k)
+                    published = k
+            if published < k:
+                self._publish(k)
             if self.end is not None and self._limit is not None and k < self._limit:
                 raise ValueError(f"items = {self.end - self.start} from start = {self.start}, "
                                  f"but the data ended at item {self.next_item + k}")
@@ -239,11 +250,18 @@ class InferenceJob(_StreamingJob):
             if not self._stopping():
                 self._fail(f"job '{self.name}': feeder: {type(error).__name__}: {error}")
 
+    def _publish(self, staged: int) -> None:
+        """Items [0, staged) of this attempt are staged: the bound goes up to them."""
+        with self._cv:
+            self._staged = staged
+        self.job._native.set_available(staged)
+
     def _stopping(self) -> bool:
         return self._error is not None or self._closing
 
     # -- the backend's part (pipefill.torch._cuda_ring.CudaInferenceJob overrides these) --
-    _poll_s = 0.05  # the drainer's wait between looks (run items notify it on this path)
+    _poll_s = 0.05  # the drainer's wait between looks where items are not counted natively
+    _drain_wait_s = 0.01  # host/sim: the drainer's longest sleep while fewer items ran
 
     def _make_job(self, runtime: Runtime, first: "torch.Tensor", items: int,
                   item_cost_us: Optional[float], priority: int) -> Any:
@@ -256,72 +274,87 @@ class InferenceJob(_StreamingJob):
                 lambda: self.module(first))
         self.item_cost_us = float(cost)
         return _create_item_job(runtime, self.name, items, self.item_cost_us, self._run_item, 0,
-                                priority)
+                                priority, fixed_cost=item_cost_us is not None)
 
     def _stage(self, slot: int, batch: "torch.Tensor") -> None:
         """Feeder thread: the batch into the slot's input buffer (the slot is free)."""
         self._in[slot][:batch.shape[0]].copy_(batch)
 
     def _items_done(self) -> int:
-        """Items of this attempt whose output is ready, in order (a prefix)."""
+        """Items of this attempt whose output is ready, in order (a prefix): on this path the
+        item record counts them natively (one atomic load)."""
+        return self.job._native.items_run()
+
+    def _wait_items(self, target: int) -> int:
+        """Drainer thread: sleeps until ``target`` items are done or a while passed; returns the
+        items done. Host/sim: in the item record with the GIL released, woken by the item that
+        reaches the target (not by every item); a backend that overrides _items_done polls."""
+        if type(self)._items_done is InferenceJob._items_done:
+            return self.job._native.wait_items_run(target, self._drain_wait_s)
         with self._cv:
-            return self._ran
+            self._cv.wait(self._poll_s)
+        return self._items_done()
 
     def _take_output(self, k: int, slot: int) -> "torch.Tensor":
         """Drainer thread: item k's output (it is done), which the slot then no longer holds."""
-        with self._cv:
-            output, self._out[slot] = self._out[slot], None
+        output, self._out[slot] = self._out[slot], None
         return output
 
     # -- items (the device's worker thread, with the GIL) --
     def _run_item(self, k: int) -> None:
+        """One item: nothing but the module on the slot (the item record counts it and wakes
+        the drainer when it waits for this one; no Python lock or notify per item)."""
         slot = k % self.slots
         with torch.no_grad():
-            output = self.module(self._in[slot][:self._rows[slot]])
-        with self._cv:
-            self._out[slot] = output
-            self._ran = k + 1
-            self._cv.notify_all()
+            self._out[slot] = self.module(self._in[slot][:self._rows[slot]])
 
     # -- output --
     def _drain(self) -> None:
+        """Hands outputs to the sink in item order, a run of items per wake-up: it sleeps until
+        half the ring ran (or the staged items, or _drain_wait_s), then drains all done ones and
+        wakes the feeder once."""
         k = 0
+        half = max(1, self.slots // 2)
         try:
             while True:
-                while True:  # an item that raised reports it natively: look every _poll_s
-                    self._check_item_error()
-                    done = self._items_done()
-                    with self._cv:
-                        if done > k or self._stopping() or (
-                                self._total is not None and k >= self._total):
-                            break
-                        self._cv.wait(self._poll_s)
+                self._check_item_error()
                 with self._cv:
                     if self._stopping():
                         return
                     if self._total is not None and k >= self._total:
                         break
-                slot = k % self.slots
-                output = self._take_output(k, slot)
-                index = self.next_item + k
-                try:
-                    self.sink(index, output)
-                except Exception as error:
-                    raise FillJobError(f"job '{self.name}': the sink raised on item {index}: "
-                                       f"{type(error).__name__}: {error}") from None
-                if self._resume is not None:
-                    self._write_resume(index + 1)
+                    staged = self._staged
+                done = self._items_done()
+                if done <= k:
+                    target = max(k + 1, min(k + half, staged))
+                    done = self._wait_items(target)
+                    if done <= k:
+                        continue
+                for j in range(k, done):
+                    self._drain_one(j)
                 with self._cv:
-                    self._drained = k + 1
-                    self._completed_one()
+                    self._drained = done
+                    for _ in range(done - k):
+                        self._completed_one()
                     self._cv.notify_all()
-                k += 1
+                k = done
             with self._cv:
                 self._finished = True
                 self._cv.notify_all()
         except Exception as error:
             self._fail(str(error) if isinstance(error, FillJobError)
                        else f"job '{self.name}': drainer: {type(error).__name__}: {error}")
+
+    def _drain_one(self, k: int) -> None:
+        output = self._take_output(k, k % self.slots)
+        index = self.next_item + k
+        try:
+            self.sink(index, output)
+        except Exception as error:
+            raise FillJobError(f"job '{self.name}': the sink raised on item {index}: "
+                               f"{type(error).__name__}: {error}") from None
+        if self._resume is not None:
+            self._write_resume(index + 1)
 
     # -- resume --
     def _identity(self) -> dict:

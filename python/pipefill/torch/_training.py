@@ -33,14 +33,16 @@ from typing import Any, Callable, Iterable, List, Optional
 
 import torch
 
-from .._enums import Backend
-from .._runtime import Runtime
+from .._enums import Backend, JobStatus
+from .._errors import PipeFillError
+from .._runtime import Job, Runtime
 from ._job_common import (UNBOUNDED_ITEMS, FillJobError, PathLike, Progress, _StreamingJob,
                           _check_fits_module, _check_writable, _create_item_job, _describe,
                           _measure_us)
 from ._cuda_ring import TrainingCapture, check_capturable, check_full_batches, job_failure
 from ._training_state import Snapshot, _Batches
 from ._checkpoints import _Checkpoints
+from ._micro_steps import MicroSteps, measure_micro_costs
 
 DEFAULT_STEP_COST_US = 1000.0
 """The item cost assumed only when a step cannot be timed at creation (module not copyable)."""
@@ -65,7 +67,8 @@ class TrainingJob(_Checkpoints, _StreamingJob):
     def __init__(self, runtime: Runtime, module: "torch.nn.Module", optimizer: Any,
                  loss_fn: Callable[..., "torch.Tensor"], data: Iterable[Any], *, steps: int,
                  checkpoint: Optional[PathLike], every: int, resume: Optional[PathLike],
-                 name: str, priority: int, item_cost_us: Optional[float], slots: int) -> None:
+                 name: str, priority: int, item_cost_us: Optional[float], slots: int,
+                 micro_batches: int = 1) -> None:
         super().__init__()
         if steps <= 0:
             raise ValueError(f"training_job: steps = {steps} (must be > 0)")
@@ -74,8 +77,14 @@ class TrainingJob(_Checkpoints, _StreamingJob):
         if slots < 2:
             raise ValueError(f"training_job: slots = {slots} (at least 2: one step runs while "
                              "the next batch is staged)")
+        if not isinstance(micro_batches, int) or micro_batches < 1:
+            raise ValueError(f"training_job: micro_batches = {micro_batches!r} (an int >= 1)")
         self.runtime = runtime
         self.cuda = runtime.backend == Backend.CUDA
+        if self.cuda and micro_batches > 1:
+            raise ValueError(f"training_job: micro_batches = {micro_batches} runs on the simulated "
+                             "and host backends only (on CUDA one item is one captured step)")
+        self._micro = MicroSteps(self, micro_batches) if micro_batches > 1 else None
         if self.cuda:
             check_capturable(optimizer)  # before anything else: a refusal changes nothing
             check_full_batches(data)     # a partial batch would fail the captured step later
@@ -111,12 +120,16 @@ class TrainingJob(_Checkpoints, _StreamingJob):
         bound = self._due - self.step if self.checkpoint is not None else UNBOUNDED_ITEMS
         if self.cuda:
             self._start_cuda(items, priority, item_cost_us)
+        elif self._micro is not None:
+            self._first = self._in_job_rng(lambda: next(self._batches))
+            self._start_micro(items, priority, item_cost_us)
         else:
             self._first = self._in_job_rng(lambda: next(self._batches))
             self.item_cost_us = float(item_cost_us if item_cost_us is not None
                                       else self._measure_step(self._first))
             self.job = _create_item_job(runtime, name, items, self.item_cost_us,
-                                        self._run_item, bound, priority)
+                                        self._run_item, bound, priority,
+                                        fixed_cost=item_cost_us is not None)
         if self.checkpoint is not None:
             runtime._add_iteration_end_hook(self._on_iteration_end)
             self._writer = threading.Thread(target=self._write_loop, name=f"pipefill-ckpt-{name}",
@@ -195,17 +208,71 @@ class TrainingJob(_Checkpoints, _StreamingJob):
         loss = self._in_job_rng(lambda: self._step(k))
         self._stepped(loss)  # after the RNG stream is saved: a snapshot may follow at once
 
-    def _step(self, k: int) -> float:
+    def _next_batch(self) -> Any:
+        """The next step's batch (the first one was drawn at creation)."""
         if self._first is not None:
             batch, self._first = self._first, None
-        else:
-            batch = next(self._batches)
-        inputs, target = self._split(batch, self.resumed_from + k)
+            return batch
+        return next(self._batches)
+
+    def _step(self, k: int) -> float:
+        inputs, target = self._split(self._next_batch(), self.resumed_from + k)
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.loss_fn(self.module(inputs), target)
         loss.backward()
         self.optimizer.step()
         return float(loss.detach())
+
+    # -- micro-steps (CPU; pipefill/torch/_micro_steps.py) --
+    def _start_micro(self, items: int, priority: int, item_cost_us: Optional[float]) -> None:
+        """The native job with one configuration per micro-batches-per-item choice."""
+        micro = self._micro
+        assert micro is not None
+        inputs, target = self._split(self._first, self.step)
+        micro.check_rows(inputs, target, self.step)
+        if item_cost_us is not None:  # one whole step's cost, given
+            micro_us, optimizer_us = item_cost_us / micro.k, 0.0
+        else:
+            micro_us, optimizer_us = measure_micro_costs(self, self._first, micro.k)
+        self.micro_cost_us = micro_us
+        self.item_cost_us = float(micro.k * micro_us + optimizer_us)  # one whole step
+        claims = micro.claims_bound(items)
+        bound = claims if self.checkpoint is None else micro.claims_bound(self._due - self.step)
+        native = self.runtime._native.create_config_item_job(
+            self.name, priority, claims, micro.configs(micro_us, optimizer_us), micro.run_item,
+            bound)
+        self.job = Job(self.runtime, None, native)
+
+    def _micro_held(self) -> bool:
+        """Worker thread: no micro-batch may run now (all steps done, or the job is held at a
+        checkpoint's step until its state was copied)."""
+        micro = self._micro
+        return self.step >= self.steps or (micro is not None and micro.in_step == 0
+                                           and self.checkpoint is not None
+                                           and self.step >= self._due)
+
+    def _claims_bound(self, due: int) -> int:
+        """The available bound (claims of this attempt) that lets the job run up to step
+        ``due``: one claim per step, or with micro-steps, the claims run so far plus one per
+        micro-batch left (an upper bound: an item may run several)."""
+        if self._micro is None:
+            return due - self.resumed_from
+        return self.job._native.items_run() + self._micro.claims_bound(due - self.step)
+
+    def _end_micro_job(self) -> None:
+        """Ends the native job of a micro-step job whose steps are done at the claims it
+        completed (its item count was an upper bound); outside bubbles, no slice in flight."""
+        if self._micro is None or self.job is None or self.step < self.steps:
+            return
+        info = self.job.info()
+        if info.status not in (JobStatus.PENDING, JobStatus.RUNNING):
+            return  # ended already
+        done = info.items_completed
+        try:
+            self.job._native.set_available(done)
+            self.job._native.end_input()
+        except PipeFillError:
+            pass  # it completed meanwhile (its last claims were the bound), or a slice still runs
 
     # -- CUDA: the captured step over a ring of slots --
     def _start_cuda(self, items: int, priority: int, item_cost_us: Optional[float]) -> None:
@@ -310,6 +377,9 @@ class TrainingJob(_Checkpoints, _StreamingJob):
                         break
                     self._cv.wait(0.05 if left is None else min(0.05, left))
             self._take_snapshot("wait")
+        if self._micro is not None and not self.runtime.in_bubble:
+            self.runtime.synchronize()  # the last slice harvested: no claim in flight
+            self._end_micro_job()
         return self._wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def _check_item_error(self) -> None:
@@ -337,7 +407,8 @@ def training_job(runtime: Runtime, module: "torch.nn.Module", optimizer: Any,
                  loss_fn: Callable[..., "torch.Tensor"], data: Iterable[Any], *, steps: int,
                  checkpoint: Optional[PathLike] = None, every: int = 100,
                  resume: Optional[PathLike] = None, name: str = "training", priority: int = 0,
-                 item_cost_us: Optional[float] = None, slots: int = 4) -> TrainingJob:
+                 item_cost_us: Optional[float] = None, slots: int = 4,
+                 micro_batches: int = 1) -> TrainingJob:
     """``steps`` optimizer steps of ``module`` in the bubbles, one step per item:
     ``loss_fn(module(inputs), target).backward(); optimizer.step()`` for the next
     ``(inputs, target)`` batch of ``data`` (iterated again when it ends). Every ``every`` steps
@@ -357,4 +428,5 @@ def training_job(runtime: Runtime, module: "torch.nn.Module", optimizer: Any,
     ahead (pinned host + device ring)."""
     return TrainingJob(runtime, module, optimizer, loss_fn, data, steps=steps,
                        checkpoint=checkpoint, every=every, resume=resume, name=name,
-                       priority=priority, item_cost_us=item_cost_us, slots=slots)
+                       priority=priority, item_cost_us=item_cost_us, slots=slots,
+                       micro_batches=micro_batches)
