@@ -483,10 +483,7 @@ typedef struct pfGraphJobDesc_t {
    * on_item does the item's work (e.g. a Python function), so an item takes as long as on_item
    * does and item_cost_us is only the planner's first estimate (learned from measured slices,
    * pfJobGetCostInfo). 0: each item also lasts at least item_cost_us (a stand-in for the graph's
-   * kernels). 2: as 1, and item_cost_us is the item's known cost: the planner keeps it and does
-   * not learn it from measured slices (items that run slower inside bubbles than alone, e.g.
-   * sharing the CPU with the trainer, would otherwise raise the estimate past the bubbles).
-   * The simulator always takes item_cost_us of virtual time. */
+   * kernels). The simulator always takes item_cost_us of virtual time. */
   int on_item_is_work;
 } pfGraphJobDesc_t;
 

@@ -32,7 +32,6 @@ void JobCostModel::init(bool gated_kind) {
 }
 
 double JobCostModel::estimate(size_t config, double prior_us) const {
-  if (fixed) return prior_us;
   if (config >= windows.size() || windows[config].kept() == 0) return prior_us;
   const CostWindow& w = windows[config];
   if (!gated) return w.quantile(kOpaqueCostQuantile);

@@ -81,10 +81,6 @@ struct JobCostModel {
 
   std::array<CostWindow, kMaxConfigs> windows{};
   bool gated = true;
-  // The caller stated the item cost (pfGraphJobDesc_t.on_item_is_work == 2): the estimate stays
-  // the prior, whatever the slices measure - items inside bubbles may run slower than alone, and
-  // a user who measured the item alone must be able to say so (issue 32).
-  bool fixed = false;
   // Bubbles in a row in which the job was planned and its estimated item did not fit the budget
   // (probe bubbles included: a probe is not a slice the planner believed would fit). Reset by a
   // regular slice that completed an item.

@@ -425,7 +425,14 @@ def training_job(runtime: Runtime, module: "torch.nn.Module", optimizer: Any,
     learning-rate scheduler (the capture fixes the learning rate: refused), the module and
     optimizer on the GPU, every batch of the first batch's shapes (a DataLoader whose last batch
     would be partial, ``drop_last=False``, is refused at creation); ``slots`` batches are staged
-    ahead (pinned host + device ring)."""
+    ahead (pinned host + device ring).
+
+    ``micro_batches=k`` (host and simulated backends): each step's batch is split into ``k``
+    micro-batches with gradient accumulation (each micro-batch's loss scaled by its share of the
+    rows; the optimizer steps after the k-th), and the planner runs 1, 2, ... or ``k`` of them
+    per item, per bubble class (pipefill/torch/_micro_steps.py): a step longer than the bubbles
+    runs in pieces that fit them. ``item_cost_us``: one step's cost; without micro-steps a given
+    cost is kept by the planner (not learned from the slices)."""
     return TrainingJob(runtime, module, optimizer, loss_fn, data, steps=steps,
                        checkpoint=checkpoint, every=every, resume=resume, name=name,
                        priority=priority, item_cost_us=item_cost_us, slots=slots,
