@@ -1,93 +1,143 @@
-"""Where a host item's time goes (issue 32 item 1): runs streaming_bench's job inside bubbles (or
-alone) under py-spy and sums the samples per thread and per state.
+"""Where a host item's time goes (issue 32 item 1), measured from inside the process.
 
-  py-spy record --native --idle --threads --format raw -r 2000 -o /tmp/prof.txt -- \\
-      python benchmarks/python/profile_item_path.py run [--alone] [--items 600]
-  python benchmarks/python/profile_item_path.py summarize /tmp/prof.txt
+  python benchmarks/python/profile_item_path.py [--items 600] [--bubble-us 4000] [--runs 3]
 
-``run`` prints the job's item cost alone and learned inside bubbles (µs per item). ``summarize``
-classifies every sample of py-spy's collapsed stacks (--threads --format raw) by thread - the
-trainer, the fill worker (the host device's SM thread running items), the feeder, the drainer,
-others - and by state at the leaf: waiting for the GIL (take_gil), building a thread state
-(PyGILState_Ensure without a wait), idle (a condition wait or sleep), torch compute (ATen / MKL /
-oneDNN), or the Python interpreter and bindings; and prints each share of the worker's samples
-next to the per-item time it stands for.
+Runs python/examples/streaming_bench.py's default job (a 256->512->16 MLP, batches of 32) alone
+and inside bubbles of a trainer loop (bubble, then ~4000 us of the trainer's matmuls), with the
+job's Python methods wrapped by timers (the same wrappers on any version of pipefill.torch whose
+InferenceJob has _run_item, _feed and _drain), and prints per item, in µs:
+
+  - alone: the module on a staged batch (the bench's plain loop), and the data pipeline (a batch
+    made from 32 samples with torch.stack, as the feeder makes it);
+  - inside bubbles: the bubble time per item (bubble-seconds / items), the item as the runtime
+    measured it (the learned cost: busy time / items of the timed slices), the item function's
+    own wall time (the Python _run_item: the module, plus what the version does around it), and
+    the rest of the runtime's item - the claim, the GIL hand-over to the fill thread, the C->Python
+    call; the feeder's and the drainer's CPU time per item (time.thread_time of their threads:
+    batch making, staging, sink, hand-offs), their loop wake-ups per item, and the Python->C calls
+    per item (calls into the native job from the feeder, drainer and items).
+Median over --runs runs (each run side by side in this process). Timings move with the
+machine's load: compare versions in one session.
 """
 from __future__ import annotations
 
-import collections
+import argparse
 import os
-import re
+import statistics
 import sys
+import threading
+import time
 
-THREADS = (("trainer", ("trainer_step", "cpu_compute", "plain_steps", "alone (")),
-           ("feeder", ("_feed (",)),
-           ("drainer", ("_drain (",)),
-           ("fill worker", ("_run_item", "run_item", "HostGraphItems", "launch_ticket",
-                            "host::Engine", "pipefill::host")))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python", "examples"))
 
+import torch  # noqa: E402
 
-def thread_of(stack: str) -> str:
-    for name, marks in THREADS:
-        if any(m in stack for m in marks):
-            return name
-    return "other"
+import pipefill.torch as pft  # noqa: E402
+import streaming_bench as bench  # noqa: E402
 
 
-def state_of(frames: list) -> str:
-    leaf = ";".join(frames[-12:])
-    if "take_gil" in leaf or "drop_gil" in leaf:
-        return "GIL wait"
-    if re.search(r"PyThreadState_New|PyThreadState_Clear|PyThreadState_Delete|new_threadstate|"
-                 r"tstate_delete", leaf):
-        return "thread state"
-    tail = ";".join(frames[-4:])
-    if re.search(r"pthread_cond|futex|nanosleep|clock_nanosleep|sleep_until|__poll|epoll|"
-                 r"sem_.*wait|select", tail):
-        return "idle"
-    if re.search(r"at::|mkl|dnnl|sgemm|gemm|omp|libgomp|c10::|torch::autograd", leaf):
-        return "torch compute"
-    return "python/bindings"
+class Counting:
+    """A proxy of a native job that counts the calls made through it."""
+
+    def __init__(self, native, counts) -> None:
+        self._native, self._counts = native, counts
+
+    def __getattr__(self, name):
+        attr = getattr(self._native, name)
+        if not callable(attr):
+            return attr
+        counts = self._counts
+
+        def call(*args, **kwargs):
+            counts["native calls"] += 1
+            return attr(*args, **kwargs)
+        return call
 
 
-def summarize(path: str) -> None:
-    counts: "collections.Counter[tuple]" = collections.Counter()
-    for line in open(path):
-        line = line.rstrip()
-        if not line or " " not in line:
-            continue
-        stack, _, n = line.rpartition(" ")
-        frames = stack.split(";")
-        counts[(thread_of(stack), state_of(frames))] += int(n)
-    threads = sorted({t for t, _ in counts})
-    states = ["torch compute", "python/bindings", "GIL wait", "thread state", "idle"]
-    print(f"{'thread':12s} " + " ".join(f"{s:>16s}" for s in states) + f" {'samples':>8s}")
-    for t in threads:
-        total = sum(v for (tt, _), v in counts.items() if tt == t)
-        cells = " ".join(f"{100.0 * counts[(t, s)] / max(total, 1):15.1f}%" for s in states)
-        print(f"{t:12s} {cells} {total:8d}")
+def instrument(counts: dict):
+    cls = pft.InferenceJob
+    originals = {n: getattr(cls, n) for n in ("_run_item", "_feed", "_drain", "_check_item_error")}
+
+    def run_item(self, k):
+        t0 = time.perf_counter()
+        originals["_run_item"](self, k)
+        counts["item fn us"] += (time.perf_counter() - t0) * 1e6
+        counts["items"] += 1
+
+    def feed(self, *a):
+        if not isinstance(self.job._native, Counting):
+            self.job._native = Counting(self.job._native, counts)
+        t0 = time.thread_time()
+        try:
+            originals["_feed"](self, *a)
+        finally:
+            counts["feeder cpu us"] += (time.thread_time() - t0) * 1e6
+
+    def drain(self, *a):
+        t0 = time.thread_time()
+        try:
+            originals["_drain"](self, *a)
+        finally:
+            counts["drainer cpu us"] += (time.thread_time() - t0) * 1e6
+
+    def check(self):
+        if threading.current_thread().name.startswith("pipefill-drain"):
+            counts["drainer wake-ups"] += 1
+        return originals["_check_item_error"](self)
+
+    cls._run_item, cls._feed, cls._drain, cls._check_item_error = run_item, feed, drain, check
+    return originals
 
 
-def run(alone: bool, items: int) -> None:
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python", "examples"))
-    import torch
-    import streaming_bench as b
+def pipeline_us(items: int) -> float:
+    """The feeder's batch making alone: 32 samples stacked into a batch, per item."""
+    data = bench.samples(items * bench.BATCH)
+    t0 = time.perf_counter()
+    for _ in range(items):
+        torch.stack([next(data) for _ in range(bench.BATCH)])
+    return (time.perf_counter() - t0) * 1e6 / items
+
+
+def one_run(items: int, bubble_us: float, reps: int) -> dict:
+    counts = {k: 0.0 for k in ("items", "item fn us", "feeder cpu us", "drainer cpu us",
+                               "drainer wake-ups", "native calls")}
+    module_us = 1e6 / bench.alone(items)
+    data_us = pipeline_us(items)
+    originals = instrument(counts)
+    try:
+        done, times, _, learned = bench.in_bubbles(items, bubble_us, reps)
+    finally:
+        for name, fn in originals.items():
+            setattr(pft.InferenceJob, name, fn)
+    n = max(1.0, counts["items"])
+    return {"alone: module": module_us, "alone: batch making": data_us,
+            "bubble time per item": len(times) * bubble_us / max(done, 1),
+            "runtime's item (learned)": learned.learned_cost_us,
+            "item function (Python)": counts["item fn us"] / n,
+            "claim + GIL hand-over + call": learned.learned_cost_us - counts["item fn us"] / n,
+            "feeder CPU": counts["feeder cpu us"] / n, "drainer CPU": counts["drainer cpu us"] / n,
+            "drainer wake-ups": counts["drainer wake-ups"] / n,
+            "Python->C calls": counts["native calls"] / n}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--items", type=int, default=600)
+    parser.add_argument("--bubble-us", type=float, default=4000.0)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
     torch.set_num_threads(1)
-    rate = b.alone(items)
-    print(f"alone: {1e6 / rate:.0f} us per item")
-    if alone:
-        return
-    reps = b.calibrate(4000.0)
-    done, times, cost, learned = b.in_bubbles(items, 4000.0, reps)
-    per_bubble_s = done / (len(times) * 4000e-6)
-    print(f"inside bubbles: {done} items in {len(times)} bubbles, {per_bubble_s:.0f} items per "
-          f"bubble-second (ratio {per_bubble_s / rate:.3f}); learned item cost "
-          f"{learned.learned_cost_us:.0f} us ({learned.samples} slices)")
+    reps = bench.calibrate(4000.0)
+    runs = [one_run(args.items, args.bubble_us, reps) for _ in range(args.runs)]
+    print(f"per item, median of {args.runs} runs ({args.items} items, bubbles of "
+          f"{args.bubble_us:.0f} us, torch threads 1; pipefill.torch from "
+          f"{os.path.dirname(pft.__file__)})")
+    for key in runs[0]:
+        values = [r[key] for r in runs]
+        unit = "" if key in ("drainer wake-ups", "Python->C calls") else " us"
+        print(f"  {key:30s} {statistics.median(values):9.2f}{unit}   "
+              f"(runs: {', '.join(f'{v:.1f}' for v in values)})")
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "summarize":
-        summarize(sys.argv[2])
-    else:
-        run("--alone" in sys.argv, int(sys.argv[sys.argv.index("--items") + 1])
-            if "--items" in sys.argv else 600)
+    main()

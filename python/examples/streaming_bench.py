@@ -188,9 +188,11 @@ def main() -> None:
     parser.add_argument("--item-cost-us", type=float, default=None,
                         help="the job's item cost, kept by the planner (default: timed at "
                              "creation, then learned from the slices)")
-    parser.add_argument("--slots", type=int, default=16,
-                        help="the job's ring (4 held 4000 us bubbles to ~6 items here: the feeder "
-                             "waits for the drainer)")
+    parser.add_argument("--slots", type=int, default=64,
+                        help="the job's ring: on the host backend it caps the items one bubble "
+                             "runs (the bound is read when a slice is planned, at the bubble's "
+                             "begin), so it must hold a bubble's worth of items (16 capped 4000 "
+                             "us bubbles at 16 items, 0.57 of this model's alone rate)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     reps = calibrate(args.compute_us)

@@ -262,6 +262,7 @@ class InferenceJob(_StreamingJob):
     # -- the backend's part (pipefill.torch._cuda_ring.CudaInferenceJob overrides these) --
     _poll_s = 0.05  # the drainer's wait between looks where items are not counted natively
     _drain_wait_s = 0.01  # host/sim: the drainer's longest sleep while fewer items ran
+    _drain_batch = 4  # host/sim: items the drainer sleeps for (fewer when the ring is smaller)
 
     def _make_job(self, runtime: Runtime, first: "torch.Tensor", items: int,
                   item_cost_us: Optional[float], priority: int) -> Any:
@@ -314,7 +315,7 @@ class InferenceJob(_StreamingJob):
         half the ring ran (or the staged items, or _drain_wait_s), then drains all done ones and
         wakes the feeder once."""
         k = 0
-        half = max(1, self.slots // 2)
+        half = max(1, min(self.slots // 2, self._drain_batch))
         try:
             while True:
                 self._check_item_error()
