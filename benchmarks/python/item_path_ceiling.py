@@ -1,7 +1,7 @@
 """The Python item path's own ceiling (issue 32 item 3): how many trivial items per second a
 streaming job's feeder -> item -> drainer path sustains on the real-time host backend.
 
-  python benchmarks/python/item_path_ceiling.py [--items 20000] [--slots 64] [--bubble-us 20000]
+  python benchmarks/python/item_path_ceiling.py [--items 20000] [--slots 1024] [--bubble-us 20000]
       [--runs 3]
 
 The item is one small tensor (1 x 8 floats) through ``torch.nn.Identity``; the sink drops it.
@@ -71,7 +71,9 @@ def job_rate(items: int, slots: int, bubble_us: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--items", type=int, default=20000)
-    parser.add_argument("--slots", type=int, default=64)
+    parser.add_argument("--slots", type=int, default=1024,
+                        help="the ring: it caps the items one bubble runs (the bound is read "
+                             "when a slice is planned), 64 held this path to 64 per bubble")
     parser.add_argument("--bubble-us", type=float, default=20000.0)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()

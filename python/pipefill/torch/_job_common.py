@@ -10,6 +10,7 @@ import collections
 import itertools
 import os
 import pathlib
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -141,6 +142,40 @@ def _input_of(sample: Any) -> Any:
 
 # ---- the item job both helpers run on -----------------------------------------------------
 
+GIL_SWITCH_INTERVAL_S = 0.0002
+"""Python's GIL switch interval while a streaming job of the host or simulated backend lives
+(issue 32). With the default 5 ms, a thread that asks for the GIL while the fill threads (the
+item, the feeder, the drainer) pass it among themselves waits up to 5 ms: the trainer's thread,
+back from each bubble instruction, lost up to 5 ms per step (a 4 ms bubble measured 8.9 ms). At
+0.2 ms it waits at most that. A lower interval the process set itself is kept."""
+
+_SWITCH_LOCK = threading.Lock()
+_SWITCH_HOLDERS = 0
+_SWITCH_SAVED: Optional[float] = None
+
+
+def _hold_switch_interval() -> None:
+    """A host/sim streaming job starts: the switch interval goes down to GIL_SWITCH_INTERVAL_S
+    (once for all such jobs; the process's own value is put back when the last one closes)."""
+    global _SWITCH_HOLDERS, _SWITCH_SAVED
+    with _SWITCH_LOCK:
+        if _SWITCH_HOLDERS == 0:
+            _SWITCH_SAVED = sys.getswitchinterval()
+            if _SWITCH_SAVED > GIL_SWITCH_INTERVAL_S:
+                sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+        _SWITCH_HOLDERS += 1
+
+
+def _release_switch_interval() -> None:
+    global _SWITCH_HOLDERS, _SWITCH_SAVED
+    with _SWITCH_LOCK:
+        _SWITCH_HOLDERS -= 1
+        if _SWITCH_HOLDERS == 0 and _SWITCH_SAVED is not None:
+            if sys.getswitchinterval() == GIL_SWITCH_INTERVAL_S:  # nobody changed it since
+                sys.setswitchinterval(_SWITCH_SAVED)
+            _SWITCH_SAVED = None
+
+
 def _create_item_job(runtime: Runtime, name: str, items: int, item_cost_us: float,
                      fn: Callable[[int], None], available: int, priority: int,
                      fixed_cost: bool = False) -> Any:
@@ -173,6 +208,7 @@ class _StreamingJob:
         self._finished = False
         self._started = time.monotonic()
         self._closing = False
+        self._holds_interval = False
         self.job: Any = None
         self._completions: "collections.deque[float]" = collections.deque(
             maxlen=RATE_WINDOW_ITEMS)  # monotonic times of the latest item completions
@@ -195,6 +231,12 @@ class _StreamingJob:
             if len(times) == times.maxlen:
                 span = now - times[0]
             return len(times) / max(span, 1e-9)
+
+    def _hold_gil_interval(self) -> None:
+        """Called once the job's native item job (host/sim) exists: see GIL_SWITCH_INTERVAL_S."""
+        if not self._holds_interval:
+            self._holds_interval = True
+            _hold_switch_interval()
 
     def _finished_or_closed(self) -> bool:
         return self._finished or self._closing or self._error is not None
@@ -256,6 +298,9 @@ class _StreamingJob:
         if self.job is not None:
             self.job.close()
             self.job._native.release_item_fn()
+        if self._holds_interval:
+            self._holds_interval = False
+            _release_switch_interval()
         for thread in (getattr(self, "_feeder", None), getattr(self, "_drainer", None)):
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout=10.0)

@@ -274,8 +274,10 @@ class InferenceJob(_StreamingJob):
             cost = item_cost_us if item_cost_us is not None else _measure_us(
                 lambda: self.module(first))
         self.item_cost_us = float(cost)
-        return _create_item_job(runtime, self.name, items, self.item_cost_us, self._run_item, 0,
-                                priority, fixed_cost=item_cost_us is not None)
+        job = _create_item_job(runtime, self.name, items, self.item_cost_us, self._run_item, 0,
+                               priority, fixed_cost=item_cost_us is not None)
+        self._hold_gil_interval()
+        return job
 
     def _stage(self, slot: int, batch: "torch.Tensor") -> None:
         """Feeder thread: the batch into the slot's input buffer (the slot is free)."""

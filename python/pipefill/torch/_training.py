@@ -130,6 +130,7 @@ class TrainingJob(_Checkpoints, _StreamingJob):
             self.job = _create_item_job(runtime, name, items, self.item_cost_us,
                                         self._run_item, bound, priority,
                                         fixed_cost=item_cost_us is not None)
+            self._hold_gil_interval()
         if self.checkpoint is not None:
             runtime._add_iteration_end_hook(self._on_iteration_end)
             self._writer = threading.Thread(target=self._write_loop, name=f"pipefill-ckpt-{name}",
@@ -242,6 +243,7 @@ class TrainingJob(_Checkpoints, _StreamingJob):
             self.name, priority, claims, micro.configs(micro_us, optimizer_us), micro.run_item,
             bound)
         self.job = Job(self.runtime, None, native)
+        self._hold_gil_interval()
 
     def _micro_held(self) -> bool:
         """Worker thread: no micro-batch may run now (all steps done, or the job is held at a
