@@ -120,3 +120,41 @@ def test_micro_steps_refuse_bad_input_naming_the_value():
         new_job(rt, 4, small, 4, item_cost_us=1000.0)
     assert rt.jobs == []  # a refused job leaves nothing behind
     rt.close()
+
+
+def test_micro_steps_on_the_simulated_backend_fit_the_short_bubble_class():
+    """Simulated backend (virtual time: an item of g micro-batches takes g x 100 us, a whole step
+    given as 400 us): bubbles of 150 us fit only one micro-batch per item (configuration 0), and
+    that is what runs there; bubbles of 2000 us fit any configuration (with costs linear in g the
+    planner's work per µs ties, and it keeps the lowest index). The training equals the plain
+    accumulation loop."""
+    steps, k, batches = 16, 4, data(5)
+    want_losses, want_state = plain_accumulation(steps, batches, k)
+    world = pf.SimWorld(1, sm_count=32, seed=0)
+    rt = pf.Runtime(backend="sim", sim_world=world, device=0, reserved_sms=4,
+                    safety_margin_us=0.0, safety_margin_fraction=0.0)
+    stream = world.stream(0, -1)
+    job, module = new_job(rt, steps, batches, k, item_cost_us=400.0)
+    used = {150.0: set(), 2000.0: set()}
+    for _ in range(2000):
+        if job.progress().finished or job.error is not None:
+            break
+        for bubble_us in (150.0, 2000.0):
+            before = job._micro.micro_batches_run
+            with rt.bubble(stream, expected_us=bubble_us):
+                stream.delay(bubble_us)
+            stream.launch_kernel(50.0, 32)
+            world.run_until_idle()
+            if job._micro.micro_batches_run > before:
+                used[bubble_us].add(job.job.info().config_index)
+        rt.iteration_end()
+    job.wait(timeout=30)
+    assert job.error is None
+    assert job.losses == want_losses
+    state = module.state_dict()
+    assert all(torch.equal(state[name], want_state[name]) for name in want_state)
+    assert used[150.0] == {0}, used  # one micro-batch per item: the only one that fits
+    assert used[2000.0], used  # the long class ran micro-batches too (any configuration fits)
+    job.close()
+    rt.close()
+    world.close()
