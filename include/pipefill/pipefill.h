@@ -488,7 +488,13 @@ typedef struct pfGraphJobDesc_t {
    * on_item does the item's work (e.g. a Python function), so an item takes as long as on_item
    * does and item_cost_us is only the planner's first estimate (learned from measured slices,
    * pfJobGetCostInfo). 0: each item also lasts at least item_cost_us (a stand-in for the graph's
-   * kernels). The simulator always takes item_cost_us of virtual time. */
+   * kernels). With 1 the learned cost is the fastest measured sample of the window, not its
+   * median: such items run slower whenever their thread waits for the CPU or a lock (the GIL),
+   * and the gate bounds an estimate too small to one item. 2: as 1, and item_cost_us is the
+   * item's known cost: the planner keeps it and does not learn it from measured slices (items
+   * that run slower inside bubbles than alone, e.g. sharing the CPU with the trainer, would
+   * otherwise raise the estimate past the bubbles).
+   * The simulator always takes item_cost_us of virtual time. */
   int on_item_is_work;
 } pfGraphJobDesc_t;
 

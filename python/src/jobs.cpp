@@ -222,6 +222,9 @@ void bind_jobs(nb::module_& m) {
       .def("end_input", &Job::end_input, "pfJobEndInput.")
       .def("item_error", &Job::item_error, "Item job: the first item's exception (None: none).")
       .def("items_run", &Job::items_run, "Item job: items whose function returned.")
+      .def("wait_items_run", &Job::wait_items_run, "target"_a, "timeout_s"_a,
+           "Item job: waits (GIL released) until target items ran, the job failed or closed, "
+           "or timeout_s passed; returns the items run.")
       .def("release_item_fn", &Job::release_item_fn, "Item job, once closed: drops its function.")
       .def("fill_progress", &Job::fill_progress, "fjJobGetProgress as a dict.")
       .def("fill_output", &Job::fill_output, "item"_a, "fjJobGetOutput.")

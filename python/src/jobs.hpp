@@ -122,7 +122,11 @@ struct JobCore {
   // Cancels (so waits on other threads return), then destroys under the exclusive lock.
   // Called with the GIL released.
   pfResult_t destroy_now() {
-    if (py_items) py_items->stopped.store(true);  // no item calls into Python from here on
+    if (py_items) {
+      py_items->stopped.store(true);  // no item calls into Python from here on
+      std::lock_guard<std::mutex> lock(py_items->wait_mutex);
+      py_items->ran.notify_all();  // nor does a drainer wait for one
+    }
     {
       std::shared_lock<std::shared_mutex> shared(life.mutex);
       if (!life.alive) return pfSuccess;
@@ -193,6 +197,7 @@ class Job {
   void end_input();
   std::optional<std::string> item_error();
   uint64_t items_run();
+  uint64_t wait_items_run(uint64_t target, double timeout_s);
   void release_item_fn();
 
   // ---- simulated ticket job ----

@@ -97,8 +97,13 @@ void bind_runtime(nb::module_& m) {
            "pfGraphCaptureContextPush (the capture stream's context current on this thread).")
       .def("pop_capture_context", &Runtime::pop_capture_context, "pfGraphCaptureContextPop.")
       .def("create_item_job", &Runtime::create_item_job, "name"_a, "priority"_a, "items"_a,
-           "item_cost_us"_a, "fn"_a, "available"_a,
-           "pfJobCreateGraph with Python items fn(item) (sim/host backends).")
+           "item_cost_us"_a, "fn"_a, "available"_a, "fixed_cost"_a = false,
+           "pfJobCreateGraph with Python items fn(item) (sim/host backends); fixed_cost: "
+           "item_cost_us is kept, not learned.")
+      .def("create_config_item_job", &Runtime::create_config_item_job, "name"_a, "priority"_a,
+           "items"_a, "configs"_a, "fn"_a, "available"_a,
+           "pfJobCreate (ticket, one worker) with configurations (name, item_cost_us, "
+           "items_per_item) and Python items fn(item, config) (sim/host backends).")
       .def("create_fill_job", &Runtime::create_fill_job, "params"_a,
            "fjJobCreate + pfJobCreate of an example fill job.")
       .def("jobs", &Runtime::jobs, "The jobs still attached.");

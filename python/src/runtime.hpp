@@ -330,8 +330,14 @@ class Runtime {
                        uint64_t available);
   uintptr_t create_capture_stream();
   // An item job (streaming.cpp): a graph job whose items call fn(item) (sim/host backends).
+  // fixed_cost: item_cost_us is the item's known cost (on_item_is_work = 2: not learned).
   Job create_item_job(const std::string& name, int priority, uint64_t items, double item_cost_us,
-                      nb::object fn, uint64_t available);
+                      nb::object fn, uint64_t available, bool fixed_cost);
+  // An item job with several configurations (streaming.cpp): a ticket job whose items call
+  // fn(item, config) with the configuration the planner chose for their slice.
+  Job create_config_item_job(const std::string& name, int priority, uint64_t items,
+                             const std::vector<nb::tuple>& configs, nb::object fn,
+                             uint64_t available);
   Job create_fill_job(const fjParams_t& given);
 
   std::vector<Job> jobs() {

@@ -32,10 +32,11 @@ void JobCostModel::init(bool gated_kind) {
 }
 
 double JobCostModel::estimate(size_t config, double prior_us) const {
+  if (fixed) return prior_us;
   if (config >= windows.size() || windows[config].kept() == 0) return prior_us;
   const CostWindow& w = windows[config];
   if (!gated) return w.quantile(kOpaqueCostQuantile);
-  const double learned = w.quantile(kGatedCostQuantile);
+  const double learned = w.quantile(fastest ? 0.0 : kGatedCostQuantile);
   return w.kept() < kGatedSamplesToRaise ? std::min(learned, prior_us) : learned;
 }
 

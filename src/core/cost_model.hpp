@@ -81,6 +81,16 @@ struct JobCostModel {
 
   std::array<CostWindow, kMaxConfigs> windows{};
   bool gated = true;
+  // The caller stated the item cost (pfGraphJobDesc_t.on_item_is_work == 2): the estimate stays
+  // the prior, whatever the slices measure - items inside bubbles may run slower than alone, and
+  // a user who measured the item alone must be able to say so (issue 32).
+  bool fixed = false;
+  // The items are a host thread's own work (pfGraphJobDesc_t.on_item_is_work, Python items): the
+  // estimate is the window's fastest sample. Such items run slower inside bubbles whenever the
+  // thread waits for the CPU or the GIL (a loaded machine, the trainer's other threads), and a
+  // few slow slices raised the median past every bubble and starved the job (issue 32); the gate
+  // bounds an estimate too small to one item's overrun, as for any gated job.
+  bool fastest = false;
   // Bubbles in a row in which the job was planned and its estimated item did not fit the budget
   // (probe bubbles included: a probe is not a slice the planner believed would fit). Reset by a
   // regular slice that completed an item.

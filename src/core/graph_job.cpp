@@ -61,6 +61,8 @@ pfResult_t graph_job_from_desc(const pfGraphJobDesc_t* desc, JobState* job, Grap
   spec->item_cost_us = desc->item_cost_us;
   spec->on_item = desc->on_item;
   spec->on_item_is_work = desc->size >= kGraphJobDescSizeV3 && desc->on_item_is_work != 0;
+  job->cost.fixed = desc->size >= kGraphJobDescSizeV3 && desc->on_item_is_work == 2;
+  job->cost.fastest = spec->on_item_is_work;
   spec->user = desc->user;
   return pfSuccess;
 }

@@ -162,6 +162,49 @@ def pipeline(rank: int, world: int, out: dict) -> None:
         pipeline_losses_equal=filled_losses == base_losses[:len(filled_losses)])
 
 
+def transformer_fill(rank: int, world: int, out: dict) -> None:
+    """Issue 32: a small transformer as the fill model of a 2-rank 1F1B pipeline, its item cost
+    given (item_cost_us=1600, below the bubbles): the planner keeps it, whatever the items
+    measure inside bubbles, so the job is not starved (it was: 15-17 of 256 items)."""
+    def build():
+        module = Stage(rank)
+        stage = pp.PipelineStage(module, rank, world, torch.device("cpu"),
+                                 input_args=(torch.zeros(BATCH * 2 // MICROBATCHES, STAGE_DIM),))
+        return module, pp.Schedule1F1B(stage, n_microbatches=MICROBATCHES, loss_fn=nn.MSELoss())
+
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(BATCH * 2, STAGE_DIM, generator=g)
+    target = torch.randn(BATCH * 2, STAGE_DIM, generator=g)
+    module, schedule = build()
+    torch.manual_seed(rank)
+    fill = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64,
+                                      batch_first=True).eval()
+    items = 48
+    seqs = [torch.randn(2, 16, 32, generator=g) for _ in range(items)]
+    got = []
+    with pf.Runtime(backend="host", stage_id=rank, stage_count=world, reserved_sms=0,
+                    min_samples=1) as runtime:
+        job = pft.inference_job(runtime, fill, seqs, batch_size=None, slots=8,
+                                sink=lambda i, y: got.append(i), name="transformer",
+                                item_cost_us=1600.0)
+        bubbles = pft.instrument(schedule, runtime, strict=True)
+        steps = 0
+        while steps < 400:
+            if rank == 0:
+                schedule.step(x)
+            else:
+                schedule.step(target=target, losses=[])
+            steps += 1
+            if pft.all_finished([job]):
+                break
+        bubbles.remove()
+        cost = job.job.cost_info()
+        error = job.error
+        job.close()
+    out.update(steps=steps, items=len(got), expected_items=items, error=error,
+               learned_cost_us=cost.learned_cost_us, samples=cost.samples, probes=cost.probes)
+
+
 def stop(rank: int, world: int, out: dict) -> None:
     """The documented loop, ``while not pft.all_finished(jobs): schedule.step()``, with jobs of
     very different lengths per rank (4 items on rank 0, 40 on rank 1): a per-rank
@@ -271,6 +314,8 @@ def main() -> None:
                                 world_size=world, timeout=datetime.timedelta(seconds=60))
         if args.scenario == "stop":
             stop(rank, world, out)
+        elif args.scenario == "transformer":
+            transformer_fill(rank, world, out)
         else:
             pipeline(rank, world, out)
     except Exception as error:

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import pipefill.torch as pft
-import pipefill.torch._streaming as torch_jobs
+import pipefill.torch._job_common as torch_jobs
 from test_torch_jobs import BATCH, DIM, OUT, Samples, host_runtime, model, run_bubbles
 
 

@@ -51,6 +51,20 @@ def run(tmp: pathlib.Path, args, deadline_s: float, ranks: int = 0, log: str = "
     return codes
 
 
+def test_transformer_fill_with_a_given_cost_is_not_starved(tmp_path):
+    """Issue 32: a small transformer filling a 2-rank gloo 1F1B pipeline, item_cost_us=1600
+    given: every item of both ranks runs (the learned in-bubble cost starved it: 15-17 of 256),
+    and the planner kept the given cost."""
+    codes = run(tmp_path, ["--scenario", "transformer"], deadline_s=150, ranks=2)
+    assert codes == [0, 0]
+    for rank in range(2):
+        r = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert "fatal" not in r, r.get("fatal")
+        assert r["error"] is None
+        assert r["items"] == r["expected_items"] == 48, r
+        assert r["samples"] > 0 and r["learned_cost_us"] == 1600.0, r
+
+
 def test_pipeline_bubbles_run_inference_and_training_jobs(tmp_path):
     codes = run(tmp_path, ["--scenario", "pipeline"], deadline_s=150, ranks=2)
     assert codes == [0, 0]

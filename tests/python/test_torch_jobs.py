@@ -310,7 +310,7 @@ def test_item_job_bound_errors_name_the_value():
 def test_training_without_iteration_end_still_checkpoints(tmp_path, monkeypatch):
     """A trainer that never calls iteration_end: the job's writer thread takes each checkpoint
     once the runtime began FALLBACK_BUBBLES bubbles since the job ran dry, and warns once."""
-    from pipefill.torch import _training as torch_training
+    from pipefill.torch import _checkpoints as torch_training
     monkeypatch.setattr(torch_training, "FALLBACK_BUBBLES", 3)
     steps, data = 8, training_data(8)
     eager_losses, eager_state = eager_training(steps, data)

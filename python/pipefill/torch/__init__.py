@@ -131,7 +131,9 @@ def inference_job(runtime: Runtime, module: "torch.nn.Module", data: Iterable[An
     reached the sink; when it exists the job starts at its next item (it must come from a job of
     the same name and range). Items between the last durable point and a crash are handed to a
     callable sink again on resume; the folder and memmap sinks rewrite them in place, so they
-    hold each item exactly once. ``item_cost_us``: default, the module timed on the first batch.
+    hold each item exactly once. ``item_cost_us``: default, the module timed on the first batch
+    (then learned from the measured slices); given, the planner keeps it (host/simulated
+    backends; see docs/pytorch.md).
     """
     kind = CudaInferenceJob if runtime.backend == Backend.CUDA else InferenceJob
     return kind(runtime, module, data, batch_size=batch_size, sink=sink, slots=slots,

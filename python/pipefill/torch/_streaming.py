@@ -29,344 +29,23 @@ job - cancelled, with the reason kept and raised by ``wait()`` - never the train
 """
 from __future__ import annotations
 
-import collections
 import itertools
 import json
 import os
 import pathlib
 import threading
-import time
 import warnings
-import weakref
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
+from typing import Any, Iterable, Iterator, List, Optional
 
 import torch
 
-from .._enums import Backend, Result
-from .._errors import FillJobError, PipeFillError
-from .._runtime import Job, Runtime
-
-UNBOUNDED_ITEMS = 1 << 62
-"""Item count of a job whose input length is unknown: pfJobEndInput sets the real one."""
-
-PathLike = Union[str, "os.PathLike[str]"]
-
-
-@dataclass(frozen=True)
-class Progress:
-    """Progress of a streaming job, readable at any time."""
-    items_done: int            # items whose output reached the sink (or steps taken), this attempt + resumed
-    items_total: Optional[int]  # None while the input's length is unknown
-    rate_per_s: float          # items per second over the last RATE_WINDOW_S seconds (0: none then)
-    eta_s: Optional[float]     # None when unknown
-    finished: bool
-
-
-RATE_WINDOW_S = 10.0
-"""Progress.rate_per_s counts the items completed in the last this many seconds."""
-RATE_WINDOW_ITEMS = 4096
-"""Completion times kept for the rate at most (bounded memory; faster jobs: the newest ones)."""
-
-
-def _describe(value: Any) -> str:
-    """A short description of a value for an error message (shape and dtype of a tensor)."""
-    if isinstance(value, torch.Tensor):
-        return f"a tensor of shape {tuple(value.shape)}, dtype {value.dtype} on {value.device}"
-    if isinstance(value, dict):
-        return f"a dict with keys {sorted(map(str, value))[:8]}"
-    if isinstance(value, (tuple, list)):
-        return f"a {type(value).__name__} of {len(value)}"
-    return f"a {type(value).__name__}"
-
-
-def _check_fits_module(who: str, what: str, module: "torch.nn.Module", value: Any,
-                       device: bool = True) -> None:
-    """Refuses a batch whose device or floating dtype differs from the module's parameters',
-    naming both and the fix (before anything runs: an item would fail on every batch)."""
-    if not isinstance(module, torch.nn.Module):
-        return  # any callable: the first batch through it (the probe) checks it
-    param = next(itertools.chain(module.parameters(), module.buffers()), None)
-    if param is None or not isinstance(value, torch.Tensor):
-        return
-    if device and value.device != param.device:
-        raise ValueError(f"{who}: {what} are on {value.device}, the module's parameters on "
-                         f"{param.device}: move one of them (module.to({str(value.device)!r}) or "
-                         f"the data to {str(param.device)!r})")
-    if value.is_floating_point() and param.is_floating_point() and value.dtype != param.dtype:
-        raise TypeError(f"{who}: {what} have dtype {value.dtype}, the module's parameters "
-                        f"{param.dtype}: convert the data (.to({param.dtype})) or the module "
-                        f"(module.to({value.dtype}))")
-
-
-def _write_atomically(path: pathlib.Path, write: Callable[[Any], None], binary: bool) -> None:
-    """write(file) into path.tmp, fsync, then rename over path: a reader never sees a partial
-    file, and a kill -9 leaves either the old or the new one."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb" if binary else "w") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _check_writable(path: pathlib.Path, what: str) -> None:
-    folder = path.parent if path.parent != pathlib.Path("") else pathlib.Path(".")
-    probe = path.with_name(path.name + ".probe")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(probe, "wb") as f:
-            f.write(b"0")
-        os.remove(probe)
-    except OSError as error:
-        raise PipeFillError(Result.IO, f"{what} {os.fspath(path)!r} cannot be written: {error}") from None
-
-
-def _skip_counting(iterator: Iterator[Any], count: int) -> int:
-    """Skips up to count elements; returns how many there were."""
-    for skipped in range(count):
-        if next(iterator, _END) is _END:
-            return skipped
-    return count
-
-
-_END = object()
-
-
-def _length_of(batches: Any) -> Optional[int]:
-    """len(batches), or None when it has none."""
-    if not hasattr(batches, "__len__"):
-        return None
-    try:
-        return len(batches)
-    except TypeError:
-        return None
-
-
-def _skip(iterator: Iterator[Any], count: int) -> Iterator[Any]:
-    for _ in range(count):
-        try:
-            next(iterator)
-        except StopIteration:
-            break
-    return iterator
-
-
-def _input_of(sample: Any) -> Any:
-    """x of an ``(x, y, ...)`` sample or batch (a tuple or list whose first element is a tensor
-    or an array); anything else as it is."""
-    if isinstance(sample, (tuple, list)) and sample and (
-            isinstance(sample[0], torch.Tensor) or hasattr(sample[0], "__array__")):
-        return sample[0]
-    return sample
-
-
-# ---- sinks --------------------------------------------------------------------------------
-
-_FOLDERS_IN_USE: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
-"""Resolved sink folder -> the live job writing it (in this process)."""
-_FOLDERS_LOCK = threading.Lock()
-
-
-class _FolderSink:
-    """One ``<index>.npy`` per item (12 digits, so that a sorted listing is item order), each
-    written atomically: rewriting an item after a resume replaces it, so the folder holds each
-    item exactly once. A module that returns a dict, tuple or list: ``<index>.npz`` with one
-    array per key (``"0"``, ``"1"``, ... for a tuple). The folder belongs to one job: while
-    another job of this process that has not finished writes it, it is refused (the folder holds
-    nothing but the items' files, so other processes' jobs are not seen)."""
-
-    def __init__(self, folder: PathLike, job: Any) -> None:
-        self.folder = pathlib.Path(folder)
-        _check_writable(self.folder / "sink", "sink folder")
-        key = os.path.realpath(self.folder)
-        with _FOLDERS_LOCK:
-            other = _FOLDERS_IN_USE.get(key)
-            if other is not None and other is not job and not other._finished_or_closed():
-                raise ValueError(f"inference_job: sink folder {os.fspath(folder)!r} is already "
-                                 f"written by job {other.name!r} (live in this process): give "
-                                 "each job a folder of its own")
-            _FOLDERS_IN_USE[key] = job
-
-    def __call__(self, index: int, output: Any) -> None:
-        import numpy as np
-        if isinstance(output, torch.Tensor):
-            array = output.detach().cpu().numpy()
-            _write_atomically(self.folder / f"{index:012d}.npy", lambda f: np.save(f, array),
-                              True)
-            return
-        arrays = _named_arrays(index, output)
-        _write_atomically(self.folder / f"{index:012d}.npz", lambda f: np.savez(f, **arrays),
-                          True)
-
-
-def _named_arrays(index: int, output: Any) -> dict:
-    items = output.items() if isinstance(output, dict) else enumerate(output) \
-        if isinstance(output, (tuple, list)) else None
-    if items is None:
-        raise TypeError(f"item {index}: the module returned {_describe(output)}; a folder sink "
-                        "writes a tensor, or a dict / tuple / list of tensors")
-    return {str(k): torch.as_tensor(v).detach().cpu().numpy() for k, v in items}
-
-
-class _MemmapSink:
-    """Rows of a numpy memmap: item i's output goes to rows [i*batch_size, i*batch_size + n)."""
-
-    def __init__(self, memmap: Any, batch_size: int) -> None:
-        self.memmap = memmap
-        self.batch_size = batch_size
-
-    def __call__(self, index: int, output: "torch.Tensor") -> None:
-        array = output.detach().cpu().numpy()
-        first = index * self.batch_size
-        if first + array.shape[0] > self.memmap.shape[0] or array.shape[1:] != self.memmap.shape[1:]:
-            raise ValueError(f"item {index}: output of shape {tuple(array.shape)} does not fit the "
-                             f"memmap of shape {tuple(self.memmap.shape)} at row {first}")
-        self.memmap[first:first + array.shape[0]] = array
-        self.memmap.flush()  # durable before the progress file says so
-
-
-def _make_sink(sink: Any, batch_size: int, job: Any,
-               output: Any = None) -> Callable[[int, "torch.Tensor"], None]:
-    """The sink; ``output``: what the module returned for the first batch (checked against it)."""
-    try:
-        import numpy as np
-        if isinstance(sink, np.memmap):
-            if output is not None and not isinstance(output, torch.Tensor):
-                raise TypeError(f"inference_job: sink is a numpy memmap, which holds one tensor "
-                                f"per item, but the module returns {_describe(output)}: use a "
-                                "folder or a callable sink")
-            return _MemmapSink(sink, batch_size)
-    except ImportError:  # pragma: no cover - numpy comes with torch
-        pass
-    if isinstance(sink, (str, os.PathLike)):
-        return _FolderSink(sink, job)
-    if callable(sink):
-        return sink
-    raise TypeError(f"sink {sink!r} is neither a callable, a folder path nor a numpy memmap")
-
-
-# ---- the item job both helpers run on -----------------------------------------------------
-
-def _create_item_job(runtime: Runtime, name: str, items: int, item_cost_us: float,
-                     fn: Callable[[int], None], available: int, priority: int) -> Any:
-    native = runtime._native.create_item_job(name, priority, items, max(1.0, item_cost_us), fn,
-                                             available)
-    return Job(runtime, None, native)
-
-
-def _measure_us(call: Callable[[], Any], runs: int = 5) -> float:
-    """The fastest of ``runs`` calls: a loaded machine only adds time to a call (preemption), so
-    the minimum is the closest to the item's own cost (a median of 3 came out 40 ms for a 1.5 ms
-    item on a busy rank, and the job never fitted a bubble, issue 25)."""
-    samples = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        call()
-        samples.append((time.perf_counter() - t0) * 1e6)
-    return min(samples)
-
-
-class _StreamingJob:
-    """What both helpers share: the native item job, the failure path and the wait."""
-
-    def __init__(self) -> None:
-        self._cv = threading.Condition()
-        self._error: Optional[str] = None
-        self._finished = False
-        self._started = time.monotonic()
-        self._closing = False
-        self.job: Any = None
-        self._completions: "collections.deque[float]" = collections.deque(
-            maxlen=RATE_WINDOW_ITEMS)  # monotonic times of the latest item completions
-
-    def _completed_one(self) -> None:
-        """An item completed (call with self._cv held)."""
-        self._completions.append(time.monotonic())
-
-    def _recent_rate(self) -> float:
-        """Items per second over the last RATE_WINDOW_S seconds (since the start when it is
-        younger; over the kept completions when RATE_WINDOW_ITEMS came faster)."""
-        now = time.monotonic()
-        with self._cv:
-            times = self._completions
-            while times and times[0] < now - RATE_WINDOW_S:
-                times.popleft()
-            if not times:
-                return 0.0
-            span = now - max(self._started, now - RATE_WINDOW_S)
-            if len(times) == times.maxlen:
-                span = now - times[0]
-            return len(times) / max(span, 1e-9)
-
-    def _finished_or_closed(self) -> bool:
-        return self._finished or self._closing or self._error is not None
-
-    def _fail(self, message: str) -> None:
-        with self._cv:
-            if self._error is None:
-                self._error = message
-            self._cv.notify_all()
-        if self.job is not None:
-            self.job._fail(message)  # the job reads FAILED everywhere (info, stats, wait)
-
-    def _check_item_error(self) -> None:
-        if self.job is None or self._error is not None:
-            return
-        error = self.job._native.item_error()
-        if error is not None:
-            self._fail(f"job '{self.job.name}': {error}")
-
-    @property
-    def error(self) -> Optional[str]:
-        """Why the job ended itself (None: it did not)."""
-        self._check_item_error()
-        return self._error
-
-    def _wait_finished(self, timeout: Optional[float], asked: Optional[float] = None) -> None:
-        # asked: the caller's whole timeout, for the message (timeout may be what is left of it)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            self._check_item_error()
-            with self._cv:
-                if self._finished or self._error is not None:
-                    break
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise PipeFillError(Result.TIMEOUT, f"job '{self.job.name}' did not finish "
-                                        f"within {timeout if asked is None else asked} s")
-                self._cv.wait(0.05 if left is None else min(0.05, left))
-        if self._error is not None:
-            raise FillJobError(self._error)
-
-    def _wait(self, timeout: Optional[float], asked: Optional[float] = None) -> Progress:
-        started = time.monotonic()
-        self._wait_finished(timeout, asked)
-        if self.job is not None:
-            # The last slice's completion reaches the job when its bubble is harvested.
-            self.job.runtime.synchronize()
-            left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
-            self.job.wait(left)
-        return self.progress()  # type: ignore[attr-defined]
-
-    def close(self) -> None:
-        """Destroys the job (cancels it first); the feeder and drainer stop. Idempotent."""
-        with self._cv:
-            self._closing = True
-            self._cv.notify_all()
-        if self.job is not None:
-            self.job.close()
-            self.job._native.release_item_fn()
-        for thread in (getattr(self, "_feeder", None), getattr(self, "_drainer", None)):
-            if thread is not None and thread is not threading.current_thread():
-                thread.join(timeout=10.0)
-
-    def __enter__(self) -> "_StreamingJob":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
+from .._enums import Backend
+from .._runtime import Runtime
+from ._job_common import (UNBOUNDED_ITEMS, FillJobError, PathLike, Progress, _StreamingJob,
+                          _check_fits_module, _check_writable, _create_item_job, _describe,
+                          _input_of, _length_of, _measure_us, _skip_counting,
+                          _write_atomically)
+from ._sinks import _make_sink
 
 # ---- inference ----------------------------------------------------------------------------
 
@@ -513,8 +192,13 @@ class InferenceJob(_StreamingJob):
         return tensor
 
     def _feed(self, first: "torch.Tensor", iterator: Iterator[Any]) -> None:
+        """Stages batches into free slots and raises the available bound in batches, not per
+        item (each raise takes the runtime's lock): when the ring is full, every quarter ring,
+        and whenever the items run have nearly caught up with the bound (the job would go dry)."""
         try:
             k = 0
+            published = 0
+            publish_every = max(1, self.slots // 4)
             batch: Any = first
             while True:
                 if self._limit is not None and k >= self._limit:
@@ -534,17 +218,23 @@ class InferenceJob(_StreamingJob):
                     raise ValueError(f"item {index}: a batch of {batch.shape[0]} rows (batch_size "
                                      f"is {self.batch_size})")
                 slot = k % self.slots
-                with self._cv:  # the slot is free once the item `slots` earlier was drained
-                    while k - self._drained >= self.slots and not self._stopping():
-                        self._cv.wait(0.1)
-                    if self._stopping():
-                        return
+                if k - self._drained >= self.slots:  # the ring is full: publish, then wait
+                    if published < k:
+                        self._publish(k)
+                        published = k
+                    with self._cv:  # the slot is free once the item `slots` earlier was drained
+                        while k - self._drained >= self.slots and not self._stopping():
+                            self._cv.wait(0.1)
+                if self._stopping():
+                    return
                 self._stage(slot, batch)
                 self._rows[slot] = batch.shape[0]
-                with self._cv:
-                    self._staged = k + 1
-                self.job._native.set_available(k + 1)
                 k += 1
+                if k - published >= publish_every or published - self._items_done() < 2:
+                    self._publish(k)
+                    published = k
+            if published < k:
+                self._publish(k)
             if self.end is not None and self._limit is not None and k < self._limit:
                 raise ValueError(f"items = {self.end - self.start} from start = {self.start}, "
                                  f"but the data ended at item {self.next_item + k}")
@@ -560,11 +250,19 @@ class InferenceJob(_StreamingJob):
             if not self._stopping():
                 self._fail(f"job '{self.name}': feeder: {type(error).__name__}: {error}")
 
+    def _publish(self, staged: int) -> None:
+        """Items [0, staged) of this attempt are staged: the bound goes up to them."""
+        with self._cv:
+            self._staged = staged
+        self.job._native.set_available(staged)
+
     def _stopping(self) -> bool:
         return self._error is not None or self._closing
 
     # -- the backend's part (pipefill.torch._cuda_ring.CudaInferenceJob overrides these) --
-    _poll_s = 0.05  # the drainer's wait between looks (run items notify it on this path)
+    _poll_s = 0.05  # the drainer's wait between looks where items are not counted natively
+    _drain_wait_s = 0.01  # host/sim: the drainer's longest sleep while fewer items ran
+    _drain_batch = 4  # host/sim: items the drainer sleeps for (fewer when the ring is smaller)
 
     def _make_job(self, runtime: Runtime, first: "torch.Tensor", items: int,
                   item_cost_us: Optional[float], priority: int) -> Any:
@@ -576,73 +274,90 @@ class InferenceJob(_StreamingJob):
             cost = item_cost_us if item_cost_us is not None else _measure_us(
                 lambda: self.module(first))
         self.item_cost_us = float(cost)
-        return _create_item_job(runtime, self.name, items, self.item_cost_us, self._run_item, 0,
-                                priority)
+        job = _create_item_job(runtime, self.name, items, self.item_cost_us, self._run_item, 0,
+                               priority, fixed_cost=item_cost_us is not None)
+        self._hold_gil_interval()
+        return job
 
     def _stage(self, slot: int, batch: "torch.Tensor") -> None:
         """Feeder thread: the batch into the slot's input buffer (the slot is free)."""
         self._in[slot][:batch.shape[0]].copy_(batch)
 
     def _items_done(self) -> int:
-        """Items of this attempt whose output is ready, in order (a prefix)."""
+        """Items of this attempt whose output is ready, in order (a prefix): on this path the
+        item record counts them natively (one atomic load)."""
+        return self.job._native.items_run()
+
+    def _wait_items(self, target: int) -> int:
+        """Drainer thread: sleeps until ``target`` items are done or a while passed; returns the
+        items done. Host/sim: in the item record with the GIL released, woken by the item that
+        reaches the target (not by every item); a backend that overrides _items_done polls."""
+        if type(self)._items_done is InferenceJob._items_done:
+            return self.job._native.wait_items_run(target, self._drain_wait_s)
         with self._cv:
-            return self._ran
+            self._cv.wait(self._poll_s)
+        return self._items_done()
 
     def _take_output(self, k: int, slot: int) -> "torch.Tensor":
         """Drainer thread: item k's output (it is done), which the slot then no longer holds."""
-        with self._cv:
-            output, self._out[slot] = self._out[slot], None
+        output, self._out[slot] = self._out[slot], None
         return output
 
     # -- items (the device's worker thread, with the GIL) --
     def _run_item(self, k: int) -> None:
+        """One item: nothing but the module on the slot (the item record counts it and wakes
+        the drainer when it waits for this one; no Python lock or notify per item)."""
         slot = k % self.slots
         with torch.no_grad():
-            output = self.module(self._in[slot][:self._rows[slot]])
-        with self._cv:
-            self._out[slot] = output
-            self._ran = k + 1
-            self._cv.notify_all()
+            self._out[slot] = self.module(self._in[slot][:self._rows[slot]])
 
     # -- output --
     def _drain(self) -> None:
+        """Hands outputs to the sink in item order, a run of items per wake-up: it sleeps until
+        half the ring ran (or the staged items, or _drain_wait_s), then drains all done ones and
+        wakes the feeder once."""
         k = 0
+        half = max(1, min(self.slots // 2, self._drain_batch))
         try:
             while True:
-                while True:  # an item that raised reports it natively: look every _poll_s
-                    self._check_item_error()
-                    done = self._items_done()
-                    with self._cv:
-                        if done > k or self._stopping() or (
-                                self._total is not None and k >= self._total):
-                            break
-                        self._cv.wait(self._poll_s)
+                self._check_item_error()
                 with self._cv:
                     if self._stopping():
                         return
                     if self._total is not None and k >= self._total:
                         break
-                slot = k % self.slots
-                output = self._take_output(k, slot)
-                index = self.next_item + k
-                try:
-                    self.sink(index, output)
-                except Exception as error:
-                    raise FillJobError(f"job '{self.name}': the sink raised on item {index}: "
-                                       f"{type(error).__name__}: {error}") from None
-                if self._resume is not None:
-                    self._write_resume(index + 1)
+                    staged = self._staged
+                done = self._items_done()
+                if done <= k:
+                    target = max(k + 1, min(k + half, staged))
+                    done = self._wait_items(target)
+                    if done <= k:
+                        continue
+                for j in range(k, done):
+                    self._drain_one(j)
                 with self._cv:
-                    self._drained = k + 1
-                    self._completed_one()
+                    self._drained = done
+                    for _ in range(done - k):
+                        self._completed_one()
                     self._cv.notify_all()
-                k += 1
+                k = done
             with self._cv:
                 self._finished = True
                 self._cv.notify_all()
         except Exception as error:
             self._fail(error.message if isinstance(error, FillJobError)
                        else f"job '{self.name}': drainer: {type(error).__name__}: {error}")
+
+    def _drain_one(self, k: int) -> None:
+        output = self._take_output(k, k % self.slots)
+        index = self.next_item + k
+        try:
+            self.sink(index, output)
+        except Exception as error:
+            raise FillJobError(f"job '{self.name}': the sink raised on item {index}: "
+                               f"{type(error).__name__}: {error}") from None
+        if self._resume is not None:
+            self._write_resume(index + 1)
 
     # -- resume --
     def _identity(self) -> dict:

@@ -26,21 +26,23 @@ job's.
 from __future__ import annotations
 
 import copy
-import os
 import pathlib
 import threading
 import warnings
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, List, Optional
+from typing import Any, Callable, Iterable, List, Optional
 
 import torch
 
-from .._enums import Backend
-from .._runtime import Runtime
+from .._enums import Backend, JobStatus
+from .._errors import PipeFillError
+from .._runtime import Job, Runtime
+from ._job_common import (UNBOUNDED_ITEMS, FillJobError, PathLike, Progress, _StreamingJob,
+                          _check_fits_module, _check_writable, _create_item_job, _describe,
+                          _measure_us)
 from ._cuda_ring import TrainingCapture, check_capturable, check_full_batches, job_failure
-from ._streaming import (UNBOUNDED_ITEMS, FillJobError, PathLike, Progress, _check_fits_module,
-                         _check_writable, _create_item_job, _describe, _measure_us, _skip,
-                         _StreamingJob, _write_atomically)
+from ._training_state import Snapshot, _Batches
+from ._checkpoints import _Checkpoints
+from ._micro_steps import MicroSteps, measure_micro_costs
 
 DEFAULT_STEP_COST_US = 1000.0
 """The item cost assumed only when a step cannot be timed at creation (module not copyable)."""
@@ -57,152 +59,16 @@ def _check_host_optimizer(optimizer: Any, backend: Any) -> None:
                              "(runtime.backend == pf.Backend.CUDA)")
 
 
-FALLBACK_BUBBLES = 256
-"""Bubbles a runtime that never saw ``iteration_end`` begins while a checkpoint is due before the
-job's writer thread takes the checkpoint itself (more than any pipeline iteration has, so a
-trainer that does call ``iteration_end`` never gets there before its first call)."""
 
-
-@dataclass(frozen=True)
-class Snapshot:
-    """When a checkpoint's state was copied: the step, whether a bubble of the runtime was open
-    then (``Runtime.in_bubble``), and who took it ("iteration_end", "fallback" or "wait")."""
-    step: int
-    in_bubble: bool
-    taken_at: str
-
-
-def _to_host(value: Any) -> Any:
-    """A copy of a (nested) state whose tensors are host tensors: on CUDA enqueued on the current
-    stream into pinned memory (non_blocking), on CPU cloned."""
-    if isinstance(value, torch.Tensor):
-        if value.device.type == "cpu":
-            return value.detach().clone()
-        return value.detach().to("cpu", non_blocking=True)
-    if isinstance(value, dict):
-        return type(value)((k, _to_host(v)) for k, v in value.items())
-    if isinstance(value, list):
-        return [_to_host(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_to_host(v) for v in value)
-    return copy.deepcopy(value)
-
-
-# ---- the data position a checkpoint holds -------------------------------------------------
-
-def _generators(data: Any) -> List["torch.Generator"]:
-    """The torch.Generators that decide the order of ``data`` (a DataLoader's, its sampler's, its
-    batch sampler's sampler's), each once, in a fixed order."""
-    found: List[torch.Generator] = []
-    candidates = [data, getattr(data, "sampler", None), getattr(data, "batch_sampler", None),
-                  getattr(getattr(data, "batch_sampler", None), "sampler", None)]
-    for owner in candidates:
-        generator = getattr(owner, "generator", None)
-        if isinstance(generator, torch.Generator) and all(generator is not g for g in found):
-            found.append(generator)
-    return found
-
-
-def _skips_by_index(data: Any, iterator: Any) -> bool:
-    """A single-process DataLoader over a map-style dataset: skipping a batch is advancing its
-    sampler (no sample is loaded). Any other data is skipped by drawing the batches (worker
-    processes' RNGs advance as in the run that drew them)."""
-    loader = torch.utils.data.DataLoader
-    return (isinstance(data, loader) and data.num_workers == 0
-            and not isinstance(data.dataset, torch.utils.data.IterableDataset)
-            and hasattr(iterator, "_sampler_iter") and hasattr(iterator, "_num_yielded"))
-
-
-class _Batches:
-    """The training data, iterated again each time it ends, with a position a checkpoint can
-    hold: the epoch, the batches drawn in it, and the RNG states right before its ``iter()``
-    (torch's CPU RNG and every generator of :func:`_generators`). Restoring sets those states,
-    calls ``iter()`` again (the sampler draws the same order) and skips the drawn batches without
-    drawing anything new, so the next batch is the one the uninterrupted run drew."""
-
-    def __init__(self, data: Iterable[Any], name: str) -> None:
-        self.data, self.name = data, name
-        self.epoch, self.in_epoch = 0, 0
-        self.epoch_start: Optional[dict] = None
-        self._iterator: Optional[Iterator[Any]] = None
-
-    def _rng_states(self) -> dict:
-        return {"torch": torch.get_rng_state(),
-                "generators": [g.get_state() for g in _generators(self.data)]}
-
-    def _set_rng_states(self, states: dict) -> None:
-        generators = _generators(self.data)
-        if len(generators) != len(states["generators"]):
-            raise ValueError(f"training_job '{self.name}': the checkpoint's data had "
-                             f"{len(states['generators'])} torch.Generator(s) (DataLoader / "
-                             f"sampler), this job's data has {len(generators)}: resume with the "
-                             "same kind of data")
-        torch.set_rng_state(states["torch"])
-        for generator, state in zip(generators, states["generators"]):
-            generator.set_state(state)
-
-    def state(self) -> dict:
-        """The position after the batches drawn so far."""
-        return {"epoch": self.epoch, "in_epoch": self.in_epoch, "epoch_start": self.epoch_start}
-
-    def __iter__(self) -> "_Batches":
-        return self
-
-    def __next__(self) -> Any:
-        while True:
-            if self._iterator is None:
-                self.epoch_start = self._rng_states()
-                self._iterator = iter(self.data)
-                self.in_epoch = 0
-            try:
-                batch = next(self._iterator)
-            except StopIteration:
-                if self.in_epoch == 0:
-                    raise ValueError(f"training_job '{self.name}': the data yielded no batch") \
-                        from None
-                self._iterator = None
-                self.epoch += 1
-                continue
-            self.in_epoch += 1
-            return batch
-
-    def restore(self, position: dict) -> None:
-        """Back to ``position`` (from :meth:`state` of the run that wrote the checkpoint); the
-        caller then sets torch's RNG to the checkpoint's state."""
-        self._set_rng_states(position["epoch_start"])
-        self.epoch_start = position["epoch_start"]
-        self.epoch = int(position["epoch"])
-        iterator = iter(self.data)
-        count = int(position["in_epoch"])
-        if _skips_by_index(self.data, iterator):
-            sampler = iterator._sampler_iter  # type: ignore[attr-defined]
-            for drawn in range(count):
-                if next(sampler, None) is None:
-                    raise self._shorter(drawn, count)
-            iterator._num_yielded += count  # type: ignore[attr-defined]
-        else:
-            for drawn in range(count):
-                if next(iterator, _END) is _END:
-                    raise self._shorter(drawn, count)
-        self._iterator, self.in_epoch = iterator, count
-
-    def _shorter(self, drawn: int, count: int) -> ValueError:
-        return ValueError(f"training_job '{self.name}': the checkpoint is {count} batches into "
-                          f"epoch {self.epoch}, but this data's epoch has only {drawn}: resume "
-                          "with the same data")
-
-
-_END = object()
-
-
-class TrainingJob(_StreamingJob):
+class TrainingJob(_Checkpoints, _StreamingJob):
     """Made by :func:`training_job`: ``losses`` (resumed ones, then this attempt's),
     ``snapshots`` (a :class:`Snapshot` per checkpoint taken), progress, wait, close."""
 
     def __init__(self, runtime: Runtime, module: "torch.nn.Module", optimizer: Any,
                  loss_fn: Callable[..., "torch.Tensor"], data: Iterable[Any], *, steps: int,
                  checkpoint: Optional[PathLike], every: int, resume: Optional[PathLike],
-                 name: str, priority: int, item_cost_us: Optional[float], slots: int) -> None:
+                 name: str, priority: int, item_cost_us: Optional[float], slots: int,
+                 micro_batches: int = 1) -> None:
         super().__init__()
         if steps <= 0:
             raise ValueError(f"training_job: steps = {steps} (must be > 0)")
@@ -211,8 +77,14 @@ class TrainingJob(_StreamingJob):
         if slots < 2:
             raise ValueError(f"training_job: slots = {slots} (at least 2: one step runs while "
                              "the next batch is staged)")
+        if not isinstance(micro_batches, int) or micro_batches < 1:
+            raise ValueError(f"training_job: micro_batches = {micro_batches!r} (an int >= 1)")
         self.runtime = runtime
         self.cuda = runtime.backend == Backend.CUDA
+        if self.cuda and micro_batches > 1:
+            raise ValueError(f"training_job: micro_batches = {micro_batches} runs on the simulated "
+                             "and host backends only (on CUDA one item is one captured step)")
+        self._micro = MicroSteps(self, micro_batches) if micro_batches > 1 else None
         if self.cuda:
             check_capturable(optimizer)  # before anything else: a refusal changes nothing
             check_full_batches(data)     # a partial batch would fail the captured step later
@@ -248,12 +120,17 @@ class TrainingJob(_StreamingJob):
         bound = self._due - self.step if self.checkpoint is not None else UNBOUNDED_ITEMS
         if self.cuda:
             self._start_cuda(items, priority, item_cost_us)
+        elif self._micro is not None:
+            self._first = self._in_job_rng(lambda: next(self._batches))
+            self._start_micro(items, priority, item_cost_us)
         else:
             self._first = self._in_job_rng(lambda: next(self._batches))
             self.item_cost_us = float(item_cost_us if item_cost_us is not None
                                       else self._measure_step(self._first))
             self.job = _create_item_job(runtime, name, items, self.item_cost_us,
-                                        self._run_item, bound, priority)
+                                        self._run_item, bound, priority,
+                                        fixed_cost=item_cost_us is not None)
+            self._hold_gil_interval()
         if self.checkpoint is not None:
             runtime._add_iteration_end_hook(self._on_iteration_end)
             self._writer = threading.Thread(target=self._write_loop, name=f"pipefill-ckpt-{name}",
@@ -316,12 +193,6 @@ class TrainingJob(_StreamingJob):
                                  f"(inputs {_describe(inputs)}, target {_describe(target)}) "
                                  f"failed: {type(error).__name__}: {error}") from None
 
-    def _next_due(self, step: int) -> int:
-        """The step the next checkpoint is taken at (multiples of ``every``, and the last)."""
-        if self.checkpoint is None:
-            return self.steps
-        return min(self.steps, (step // self.every + 1) * self.every)
-
     # -- a step done (CPU: the worker thread; CUDA: the drainer) --
     def _stepped(self, loss: float) -> None:
         with self._cv:
@@ -338,170 +209,72 @@ class TrainingJob(_StreamingJob):
         loss = self._in_job_rng(lambda: self._step(k))
         self._stepped(loss)  # after the RNG stream is saved: a snapshot may follow at once
 
-    def _step(self, k: int) -> float:
+    def _next_batch(self) -> Any:
+        """The next step's batch (the first one was drawn at creation)."""
         if self._first is not None:
             batch, self._first = self._first, None
-        else:
-            batch = next(self._batches)
-        inputs, target = self._split(batch, self.resumed_from + k)
+            return batch
+        return next(self._batches)
+
+    def _step(self, k: int) -> float:
+        inputs, target = self._split(self._next_batch(), self.resumed_from + k)
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.loss_fn(self.module(inputs), target)
         loss.backward()
         self.optimizer.step()
         return float(loss.detach())
 
-    # -- checkpoints --
-    def _claim_snapshot(self) -> Optional[int]:
-        """The due step when its state should be copied now (and by the caller), else None."""
-        with self._cv:
-            if (self.checkpoint is None or self._error is not None or self._closing
-                    or self.step != self._due or self._snapped == self.step
-                    or self._pending is not None):
-                return None
-            self._snapped = self.step
-            return self.step
-
-    def _take_snapshot(self, taken_at: str) -> None:
-        step = self._claim_snapshot()
-        if step is None:
-            return
-        in_bubble = self.runtime.in_bubble
-        event = None
-        if self.cuda:
-            # The state was last written by the fill stream, whose items are complete
-            # (harvested): the copies need no stream dependency, so the trainer's queued work
-            # does not delay them.
-            stream = self._snapshot_stream
-            with torch.cuda.stream(stream):
-                model = _to_host(self.module.state_dict())
-                optimizer = _to_host(self.optimizer.state_dict())
-                event = torch.cuda.Event()
-                event.record(stream)
+    # -- micro-steps (CPU; pipefill/torch/_micro_steps.py) --
+    def _start_micro(self, items: int, priority: int, item_cost_us: Optional[float]) -> None:
+        """The native job with one configuration per micro-batches-per-item choice."""
+        micro = self._micro
+        assert micro is not None
+        inputs, target = self._split(self._first, self.step)
+        micro.check_rows(inputs, target, self.step)
+        if item_cost_us is not None:  # one whole step's cost, given
+            micro_us, optimizer_us = item_cost_us / micro.k, 0.0
         else:
-            model = _to_host(self.module.state_dict())
-            optimizer = _to_host(self.optimizer.state_dict())
-        with self._cv:
-            position = self._positions.pop(step, None)
-            for older in [s for s in self._positions if s < step]:
-                del self._positions[older]
-        if position is None:  # CPU: nothing was drawn past the due step
-            position = self._batches.state()
-        rng = torch.get_rng_state() if self.cuda else self._rng.clone()
-        state = dict(self._identity(), step=step, model=model, optimizer=optimizer,
-                     rng=rng, data=position, losses=list(self.losses))
-        with self._cv:
-            self.snapshots.append(Snapshot(step, in_bubble, taken_at))
-            self._pending = (step, state, event)
-            self._cv.notify_all()
-        if event is None:
-            self._release_bound(step)  # the clone is complete: the job may run on
+            micro_us, optimizer_us = measure_micro_costs(self, self._first, micro.k)
+        self.micro_cost_us = micro_us
+        self.item_cost_us = float(micro.k * micro_us + optimizer_us)  # one whole step
+        claims = micro.claims_bound(items)
+        bound = claims if self.checkpoint is None else micro.claims_bound(self._due - self.step)
+        native = self.runtime._native.create_config_item_job(
+            self.name, priority, claims, micro.configs(micro_us, optimizer_us), micro.run_item,
+            bound)
+        self.job = Job(self.runtime, None, native)
+        self._hold_gil_interval()
 
-    def _release_bound(self, step: int) -> None:
-        """Raises the available bound to the next due step (after the copy of ``step``)."""
-        due = self._next_due(step)
-        with self._cv:
-            self._due = due
-            self._cv.notify_all()
-        if due > step and not self.cuda:  # on CUDA the feeder raises it batch by batch
-            self.job._native.set_available(due - self.resumed_from)
+    def _micro_held(self) -> bool:
+        """Worker thread: no micro-batch may run now (all steps done, or the job is held at a
+        checkpoint's step until its state was copied)."""
+        micro = self._micro
+        return self.step >= self.steps or (micro is not None and micro.in_step == 0
+                                           and self.checkpoint is not None
+                                           and self.step >= self._due)
 
-    def _on_iteration_end(self) -> None:
-        """Runtime.iteration_end's hook (the trainer thread; never raises)."""
+    def _claims_bound(self, due: int) -> int:
+        """The available bound (claims of this attempt) that lets the job run up to step
+        ``due``: one claim per step, or with micro-steps, the claims run so far plus one per
+        micro-batch left (an upper bound: an item may run several)."""
+        if self._micro is None:
+            return due - self.resumed_from
+        return self.job._native.items_run() + self._micro.claims_bound(due - self.step)
+
+    def _end_micro_job(self) -> None:
+        """Ends the native job of a micro-step job whose steps are done at the claims it
+        completed (its item count was an upper bound); outside bubbles, no slice in flight."""
+        if self._micro is None or self.job is None or self.step < self.steps:
+            return
+        info = self.job.info()
+        if info.status not in (JobStatus.PENDING, JobStatus.RUNNING):
+            return  # ended already
+        done = info.items_completed
         try:
-            self._take_snapshot("iteration_end")
-        except Exception as error:
-            self._fail(f"training_job '{self.name}': checkpoint at step {self.step}: "
-                       f"{type(error).__name__}: {error}")
-
-    def _fallback_due(self) -> bool:
-        rt = self.runtime
-        with self._cv:
-            dry = self.step == self._due and self._snapped != self.step and self._pending is None
-            since = self._dry_at_bubble
-        return (dry and getattr(rt, "_iteration_ends", 0) == 0
-                and rt._bubble_index - since >= FALLBACK_BUBBLES)
-
-    def _write_loop(self) -> None:
-        try:
-            while True:
-                with self._cv:
-                    while self._pending is None and not self._stopping():
-                        if self._fallback_due():
-                            break
-                        self._cv.wait(0.05)
-                    if self._stopping():
-                        return
-                    pending = self._pending
-                if pending is None:  # the trainer never calls iteration_end
-                    if not self._warned_fallback:
-                        self._warned_fallback = True
-                        warnings.warn(f"pipefill.torch.training_job '{self.name}': the runtime "
-                                      f"has seen no iteration_end call in {FALLBACK_BUBBLES} "
-                                      "bubbles, so checkpoints are taken by the job's writer "
-                                      "thread (possibly while a bubble is open); call "
-                                      "runtime.iteration_end() after each step to take them "
-                                      "outside bubbles", RuntimeWarning, stacklevel=2)
-                    self._take_snapshot("fallback")
-                    continue
-                step, state, event = pending
-                if event is not None:
-                    event.synchronize()  # this thread only; the job is dry meanwhile
-                    self._release_bound(step)
-                self._save(step, state)
-                with self._cv:
-                    self._pending = None
-                    if step == self.steps:
-                        self._finished = True
-                    self._cv.notify_all()
-        except Exception as error:
-            self._fail(error.message if isinstance(error, FillJobError)
-                       else f"training_job '{self.name}': checkpoint writer: "
-                            f"{type(error).__name__}: {error}")
-
-    def _stopping(self) -> bool:
-        return self._error is not None or self._closing
-
-    def _identity(self) -> dict:
-        return {"kind": "pipefill.training_job", "name": self.name, "steps": self.steps}
-
-    def _save(self, step: int, state: dict) -> None:
-        assert self.checkpoint is not None
-        try:
-            _write_atomically(self.checkpoint, lambda f: torch.save(state, f), True)
-        except OSError as error:
-            raise FillJobError(f"training_job '{self.name}': checkpoint "
-                               f"{os.fspath(self.checkpoint)!r} at step {step} could not be "
-                               f"written: {error}") from None
-
-    def _load(self, path: pathlib.Path) -> None:
-        if not path.exists():
-            return  # a first attempt
-        try:
-            state = torch.load(path, weights_only=False)
-        except Exception as error:
-            raise ValueError(f"resume checkpoint {os.fspath(path)!r} cannot be read: "
-                             f"{error}") from None
-        for key, value in self._identity().items():
-            if not isinstance(state, dict) or state.get(key) != value:
-                got = state.get(key) if isinstance(state, dict) else type(state).__name__
-                raise ValueError(f"resume checkpoint {os.fspath(path)!r} belongs to another job: "
-                                 f"its {key} is {got!r}, this job's is {value!r}")
-        self.module.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.losses = list(state["losses"])
-        self.step = int(state["step"])
-        rng, position = state["rng"], state.get("data")
-
-        def restore() -> None:
-            if position is not None:
-                self._batches.restore(position)
-            else:  # a checkpoint without a data position (before issue 25): re-iterate
-                torch.set_rng_state(rng)
-                _skip(self._batches, self.step)
-            torch.set_rng_state(rng)
-
-        self._rng = rng
-        self._in_job_rng(restore)
+            self.job._native.set_available(done)
+            self.job._native.end_input()
+        except PipeFillError:
+            pass  # it completed meanwhile (its last claims were the bound), or a slice still runs
 
     # -- CUDA: the captured step over a ring of slots --
     def _start_cuda(self, items: int, priority: int, item_cost_us: Optional[float]) -> None:
@@ -583,7 +356,6 @@ class TrainingJob(_StreamingJob):
 
     # -- public --
     def progress(self) -> Progress:
-        import time
         with self._cv:
             done, finished = self.step, self._finished
         rate = self._recent_rate()
@@ -607,6 +379,9 @@ class TrainingJob(_StreamingJob):
                         break
                     self._cv.wait(0.05 if left is None else min(0.05, left))
             self._take_snapshot("wait")
+        if self._micro is not None and not self.runtime.in_bubble:
+            self.runtime.synchronize()  # the last slice harvested: no claim in flight
+            self._end_micro_job()
         return self._wait(None if deadline is None else max(0.0, deadline - time.monotonic()),
                           asked=timeout)
 
@@ -635,7 +410,8 @@ def training_job(runtime: Runtime, module: "torch.nn.Module", optimizer: Any,
                  loss_fn: Callable[..., "torch.Tensor"], data: Iterable[Any], *, steps: int,
                  checkpoint: Optional[PathLike] = None, every: int = 100,
                  resume: Optional[PathLike] = None, name: str = "training", priority: int = 0,
-                 item_cost_us: Optional[float] = None, slots: int = 4) -> TrainingJob:
+                 item_cost_us: Optional[float] = None, slots: int = 4,
+                 micro_batches: int = 1) -> TrainingJob:
     """``steps`` optimizer steps of ``module`` in the bubbles, one step per item:
     ``loss_fn(module(inputs), target).backward(); optimizer.step()`` for the next
     ``(inputs, target)`` batch of ``data`` (iterated again when it ends). Every ``every`` steps
@@ -652,7 +428,15 @@ def training_job(runtime: Runtime, module: "torch.nn.Module", optimizer: Any,
     learning-rate scheduler (the capture fixes the learning rate: refused), the module and
     optimizer on the GPU, every batch of the first batch's shapes (a DataLoader whose last batch
     would be partial, ``drop_last=False``, is refused at creation); ``slots`` batches are staged
-    ahead (pinned host + device ring)."""
+    ahead (pinned host + device ring).
+
+    ``micro_batches=k`` (host and simulated backends): each step's batch is split into ``k``
+    micro-batches with gradient accumulation (each micro-batch's loss scaled by its share of the
+    rows; the optimizer steps after the k-th), and the planner runs 1, 2, ... or ``k`` of them
+    per item, per bubble class (pipefill/torch/_micro_steps.py): a step longer than the bubbles
+    runs in pieces that fit them. ``item_cost_us``: one step's cost; without micro-steps a given
+    cost is kept by the planner (not learned from the slices)."""
     return TrainingJob(runtime, module, optimizer, loss_fn, data, steps=steps,
                        checkpoint=checkpoint, every=every, resume=resume, name=name,
-                       priority=priority, item_cost_us=item_cost_us, slots=slots)
+                       priority=priority, item_cost_us=item_cost_us, slots=slots,
+                       micro_batches=micro_batches)
