@@ -58,9 +58,10 @@ static_assert(static_cast<int>(FillMode::FreeRide) == 3 && static_cast<int>(Fill
 
 double engine_margin_us(const EngineOptions& options, const StageCosts& costs) {
   if (options.margin_us >= 0) return options.margin_us;
-  // The receive's bytes move in the last (p2p time - latency) of the bubble.
-  const double transfer = costs.p2p_us - std::min(options.pipeline.model.p2p_latency_us, costs.p2p_us);
-  return std::max(20.0, transfer);
+  // The receive's p2p time (latency + bytes / bandwidth) ends the bubble. The transfer's speed
+  // is set by the fill load when the peer sends (the simulated device, docs/simulated-device.md:
+  // when its record completes, before the latency), so fill stops before the message is sent.
+  return std::max(20.0, costs.p2p_us);
 }
 
 int parse_fill_kind(const std::string& name) {

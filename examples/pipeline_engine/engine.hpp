@@ -39,9 +39,10 @@ struct EngineOptions {
   double fill_slowdown = 0.6;
   double comm_slowdown = 0.5;
   bool hint_durations = false;     // pass the schedule's expected bubble durations as hints
-  // The runtime's safety_margin_us for every stage. < 0: the transfer time of the receive that
-  // ends a bubble (its bytes / p2p bandwidth), at least the runtime's default 20 us, so that fill
-  // stops before NCCL moves the bytes it would otherwise slow (comm interference, gamma).
+  // The runtime's safety_margin_us for every stage. < 0: the p2p time of the receive that ends a
+  // bubble (latency + its bytes / p2p bandwidth), at least the runtime's default 20 us, so that
+  // fill stops before the peer sends the message it would otherwise slow (comm interference,
+  // gamma, set by the fill load when the send starts).
   double margin_us = -1.0;
   // The runtime's safety_margin_fraction for every stage. 0: margin_us already covers the known
   // tail of each bubble (the receive's transfer) and the gated prediction quantile covers the

@@ -99,9 +99,9 @@ std::string format_frontier(const EngineOptions& o, const Frontier& f, const std
       "{}frontier verdict: ours lower at {} of {} peer points; {} peer points fill more than any "
       "ours point (at the cost above)\n",
       prefix, ours_lower, peer_points - beyond, beyond);
-  // The zero-slowdown ceiling: fill on every fill SM of every bubble, except beside the bytes of
-  // the receive that ends it (gamma stretches them), with each bubble's end known exactly and no
-  // whole-item loss.
+  // The zero-slowdown ceiling: fill on every fill SM of every bubble until the message of the
+  // receive that ends it is sent (the fill load then stretches its transfer, gamma), with each
+  // bubble's end known exactly and no whole-item loss.
   const double ceiling = f.none.transfer_free_pct;
   const double fill_sms = o.pipeline.sm_count - o.pipeline.comm_sms;
   const double thr_ceiling = ceiling / 100.0 * fill_sms / o.pipeline.sm_count;
@@ -114,11 +114,11 @@ std::string format_frontier(const EngineOptions& o, const Frontier& f, const std
     }
   const double stretch = o.comm_slowdown * 0.5 * fill_sms / o.pipeline.sm_count;
   s += fmt::format(
-      "{}bound: filled% <= (bubble time - bytes moving at the receives that end bubbles) / bubble "
+      "{}bound: filled% <= (bubble time - p2p time of the receives that end bubbles) / bubble "
       "time = {:.1f}% at zero slowdown (every bubble's end known, no whole-item loss); "
       "thr/dedic <= that x {:.0f}/{} fill SMs = {:.3f}. Target 90% filled: {:.1f} points {} the "
-      "ceiling; 0.85 of dedicated: {:.3f} {} it. Past the ceiling fill runs beside moving bytes: "
-      "gamma {:.2f} x mem intensity 0.5 x {:.0f}/{} SMs = x{:.3f} on each transfer it overlaps. "
+      "ceiling; 0.85 of dedicated: {:.3f} {} it. Past the ceiling fill runs when a message is sent: "
+      "gamma {:.2f} x the MLP's mem intensity 0.5 x {:.0f}/{} SMs = x{:.3f} on that transfer. "
       "Ours' best filled% at <= 0.5% slowdown on its curve: {}\n",
       prefix, ceiling, fill_sms, o.pipeline.sm_count, thr_ceiling, std::fabs(90.0 - ceiling),
       ceiling >= 90.0 ? "below" : "ABOVE", std::fabs(0.85 - thr_ceiling),

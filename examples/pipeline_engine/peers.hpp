@@ -19,8 +19,8 @@ struct PeerRow {
   double first_block_p50_us = 0.0, first_block_p99_us = 0.0;  // bubble end -> next main kernel
   double all_blocks_p50_us = 0.0, all_blocks_p99_us = 0.0;    // ... holds every SM it needs
   size_t bubbles = 0;          // bubbles behind the percentiles
-  // The zero-slowdown ceiling of filled%: bubble time outside the bytes moving of the receive
-  // that ends each bubble (Transport::FillAccounting::transfer_free_us), over this mode's bubbles.
+  // The zero-slowdown ceiling of filled%: bubble time before the message of the receive that
+  // ends each bubble is sent (Transport::FillAccounting::transfer_free_us), over this mode's bubbles.
   double transfer_free_pct = 0.0;
 };
 

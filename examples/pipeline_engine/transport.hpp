@@ -117,7 +117,7 @@ class Transport {
   virtual Status bubble_began(int /*stage*/, int /*bubble_index*/) { return {}; }
   struct FillAccounting {
     double filled_sm_us = 0.0, bubble_us = 0.0, item_work_sm_us = 0.0;
-    // Bubble time outside the bytes moving of the receive that ends it (all of a bubble that
+    // Bubble time before the message of the receive that ends it is sent (all of a bubble that
     // waits for the collective): the zero-slowdown ceiling of the filled share.
     double transfer_free_us = 0.0;
     std::vector<double> first_block_delays_us;  // bubble end -> next main kernel's first block
