@@ -2,7 +2,8 @@
 """The simulator's headline figures and the docs' tables, from one run of the code (issue 32 item 5).
 
 Runs bench_engine (BM_PeersSideBySideSim, BM_PeersEngineSim, BM_PeersFrontierSim) and
-pipefill-sim --compare at 8192 GPUs (1F1B, 100 iterations; again with --optimizer-fill), then:
+pipefill-sim --compare --frontier at 8192 GPUs (1F1B, 100 iterations; again with --optimizer-fill),
+then:
   --check            (the ctest `sim_figures`) fails when a headline figure is worse than its
                      baseline in benchmarks/baselines/sim_figures.json by more than the file's
                      tolerance, when one is better by more than it (the improvement must update
@@ -47,6 +48,13 @@ def comparison_block(text):
     return lines[start:end + 1]
 
 
+def frontier_block(text):
+    lines = text.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("Frontier: each strategy"))
+    end = next(i for i, l in enumerate(lines) if l.startswith("frontier verdict:"))
+    return lines[start:end + 1]
+
+
 def table_rows(lines, prefix, first_column_width):
     """name -> list of numbers of each row of a fixed-width table printed after `prefix`."""
     rows = {}
@@ -63,7 +71,7 @@ def table_rows(lines, prefix, first_column_width):
 def collect(bench, sim):
     with ThreadPoolExecutor(max_workers=3) as pool:
         engine = pool.submit(run, [bench, "--benchmark_filter=^BM_Peers(SideBySide|Engine|Frontier)Sim"])
-        compare = pool.submit(run, [sim] + COMPARE_ARGS)
+        compare = pool.submit(run, [sim] + COMPARE_ARGS + ["--frontier"])
         optimizer = pool.submit(run, [sim] + COMPARE_ARGS + ["--optimizer-fill"])
         engine, compare, optimizer = engine.result(), compare.result(), optimizer.result()
     blocks = {
@@ -72,6 +80,7 @@ def collect(bench, sim):
         "engine-frontier": prefixed(engine, "[engine-frontier] "),
         "compare-8k": comparison_block(compare),
         "compare-8k-optimizer-fill": comparison_block(optimizer),
+        "compare-8k-frontier": frontier_block(compare),
     }
     figures = {}
     # [engine-peers] mode slowdown% filled% thr/dedic start p50 start p99 own p50 own p99 ...
