@@ -58,9 +58,10 @@ static_assert(static_cast<int>(FillMode::FreeRide) == 3 && static_cast<int>(Fill
 
 double engine_margin_us(const EngineOptions& options, const StageCosts& costs) {
   if (options.margin_us >= 0) return options.margin_us;
-  // The receive's bytes move in the last (p2p time - latency) of the bubble.
-  const double transfer = costs.p2p_us - std::min(options.pipeline.model.p2p_latency_us, costs.p2p_us);
-  return std::max(20.0, transfer);
+  // The receive's p2p time (latency + bytes / bandwidth) ends the bubble. The transfer's speed
+  // is set by the fill load when the peer sends (the simulated device, docs/simulated-device.md:
+  // when its record completes, before the latency), so fill stops before the message is sent.
+  return std::max(20.0, costs.p2p_us);
 }
 
 int parse_fill_kind(const std::string& name) {
@@ -170,6 +171,9 @@ class Engine {
       config.stage_count = options_.pipeline.stages;
       config.sim_seed = options_.seed;
       config.safety_margin_us = engine_margin_us(options_, costs_);
+      config.safety_margin_fraction = options_.margin_fraction;
+      if (mode_ == FillMode::PipeFill && options_.mode_knob > 0)
+        config.gated_prediction_quantile = options_.mode_knob;
       transport_.configure_runtime(s, &config);
       ENGINE_PF(pfRuntimeCreate(&config, &st.runtime));
       pfConfig_t resolved = PF_CONFIG_INITIALIZER;
@@ -239,6 +243,7 @@ class Engine {
     result->filled_sm_us = accounting.filled_sm_us;
     result->bubble_us = accounting.bubble_us;
     result->item_work_sm_us = accounting.item_work_sm_us;
+    result->transfer_free_us = accounting.transfer_free_us;
     result->first_block_delays_us = std::move(accounting.first_block_delays_us);
     result->all_blocks_delays_us = std::move(accounting.all_blocks_delays_us);
     if (!stages_.empty()) result->item_cost_us = stages_.front().item_cost_us;
@@ -347,12 +352,14 @@ class Engine {
           fill.item_cost_us = st.item_cost_us;
           fill.margin_us = st.margin_us;
           fill.margin_fraction = st.margin_fraction;
+          fill.knob = options_.mode_knob;
           ENGINE_TRY(transport_.peer_fill(st.index, fill));
         }
         if (mode_ == FillMode::Naive && st.fill) {
           // Naive: as many items as the schedule's expected bubble holds on every SM, ungated.
+          const double share = options_.mode_knob > 0 ? options_.mode_knob : 1.0;
           const uint64_t items = static_cast<uint64_t>(
-              std::floor(in.expected_us / st.item_cost_us) * options_.pipeline.sm_count);
+              std::floor(share * in.expected_us / st.item_cost_us) * options_.pipeline.sm_count);
           ENGINE_TRY(transport_.naive_fill(st.index, items, st.item_cost_us));
         }
         return {};

@@ -39,10 +39,21 @@ struct EngineOptions {
   double fill_slowdown = 0.6;
   double comm_slowdown = 0.5;
   bool hint_durations = false;     // pass the schedule's expected bubble durations as hints
-  // The runtime's safety_margin_us for every stage. < 0: the transfer time of the receive that
-  // ends a bubble (its bytes / p2p bandwidth), at least the runtime's default 20 us, so that fill
-  // stops before NCCL moves the bytes it would otherwise slow (comm interference, gamma).
+  // The runtime's safety_margin_us for every stage. < 0: the p2p time of the receive that ends a
+  // bubble (latency + its bytes / p2p bandwidth), at least the runtime's default 20 us, so that
+  // fill stops before the peer sends the message it would otherwise slow (comm interference,
+  // gamma, set by the fill load when the send starts).
   double margin_us = -1.0;
+  // The runtime's safety_margin_fraction for every stage. 0: margin_us already covers the known
+  // tail of each bubble (the receive's transfer) and the gated prediction quantile covers the
+  // spread of a class's durations; the paper-style baseline fits its pieces with the same margins.
+  double margin_fraction = 0.0;
+  // The fill mode's own knob, for its slowdown-vs-filled frontier (frontier.hpp); < 0: the mode's
+  // default. PipeFill: gated_prediction_quantile (0.5); naive: share of the expected bubble its
+  // ungated work is sized to (1); FreeRide-style: the admission pad, a step starts while
+  // k x step + pad x step fits (1.2); Tally-style: share of the SMs its persistent kernel takes
+  // (1); paper-style: the prediction quantile its pieces are fitted to (0.1).
+  double mode_knob = -1.0;
   // Sim transport: fill accounting (RunResult::filled_sm_us ...) counts iterations from this
   // one on (the predictor's warm-up is left out).
   int warm_iterations = 2;
@@ -86,6 +97,7 @@ struct RunResult {
   double filled_sm_us = 0.0;
   double bubble_us = 0.0;
   double item_work_sm_us = 0.0;
+  double transfer_free_us = 0.0;  // Transport::FillAccounting::transfer_free_us
   double item_cost_us = 0.0;  // nominal cost of one item on one SM
 };
 

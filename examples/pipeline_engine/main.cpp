@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
   app.add_option("--interference", o.interference, "Sim: beta, main-kernel slowdown per unit of fill memory load (docs/simulated-device.md)")->capture_default_str();
   app.add_option("--fill-slowdown", o.fill_slowdown, "Sim: beta_f, fill-item slowdown per unit of main load")->capture_default_str();
   app.add_option("--comm-slowdown", o.comm_slowdown, "Sim: gamma, p2p transfer slowdown per unit of fill load")->capture_default_str();
-  app.add_option("--margin-us", o.margin_us, "Runtime safety margin before each bubble end (< 0: the receive's transfer time, at least 20 us)")->capture_default_str();
+  app.add_option("--margin-us", o.margin_us, "Runtime safety margin before each bubble end (< 0: the receive's p2p time, at least 20 us)")->capture_default_str();
   app.add_flag("--hint-durations", o.hint_durations, "Pass the schedule's expected bubble durations as hints (fills from iteration 1)");
   app.add_flag("--naive", naive, "Also run the naive baseline (ungated fill at the main job's priority, no SM reservation)");
   app.add_flag("--peers", peers, "Sim: then run every fill mode side by side (no fill, PipeFill, naive, FreeRide-, Tally-, PipeFill-paper-style) and print their table");
@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
               costs.forward_layer_us, costs.backward_layer_us, costs.p2p_us);
   std::printf("fill: %s%s; safety margin %.1f us before each bubble end%s\n", o.fill.c_str(),
               fill_on ? "" : " (bubbles measured, nothing filled)", engine_margin_us(o, costs),
-              o.margin_us < 0 ? " (the receive's transfer time: fill stops before its bytes move)" : "");
+              o.margin_us < 0 ? " (the receive's p2p time: fill stops before the peer sends)" : "");
   if (base.transport == "sim")
     std::printf("simulated interference: beta %.2f, beta_f %.2f, gamma %.2f%s\n\n", o.interference,
                 o.fill_slowdown, o.comm_slowdown,

@@ -20,8 +20,8 @@ std::pair<double, double> p50_p99(std::vector<double> values) {
 
 }  // namespace
 
-Status compare_fill_modes(const EngineOptions& options, const std::vector<FillMode>& modes,
-                          std::vector<PeerRow>* rows) {
+Status measure_fill_mode(const EngineOptions& options, FillMode mode, double none_iteration_us,
+                         PeerRow* row_out) {
   if (options.transport != "sim")
     return Status{pfErrorNotSupported,
                   fmt::format("the fill modes side by side run on the sim transport, got '{}'",
@@ -30,30 +30,39 @@ Status compare_fill_modes(const EngineOptions& options, const std::vector<FillMo
     return Status{pfErrorInvalidArgument,
                   fmt::format("warm_iterations must be in [0, iterations = {}), got {}",
                               options.iterations, options.warm_iterations)};
-  std::vector<FillMode> order{FillMode::None};
-  for (FillMode m : modes)
-    if (m != FillMode::None) order.push_back(m);
-  std::vector<PeerRow> out;
   const size_t warm = static_cast<size_t>(options.warm_iterations);
   const double fill_sms = options.pipeline.sm_count - options.pipeline.comm_sms;
-  for (FillMode mode : order) {
-    RunResult r;
-    ENGINE_TRY(run_engine(options, mode, &r));
+  RunResult r;
+  ENGINE_TRY(run_engine(options, mode, &r));
+  PeerRow row;
+  row.mode = mode;
+  double sum = 0.0;
+  for (size_t i = warm; i < r.iterations.size(); ++i) sum += r.iterations[i].time_us;
+  row.iteration_us = sum / static_cast<double>(r.iterations.size() - warm);
+  if (r.bubble_us > 0) {
+    row.filled_pct = 100.0 * r.filled_sm_us / (r.bubble_us * fill_sms);
+    row.throughput = r.item_work_sm_us / (r.bubble_us * options.pipeline.sm_count);
+    row.transfer_free_pct = 100.0 * r.transfer_free_us / r.bubble_us;
+  }
+  std::tie(row.first_block_p50_us, row.first_block_p99_us) = p50_p99(r.first_block_delays_us);
+  std::tie(row.all_blocks_p50_us, row.all_blocks_p99_us) = p50_p99(r.all_blocks_delays_us);
+  row.bubbles = r.first_block_delays_us.size();
+  row.slowdown_pct =
+      none_iteration_us > 0 ? 100.0 * (row.iteration_us / none_iteration_us - 1.0) : 0.0;
+  *row_out = row;
+  return {};
+}
+
+Status compare_fill_modes(const EngineOptions& options, const std::vector<FillMode>& modes,
+                          std::vector<PeerRow>* rows) {
+  std::vector<PeerRow> out(1);
+  ENGINE_TRY(measure_fill_mode(options, FillMode::None, 0.0, &out.front()));
+  for (FillMode mode : modes) {
+    if (mode == FillMode::None) continue;
     PeerRow row;
-    row.mode = mode;
-    double sum = 0.0;
-    for (size_t i = warm; i < r.iterations.size(); ++i) sum += r.iterations[i].time_us;
-    row.iteration_us = sum / static_cast<double>(r.iterations.size() - warm);
-    if (r.bubble_us > 0) {
-      row.filled_pct = 100.0 * r.filled_sm_us / (r.bubble_us * fill_sms);
-      row.throughput = r.item_work_sm_us / (r.bubble_us * options.pipeline.sm_count);
-    }
-    std::tie(row.first_block_p50_us, row.first_block_p99_us) = p50_p99(r.first_block_delays_us);
-    std::tie(row.all_blocks_p50_us, row.all_blocks_p99_us) = p50_p99(r.all_blocks_delays_us);
-    row.bubbles = r.first_block_delays_us.size();
+    ENGINE_TRY(measure_fill_mode(options, mode, out.front().iteration_us, &row));
     out.push_back(row);
   }
-  for (PeerRow& row : out) row.slowdown_pct = 100.0 * (row.iteration_us / out.front().iteration_us - 1.0);
   *rows = std::move(out);
   return {};
 }

@@ -19,7 +19,15 @@ struct PeerRow {
   double first_block_p50_us = 0.0, first_block_p99_us = 0.0;  // bubble end -> next main kernel
   double all_blocks_p50_us = 0.0, all_blocks_p99_us = 0.0;    // ... holds every SM it needs
   size_t bubbles = 0;          // bubbles behind the percentiles
+  // The zero-slowdown ceiling of filled%: bubble time before the message of the receive that
+  // ends each bubble is sent (Transport::FillAccounting::transfer_free_us), over this mode's bubbles.
+  double transfer_free_pct = 0.0;
 };
+
+// One mode's run with `options` (its mode_knob included), measured against a no-fill run whose
+// mean iteration time is `none_iteration_us` (0: this is the no-fill run; slowdown 0).
+Status measure_fill_mode(const EngineOptions& options, FillMode mode, double none_iteration_us,
+                         PeerRow* row);
 
 // Runs `modes` (FillMode::None first, added when missing) with the same options. Needs
 // options.transport "sim" (the peers run only there).

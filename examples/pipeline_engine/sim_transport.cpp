@@ -154,6 +154,7 @@ class SimTransport final : public Transport {
                                                costs_.p2p_us - latency, spec_.comm_sms));
       }
         ENGINE_PF(pfSimEventRecord(st.recv_done, st.comm));
+        st.posted_receive = true;
         return {};
       case InstrType::WaitComm:
         ENGINE_PF(pfSimStreamWaitEvent(st.main, st.recv_done, 0.0, 0));
@@ -166,6 +167,7 @@ class SimTransport final : public Transport {
         if (spec_.model.allreduce_us > 0.0)
           ENGINE_PF(pfSimLaunchKernel(st.comm, spec_.model.allreduce_us, spec_.comm_sms));
         ENGINE_PF(pfSimEventRecord(st.recv_done, st.comm));
+        st.posted_receive = false;
         return {};
       case InstrType::OptimizerStep:
         ENGINE_PF(pfSimLaunchKernel(st.main, costs_.optimizer_us, compute_sms));
@@ -190,6 +192,7 @@ class SimTransport final : public Transport {
     if (st.begins_used >= st.probes.size()) return {};
     ResumeProbe& probe = st.probes[st.begins_used++];
     probe.bubble_index = bubble_index;
+    probe.ends_in_receive = st.posted_receive;
     ENGINE_PF(pfSimEventRecord(probe.bubble_begin, st.main));
     return {};
   }
@@ -271,15 +274,19 @@ class SimTransport final : public Transport {
       ENGINE_PF(pfSimStreamCreate(world_, stage, kSimLowestPriority, &st.peer));
     ENGINE_PF(pfSimEventRecord(st.naive_start, st.main));
     ENGINE_PF(pfSimStreamWaitEvent(st.peer, st.naive_start, 0.0, 0));
+    // The knob (frontier.hpp) moves each peer along its own curve; < 0 keeps its default.
+    const bool knob = fill.knob > 0;
+    const double quantile = fill.mode == kModePaper && knob ? fill.knob : kPeerQuantile;
     const pipefill::BubblePrediction p =
-        st.predictor.predict(class_key(fill.bubble_index), kPeerQuantile);
+        st.predictor.predict(class_key(fill.bubble_index), quantile);
     const double predicted = p.ready ? p.quantile_us : 0.0;
     const double cost = fill.item_cost_us;
     switch (fill.mode) {
       case kModeFreeRide: {
         const uint64_t per_step =
             static_cast<uint64_t>(std::floor(kFreeRideStep / cost)) * static_cast<uint64_t>(spec_.sm_count);
-        for (int k = 0; per_step > 0 && k * kFreeRideStep + kFreeRideMargin * kFreeRideStep <= predicted; ++k) {
+        const double pad = fill.mode == kModeFreeRide && knob ? fill.knob : kFreeRideMargin;
+        for (int k = 0; per_step > 0 && k * kFreeRideStep + pad * kFreeRideStep <= predicted; ++k) {
           ENGINE_PF(pfSimLaunchOpaque(st.peer, st.naive_next, per_step, spec_.sm_count, cost,
                                       &ItemSink::on_item, &st.nominal_sink));
           st.naive_next += per_step;
@@ -291,12 +298,15 @@ class SimTransport final : public Transport {
         slice.bubble_id = ++st.tally_epoch;
         slice.max_items = uint64_t{1} << 40;
         slice.total_items = uint64_t{1} << 40;
-        slice.max_blocks = spec_.sm_count;
+        const int blocks = knob ? std::clamp(static_cast<int>(std::lround(fill.knob * spec_.sm_count)), 1,
+                                             spec_.sm_count)
+                                : spec_.sm_count;
+        slice.max_blocks = blocks;
         slice.gate = &st.tally_flag;
         slice.cursor = &st.tally_cursor;
         slice.budget_counter = &st.tally_budget;
         st.tally_budget = 0;  // read in virtual time; the last bubble's kernel has ended
-        ENGINE_PF(pfSimLaunchTicketKernel(st.peer, &slice, spec_.sm_count, cost / kTallySpeedFactor,
+        ENGINE_PF(pfSimLaunchTicketKernel(st.peer, &slice, blocks, cost / kTallySpeedFactor,
                                           &ItemSink::on_item, &st.tally_sink));
         return {};
       }
@@ -389,6 +399,7 @@ class SimTransport final : public Transport {
     pfSimEvent_t kernel_end = nullptr;
     double kernel_us = 0.0;
     int bubble_index = -1;
+    bool ends_in_receive = false;  // the bubble waits for a p2p receive (not the collective)
   };
 
   struct StageState;
@@ -419,6 +430,7 @@ class SimTransport final : public Transport {
     void* peer = nullptr;  // the peers' low-priority fill stream
     pfSimEvent_t recv_done = nullptr, begin = nullptr, end = nullptr, arrive = nullptr;
     pfSimEvent_t naive_start = nullptr;
+    bool posted_receive = false;  // the last communication posted was a p2p receive
     uint64_t naive_next = 0;
     std::vector<ResumeProbe> probes;  // one per bubble of the iteration
     size_t probes_used = 0;
@@ -455,7 +467,16 @@ class SimTransport final : public Transport {
     std::vector<pipefill::ActivityRecord> log;
     st.activity_cursor = sim_->activities_since(st.index, st.activity_cursor, &log);
     if (counted) {
-      for (const auto& [b, e] : spans) accounting_.bubble_us += e - b;
+      // A receive's message is sent p2p time before its bubble ends, and the fill load when it is
+      // sent stretches its transfer (gamma). What is left is the most a fill can use with no
+      // slowdown.
+      const double transfer = costs_.p2p_us;
+      for (size_t i = 0; i < spans.size(); ++i) {
+        const double length = spans[i].second - spans[i].first;
+        accounting_.bubble_us += length;
+        accounting_.transfer_free_us +=
+            st.probes[i].ends_in_receive ? length - std::min(length, transfer) : length;
+      }
       // Bubbles are in order and do not overlap; items, sorted by start, are swept across them.
       std::sort(st.items.begin(), st.items.end());
       size_t first = 0;

@@ -101,6 +101,7 @@ class Transport {
     double item_cost_us = 0.0;
     double margin_us = 0.0;        // the runtime's safety margins (paper-style fits with them)
     double margin_fraction = 0.0;
+    double knob = -1.0;  // EngineOptions::mode_knob (< 0: the mode's default)
   };
   virtual Status peer_fill(int /*stage*/, const PeerFill& /*fill*/) {
     return Status{pfErrorNotSupported, name() + " transport has no FreeRide/Tally/paper-style baselines"};
@@ -116,6 +117,9 @@ class Transport {
   virtual Status bubble_began(int /*stage*/, int /*bubble_index*/) { return {}; }
   struct FillAccounting {
     double filled_sm_us = 0.0, bubble_us = 0.0, item_work_sm_us = 0.0;
+    // Bubble time before the message of the receive that ends it is sent (all of a bubble that
+    // waits for the collective): the zero-slowdown ceiling of the filled share.
+    double transfer_free_us = 0.0;
     std::vector<double> first_block_delays_us;  // bubble end -> next main kernel's first block
     std::vector<double> all_blocks_delays_us;   // ... -> its last block (it holds all its SMs)
   };

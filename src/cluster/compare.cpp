@@ -1,6 +1,8 @@
 #include "cluster/compare.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -90,6 +92,78 @@ pfResult_t run_comparison(const ClusterSimSpec& spec, bool sensitivity, Comparis
   }
   *out = std::move(c);
   return pfSuccess;
+}
+
+pfResult_t run_frontier(const ClusterSimSpec& spec, std::vector<FrontierPoint>* out) {
+  if (out == nullptr) return fail(pfErrorInvalidArgument, "run_frontier: out must not be null");
+  std::vector<FrontierPoint> points;
+  const auto add = [&](FillStrategy s, const char* knob, double value) -> pfResult_t {
+    ClusterSimSpec at = spec;
+    if (s == FillStrategy::Ours && value > 0) at.fill.gated_prediction_quantile = value;
+    if (s == FillStrategy::PaperStyle && value > 0) at.fill.prediction_quantile = value;
+    if ((s == FillStrategy::FreeRide || s == FillStrategy::FreeRideIdeal) && value > 0)
+      at.fill.freeride.step_margin = value;
+    FrontierPoint p;
+    p.knob = knob;
+    p.value = value;
+    PF_TRY(run_one(at, true, s, spec.interference, &p.row));
+    points.push_back(std::move(p));
+    return pfSuccess;
+  };
+  for (double q : {0.1, 0.3, 0.5, 0.7, 0.9}) PF_TRY(add(FillStrategy::Ours, "gated quantile", q));
+  PF_TRY(add(FillStrategy::Naive, "", 0.0));
+  for (FillStrategy s : {FillStrategy::FreeRide, FillStrategy::FreeRideIdeal})
+    for (double m : {1.0, 1.2, 2.0}) PF_TRY(add(s, "step margin", m));
+  PF_TRY(add(FillStrategy::Tally, "", 0.0));
+  for (double q : {0.05, 0.1, 0.3, 0.5}) PF_TRY(add(FillStrategy::PaperStyle, "quantile", q));
+  *out = std::move(points);
+  return pfSuccess;
+}
+
+std::string frontier_report(const std::vector<FrontierPoint>& points) {
+  std::vector<std::pair<double, double>> ours;  // (filled%, slowdown%)
+  for (const auto& p : points)
+    if (p.row.strategy == FillStrategy::Ours)
+      ours.emplace_back(100 * p.row.result.filled_share, 100 * p.row.result.slowdown_fraction);
+  std::sort(ours.begin(), ours.end());
+  const auto ours_at = [&](double filled, double* slowdown) {
+    if (ours.empty() || filled > ours.back().first) return false;
+    double best = 1e300;
+    for (size_t i = 0; i < ours.size(); ++i) {
+      if (ours[i].first >= filled) best = std::min(best, ours[i].second);
+      if (i + 1 < ours.size() && ours[i].first < filled && filled <= ours[i + 1].first)
+        best = std::min(best, ours[i].second + (filled - ours[i].first) / (ours[i + 1].first - ours[i].first) *
+                                                   (ours[i + 1].second - ours[i].second));
+    }
+    *slowdown = best;
+    return true;
+  };
+  std::string out =
+      "Frontier: each strategy across its own knob, same pipeline, jobs and seed; 'ours at' = ours' slowdown on its "
+      "curve (straight between its points) at that point's filled share:\n";
+  out += fmt::format("{:<15}{:<16}{:>7}{:>11}{:>10}{:>10}{:>10}  {}\n", "strategy", "knob", "value", "slowdown%",
+                     "filled%", "fill/bub", "ours at", "verdict");
+  int lower = 0, compared = 0;
+  for (const auto& p : points) {
+    const ClusterResult& r = p.row.result;
+    std::string at = "-", verdict = "ours' curve";
+    if (p.row.strategy != FillStrategy::Ours) {
+      double s = 0.0;
+      if (ours_at(100 * r.filled_share, &s)) {
+        ++compared;
+        lower += s < 100 * r.slowdown_fraction ? 1 : 0;
+        at = fmt::format("{:.3f}", s);
+        verdict = s < 100 * r.slowdown_fraction ? "ours lower" : "OURS NOT LOWER";
+      } else {
+        verdict = "fills more than any ours point";
+      }
+    }
+    out += fmt::format("{:<15}{:<16}{:>7}{:>11.3f}{:>10.2f}{:>10.3f}{:>10}  {}\n", p.row.name, p.knob.empty() ? "-" : p.knob,
+                       p.knob.empty() ? std::string("-") : fmt::format("{:g}", p.value), 100 * r.slowdown_fraction,
+                       100 * r.filled_share, r.fill_per_bubble_second, at, verdict);
+  }
+  out += fmt::format("frontier verdict: ours lower at {} of {} points within ours' filled range\n", lower, compared);
+  return out;
 }
 
 std::vector<TargetCheck> check_targets(const Comparison& c, const Targets& t) {

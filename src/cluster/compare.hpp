@@ -43,6 +43,20 @@ std::vector<std::pair<std::string, InterferenceModel>> interference_sensitivity_
 // per strategy; with `sensitivity`, again at each interference_sensitivity_points() entry.
 pfResult_t run_comparison(const ClusterSimSpec& spec, bool sensitivity, Comparison* out);
 
+// Slowdown-vs-filled frontier (issue 32 item 4): each strategy across its own knob, same spec.
+// Ours: gated_prediction_quantile; paper-style: prediction_quantile; FreeRide(-ideal): the step
+// admission margin (FreeRideKnobs::step_margin). Naive and Tally have no knob in this model: their
+// one default point each.
+struct FrontierPoint {
+  std::string knob;  // "" for a strategy's one point
+  double value = 0.0;
+  ComparisonRow row;
+};
+pfResult_t run_frontier(const ClusterSimSpec& spec, std::vector<FrontierPoint>* out);
+// The table, with ours' slowdown on its curve (straight between its points) at each other point's
+// filled share and the verdict.
+std::string frontier_report(const std::vector<FrontierPoint>& points);
+
 // The targets of docs/results.md (design brief section 4).
 struct Targets {
   double max_slowdown = 0.005;          // ours: main-job slowdown <= 0.5%

@@ -181,8 +181,9 @@ TEST(EnginePeers, BadRequestsAreErrorsNamingTheValue) {
   }
 }
 
-// The engine's default safety margin is the transfer time of the receive that ends a bubble, so
-// that fill has stopped before the bytes move: with exact bubbles and the calibrated interference
+// The engine's default safety margin is the p2p time of the receive that ends a bubble (the
+// simulated device sets a transfer's speed from the fill load when the peer sends), so that fill
+// has stopped before the message is sent: with exact bubbles and the calibrated interference
 // PipeFill then costs the main job nothing, while the runtime's bare 20 us margin lets fill run
 // beside the transfer and stretch it (gamma).
 TEST(EngineMargin, FillStopsBeforeTheReceiveMovesItsBytes) {
@@ -191,9 +192,12 @@ TEST(EngineMargin, FillStopsBeforeTheReceiveMovesItsBytes) {
   o.fill_slowdown = 0.6;
   o.comm_slowdown = 0.5;
   const StageCosts costs = derive_costs(o.pipeline);
-  const double transfer = costs.p2p_us - o.pipeline.model.p2p_latency_us;
-  ASSERT_GT(transfer, 20.0);  // the case where the default differs from the runtime's
-  EXPECT_DOUBLE_EQ(engine_margin_us(o, costs), transfer);
+  // latency + bytes / bandwidth: 10 us + 2 x 1024 x 2048 bytes at 50 GB/s
+  const double p2p = o.pipeline.model.p2p_latency_us +
+                     2.0 * o.pipeline.model.micro_batch * o.pipeline.model.seq * o.pipeline.model.hidden /
+                         (o.pipeline.model.p2p_gbps * 1e3);
+  ASSERT_GT(p2p, 20.0);  // the case where the default differs from the runtime's
+  EXPECT_NEAR(engine_margin_us(o, costs), p2p, 1e-9 * p2p);
   EngineOptions bare = o;
   bare.margin_us = 20.0;
   EXPECT_DOUBLE_EQ(engine_margin_us(bare, costs), 20.0);

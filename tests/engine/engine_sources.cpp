@@ -9,3 +9,4 @@
 #include "../../examples/pipeline_engine/engine.cpp"
 #include "../../examples/pipeline_engine/cuda_transport_stub.cpp"
 #include "../../examples/pipeline_engine/peers.cpp"
+#include "../../examples/pipeline_engine/frontier.cpp"

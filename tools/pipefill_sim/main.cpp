@@ -93,6 +93,10 @@ int run_main(int argc, char** argv) {
                "run no fill and every strategy on the same pipeline, jobs and seed; print the side-by-side table, the "
                "ratios to ours, an interference sensitivity table and the targets (met / missed)");
   app.add_flag("--no-sensitivity", no_sensitivity, "with --compare: skip the interference sensitivity runs");
+  bool frontier = false;
+  app.add_flag("--frontier", frontier,
+               "with --compare: also run each strategy across its own knob (ours' gated quantile, paper-style's "
+               "quantile, FreeRide's step margin) and print the slowdown-vs-filled frontier");
   app.add_option("--mem-interference", o.mem_interference,
                  "beta: main work beside fill runs (1 + beta x SM share x mem_intensity) times longer (default 0.6)");
   app.add_option("--comm-interference", o.comm_interference,
@@ -162,6 +166,11 @@ int run_main(int argc, char** argv) {
       Comparison c;
       if (run_comparison(planned.spec, !no_sensitivity, &c) != pfSuccess) return error_exit(last_error_message());
       if (!quiet) std::printf("%s\n", comparison_report(c).c_str());
+      if (frontier) {
+        std::vector<FrontierPoint> points;
+        if (run_frontier(planned.spec, &points) != pfSuccess) return error_exit(last_error_message());
+        if (!quiet) std::printf("%s\n", frontier_report(points).c_str());
+      }
     }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

@@ -1,0 +1,50 @@
+// The fill modes' slowdown-vs-filled frontiers (issue 32 item 4): every mode (PipeFill and the
+// peers of peers.hpp) run across its own knob (EngineOptions::mode_knob) on the same pipeline,
+// fill job, seed and interference, where ours stands against each peer point, and the ceiling
+// the model allows at zero slowdown.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "peers.hpp"
+
+namespace engine {
+
+struct KnobSweep {
+  FillMode mode = FillMode::PipeFill;
+  const char* knob = "";        // what mode_knob means for this mode
+  std::vector<double> values;   // the knob's values, the mode's default among them
+  double default_value = 0.0;   // the value its headline row runs with
+};
+
+// PipeFill: gated quantile; naive: share of the expected bubble; FreeRide-style: admission pad;
+// Tally-style: SM share; paper-style: prediction quantile (engine.hpp EngineOptions::mode_knob).
+std::vector<KnobSweep> default_knob_sweeps();
+
+struct FrontierPoint {
+  FillMode mode = FillMode::None;
+  const char* knob = "";
+  double value = 0.0;
+  bool is_default = false;
+  PeerRow row;
+};
+
+struct Frontier {
+  PeerRow none;                       // the no-fill run every point is measured against
+  std::vector<FrontierPoint> points;  // in sweep order
+};
+
+Status run_frontier(const EngineOptions& options, const std::vector<KnobSweep>& sweeps,
+                    Frontier* out);
+
+// Ours' slowdown at `filled_pct` on its curve (straight lines between its points, the lowest
+// where the curve folds back); false when no point of ours fills that much.
+bool ours_slowdown_at(const Frontier& frontier, double filled_pct, double* slowdown_pct);
+
+// The table (one line per point, each peer point with ours' slowdown at its filled share and the
+// verdict), the zero-slowdown ceiling and the targets' distance to it. Lines start with `prefix`.
+std::string format_frontier(const EngineOptions& options, const Frontier& frontier,
+                            const std::string& prefix);
+
+}  // namespace engine

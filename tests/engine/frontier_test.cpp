@@ -1,0 +1,105 @@
+// The fill modes' knobs and frontiers (examples/pipeline_engine/frontier.hpp, issue 32 item 4):
+// each knob moves its mode the way its published rule says, ours' curve is read the way the
+// table says, and the zero-slowdown ceiling holds on exact bubbles. Expected values are worked
+// out by hand from the rules, never copied from the code's output.
+#include <gtest/gtest.h>
+
+#include "../../examples/pipeline_engine/engine.hpp"
+#include "../../examples/pipeline_engine/frontier.hpp"
+#include "../../examples/pipeline_engine/peers.hpp"
+
+using namespace engine;
+
+namespace {
+
+EngineOptions small(double jitter) {
+  EngineOptions o;
+  o.transport = "sim";
+  o.iterations = 6;
+  o.warm_iterations = 2;
+  o.fill = "mlp";
+  o.keep_every = 0;
+  o.jitter = jitter;
+  return o;
+}
+
+FrontierPoint ours(double filled, double slowdown) {
+  FrontierPoint p;
+  p.mode = FillMode::PipeFill;
+  p.row.mode = FillMode::PipeFill;
+  p.row.filled_pct = filled;
+  p.row.slowdown_pct = slowdown;
+  return p;
+}
+
+PeerRow measure(EngineOptions o, FillMode mode, double knob) {
+  o.mode_knob = knob;
+  PeerRow row;
+  const Status s = measure_fill_mode(o, mode, 0.0, &row);
+  EXPECT_TRUE(s.ok()) << s.message;
+  return row;
+}
+
+}  // namespace
+
+TEST(Frontier, OursCurveIsStraightBetweenItsPointsAndTakesTheLowestWhereItFolds) {
+  Frontier f;
+  f.points = {ours(84.0, 0.3), ours(80.0, 0.1), ours(90.0, 0.7)};
+  double s = -1.0;
+  ASSERT_TRUE(ours_slowdown_at(f, 82.0, &s));
+  EXPECT_NEAR(s, 0.2, 1e-12);  // halfway from (80, 0.1) to (84, 0.3)
+  ASSERT_TRUE(ours_slowdown_at(f, 87.0, &s));
+  EXPECT_NEAR(s, 0.5, 1e-12);  // halfway from (84, 0.3) to (90, 0.7)
+  ASSERT_TRUE(ours_slowdown_at(f, 50.0, &s));
+  EXPECT_NEAR(s, 0.1, 1e-12);  // below the curve: its least-filling point fills more, for less
+  EXPECT_FALSE(ours_slowdown_at(f, 90.5, &s));  // no point of ours fills that much
+  // A point that fills more for less slowdown (a fold) wins over the straight line.
+  f.points.push_back(ours(83.0, 0.05));
+  ASSERT_TRUE(ours_slowdown_at(f, 81.0, &s));
+  EXPECT_NEAR(s, 0.05, 1e-12);
+  // Peers' points are not ours' curve.
+  FrontierPoint peer = ours(95.0, 0.0);
+  peer.mode = FillMode::Tally;
+  f.points.push_back(peer);
+  EXPECT_FALSE(ours_slowdown_at(f, 92.0, &s));
+}
+
+TEST(Frontier, EachKnobMovesItsModeAlongItsCurve) {
+  const EngineOptions o = small(0.05);
+  // Naive sizes its ungated work to a share of the expected bubble: half the share, less fill.
+  EXPECT_LT(measure(o, FillMode::Naive, 0.5).filled_pct, measure(o, FillMode::Naive, 1.0).filled_pct);
+  // Tally's persistent kernel on a quarter of the SMs does about a quarter of the work.
+  const PeerRow tally_quarter = measure(o, FillMode::Tally, 0.25), tally_all = measure(o, FillMode::Tally, 1.0);
+  EXPECT_NEAR(tally_quarter.throughput / tally_all.throughput, 33.0 / 132.0, 0.03);
+  // FreeRide admits a step while k x step + pad x step fits: a larger pad admits fewer steps.
+  EXPECT_LT(measure(o, FillMode::FreeRide, 4.0).filled_pct, measure(o, FillMode::FreeRide, 1.2).filled_pct);
+  // A higher quantile of a varying class's history is a longer prediction: more fill.
+  EXPECT_LT(measure(o, FillMode::PaperStyle, 0.05).filled_pct,
+            measure(o, FillMode::PaperStyle, 0.5).filled_pct);
+  EXPECT_LT(measure(o, FillMode::PipeFill, 0.1).filled_pct, measure(o, FillMode::PipeFill, 0.9).filled_pct);
+}
+
+// Exact bubbles (no jitter): the engine's default margin stops fill when the message that ends a
+// bubble is sent, so ours stays under the zero-slowdown ceiling; the bare 20 us margin fills past
+// the send and above it.
+TEST(Frontier, CeilingBoundsFillThatStopsBeforeTheSend) {
+  EngineOptions o = small(0.0);
+  const PeerRow clear = measure(o, FillMode::PipeFill, -1.0);
+  EXPECT_GT(clear.transfer_free_pct, 50.0);
+  EXPECT_LT(clear.transfer_free_pct, 100.0);
+  EXPECT_GT(clear.filled_pct, 0.0);
+  EXPECT_LE(clear.filled_pct, clear.transfer_free_pct);
+  o.margin_us = 20.0;
+  const PeerRow beside = measure(o, FillMode::PipeFill, -1.0);
+  EXPECT_GT(beside.filled_pct, clear.transfer_free_pct);
+}
+
+TEST(Frontier, RefusesANonPositiveKnobAndLeavesTheOutputAlone) {
+  Frontier f;
+  f.points = {ours(80.0, 0.1)};
+  const Status s = run_frontier(small(0.0), {{FillMode::PaperStyle, "quantile", {0.1, -0.5}, 0.1}}, &f);
+  EXPECT_EQ(s.code, pfErrorInvalidArgument);
+  EXPECT_NE(s.message.find("-0.5"), std::string::npos) << s.message;
+  ASSERT_EQ(f.points.size(), 1u);
+  EXPECT_EQ(f.points.front().row.filled_pct, 80.0);
+}
