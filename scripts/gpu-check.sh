@@ -124,6 +124,11 @@ if [ -n "$src" ] && [ "$src" != "$root" ] && [ ! -e "$src" ]; then
   mkdir -p "$(dirname "$src")" 2>/dev/null && ln -s "$root" "$src" 2>/dev/null &&
     echo "source folder of the build $src -> $root" >> "$logs/environment.txt"
 fi
+include=$(sed -n 's/^cuda_include //p' "$carried/MANIFEST" 2>/dev/null)
+if [ -n "$include" ] && [ ! -f "$include/cudaTypedefs.h" ]; then
+  echo "note: $include/cudaTypedefs.h (read by a CPU-side cuda test) is not on this machine" |
+    tee -a "$logs/environment.txt"
+fi
 
 # The Python package: this checkout's sources with the carried cp312 extension.
 py=${GPU_CHECK_PYTHON:-python3}
@@ -135,13 +140,14 @@ import importlib.util, sys
 missing = [] if sys.version_info[:2] == (3, 12) else ['3.12 (this is %d.%d)' % sys.version_info[:2]]
 missing += [m for m in ('torch',) if importlib.util.find_spec(m) is None]
 print(' '.join(missing))" 2>&1) || python_missing="$py does not run"
-ls "$pkg"/pipefill/_pipefill.*.so >/dev/null 2>&1 || python_missing="${python_missing:+$python_missing, }the carried extension"
 echo "python: $py: ${python_missing:+lacks }${python_missing:-3.12 with torch}" | tee -a "$logs/environment.txt"
+no_extension=""  # the carried extension is missing: its steps did not run (a failure, not a skip)
+ls "$pkg"/pipefill/_pipefill.*.so >/dev/null 2>&1 || no_extension="no carried extension"
 pyrun=(env PYTHONPATH="$pkg" "$py" -u)  # an array: `timeout` runs no shell function
 
 # ---- The steps ---------------------------------------------------------------------------------
 # The carried extension loads in this interpreter (no torch needed): the first answer, in seconds.
-if ls "$pkg"/pipefill/_pipefill.*.so >/dev/null 2>&1; then
+if [ -z "$no_extension" ]; then
   run extension_import 10 "${pyrun[@]}" -c "import pipefill as pf; rt = pf.Runtime(backend='sim'); print('pipefill', pf.__version__ if hasattr(pf, '__version__') else '', rt.backend); rt.close()"
 else
   row extension_import "not run: no carried extension"
@@ -152,7 +158,9 @@ PIPEFILL_DEBUG=info run_binary cuda_tests 60 pipefill_cuda_tests
 
 python_steps=(graph_fill cuda_streaming_inference cuda_streaming_training cuda_streaming_creation
               cuda_streaming_green_context capture_contexts)
-if [ -n "$python_missing" ]; then
+if [ -n "$no_extension" ]; then
+  for step in "${python_steps[@]}"; do row "$step" "not run: $no_extension"; done
+elif [ -n "$python_missing" ]; then
   for step in "${python_steps[@]}"; do row "$step" "skipped ($py lacks: $python_missing)"; done
 else
   streaming=$root/python/examples/cuda_streaming_check.py
@@ -190,10 +198,10 @@ PIPEFILL_DEBUG=info run_binary engine_emulated 20 pipeline_engine \
 # The wheel users install (built and repaired by gpu-build.sh), in a fresh venv with the image's
 # torch: the README snippet, import before and after torch, Runtime(backend="cuda").
 wheel=$(ls "$carried"/wheel/pipefill-*.whl 2>/dev/null | head -1)
-if [ -n "$python_missing" ]; then
-  row wheel "skipped ($py lacks: $python_missing)"
-elif [ -z "$wheel" ]; then
+if [ -z "$wheel" ]; then
   row wheel "not run: no carried wheel"
+elif [ -n "$python_missing" ]; then
+  row wheel "skipped ($py lacks: $python_missing)"
 else
   gpu=()
   nvidia-smi -L >/dev/null 2>&1 && gpu=(--gpu)
