@@ -94,11 +94,24 @@ counts() {
     tr '\n' ',' | sed 's/,$//; s/,/, /g'
 }
 
+# The carried binaries open cuBLAS and CUPTI at first use by soname, then at a path baked in where
+# they were built: this machine's toolkit folders go last on their loader path (theirs only: in
+# the Python steps torch's own CUDA libraries must win).
+toolkit_libs=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/extras/CUPTI/lib64; do
+  [ -d "$d" ] && toolkit_libs="$toolkit_libs${toolkit_libs:+:}$d"
+done
+binary_libs="${LD_LIBRARY_PATH:-}${LD_LIBRARY_PATH:+${toolkit_libs:+:}}$toolkit_libs"
+
 # A carried binary's step: runs it when it was carried, else "not run" (gpu-build.sh failed).
 run_binary() {  # <name> <limit> <binary> [args...]
   local name=$1 limit=$2 binary=$carried/bin/$3
   shift 3
-  if [ -x "$binary" ]; then run "$name" "$limit" "$binary" "$@"; else row "$name" "not run: no $(basename "$binary")"; fi
+  if [ -x "$binary" ]; then
+    run "$name" "$limit" env LD_LIBRARY_PATH="$binary_libs" "$binary" "$@"
+  else
+    row "$name" "not run: no $(basename "$binary")"
+  fi
 }
 
 # ---- Environment and the carried build ------------------------------------------------------

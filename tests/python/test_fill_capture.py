@@ -159,6 +159,9 @@ class FakeReader:
     def primary_context(self, device):
         return PRIMARY
 
+    def context_sm_count(self, context):
+        return 112 if context == FILL else None
+
 
 TRAINING_GRAPH = {1: [("kernel", "gemm_fwd", FILL), ("memcpy",), ("child", 2)],
                   2: [("kernel", "ampere_sgemm_bwd", PRIMARY), ("kernel", "reduce", FILL),
@@ -235,11 +238,11 @@ def test_wait_synchronizes_the_fill_streams_only(partition, monkeypatch):
         def synchronize(self):
             synced.append(self.handle)
 
-    monkeypatch.setattr(torch.cuda, "ExternalStream", Recording)
     monkeypatch.setattr(FakeRuntime, "fill_stream_handles", lambda self: [11, 12], raising=False)
     rt = FakeRuntime()
     out = torch.zeros(2)
     job = pft.graph_fill_job(rt, lambda index: None, 2, outputs=out, item_cost_us=10.0)
+    monkeypatch.setattr(torch.cuda, "ExternalStream", Recording)
     partition.clear()  # device drains so far (none expected either)
     assert job.wait(1.0) is out
     assert synced == [11, 12], "each fill stream waited for"
