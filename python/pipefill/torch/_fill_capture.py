@@ -33,6 +33,7 @@ from typing import Any, Iterator, Optional, Tuple
 import torch
 
 from .._runtime import Runtime
+from ._graph_contexts import DriverGraphReader
 
 log = logging.getLogger("pipefill.torch")
 
@@ -102,7 +103,6 @@ def fill_sm_count(runtime: Runtime, capture_handle: int, device_sms: int) -> Opt
     (the green context's partition), at most the device's SMs less the runtime's reserved ones
     (grid-cap mode caps fill grids there; it is also the bound when the driver cannot be asked).
     None when neither is known."""
-    from ._graph_contexts import DriverGraphReader
     bounds = []
     try:
         reserved = int(runtime.config.reserved_sms)

@@ -22,6 +22,9 @@ import os
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence
 
+from .._enums import Result
+from .._errors import PipeFillError
+
 log = logging.getLogger("pipefill.torch")
 
 KERNEL_NODE, CHILD_GRAPH_NODE = 0, 4  # CUgraphNodeType: CU_GRAPH_NODE_TYPE_KERNEL, _GRAPH
@@ -200,8 +203,6 @@ def check_capture_contexts(reader: Optional[Any], graph: int, fill: Optional[int
     nodes = walk_kernel_nodes(reader, graph)
     why = refusal_reason(nodes, fill, primary, name)
     if why is not None:
-        from .._enums import Result
-        from .._errors import PipeFillError
         log.warning("%s", why)
         raise PipeFillError(Result.NOT_SUPPORTED, why)
     return nodes
