@@ -11,8 +11,9 @@ the wait for its results (issue 33 items 1-3).
   thread (the trainer) launches *during* the capture is sized to the fill partition too; nested
   or concurrent captures share one setting, restored when the last one ends. A carve-out the
   caller set already is kept when it leaves out more. torch applies it to its cuBLASLt and
-  CUTLASS GEMMs; GEMMs on the plain cuBLAS path take no SM target from torch (gpu-check's
-  captured-GEMM step measures the difference).
+  CUTLASS GEMMs (pytorch#147966, torch >= 2.7); its plain cuBLAS path only since pytorch#183330
+  (2026), and cuBLAS treats the target mainly as an input of its heuristics, so gpu-check's
+  captured-GEMM step (with and without the target) measures what it changes.
 - **Backward on the capturing thread** (item 2). Autograd runs the backward of CUDA tensors on
   its own per-device worker thread, where the fill context that
   :meth:`pipefill.Runtime.capture_context` pushed on the capturing thread is not current: those
