@@ -13,7 +13,7 @@
 #               sources there), the toolkit, each file's size; scripts/gpu-check.sh prints it
 #
 # Every binary's DT_NEEDED is checked against what the GPU image has (glibc, libstdc++, libgcc_s;
-# the probes also libcuda and CUPTI): fmt, spdlog, GoogleTest and Google Benchmark are built from
+# the probes also libcuda and CUPTI, the example engine the toolkit's cuBLAS): fmt, spdlog, GoogleTest and Google Benchmark are built from
 # .gpu-deps/ (scripts/stage-gpu-deps.sh) as static, hidden-symbol archives, the CUDA runtime is
 # static, cuBLAS and CUPTI are opened at first use, and NCCL (only the two-GPU test would link it)
 # is left out. The Python 3.12 interpreter comes from GPU_BUILD_PYTHON, else python3.12 on the
@@ -55,19 +55,20 @@ launcher=()
 if command -v ccache >/dev/null 2>&1; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 fi
+mkdir -p "$build"  # its logs: gpu-build.{configure,build,wheel,probes}.log
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON \
   -DPIPEFILL_ENABLE_CUDA=ON -DPIPEFILL_CUDA_ARCHITECTURES=90 -DPIPEFILL_BUILD_EXAMPLES=ON \
   -DPIPEFILL_BUILD_BENCHMARKS=ON -DPIPEFILL_BUILD_TOOLS=OFF -DPIPEFILL_STAGED_DEPS=ON \
   -DPIPEFILL_BUILD_PYTHON=ON -DPIPEFILL_PYTHON_STUBS=OFF "-DPython_EXECUTABLE=$py" \
   "-Dnanobind_DIR=$("$py" -m nanobind --cmake_dir)" -DPIPEFILL_NCCL_LIBRARY=OFF \
-  "${launcher[@]}" ${GPU_BUILD_CMAKE_ARGS:-} > "$build.configure.log" 2>&1 ||
-  { tail -n 30 "$build.configure.log"; die "configure failed (log: $build.configure.log)"; }
-grep -h 'PipeFill dependencies:' "$build.configure.log" | sed 's/^-- /gpu-build: /' || true
+  "${launcher[@]}" ${GPU_BUILD_CMAKE_ARGS:-} > "$build/gpu-build.configure.log" 2>&1 ||
+  { tail -n 30 "$build/gpu-build.configure.log"; die "configure failed (log: $build/gpu-build.configure.log)"; }
+grep -h 'PipeFill dependencies:' "$build/gpu-build.configure.log" | sed 's/^-- /gpu-build: /' || true
 stage "configured $build"
 targets=(pipefill_cuda_tests pipefill_cupti_tests pipefill_fill_jobs_gpu_tests bench_gate_drain
          bench_bubble_instructions pipeline_engine _pipefill)
-nice -n 10 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > "$build.build.log" 2>&1 ||
-  { grep -E 'error|FAILED' "$build.build.log" | head -30; die "build failed (log: $build.build.log)"; }
+nice -n 10 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > "$build/gpu-build.build.log" 2>&1 ||
+  { grep -E 'error|FAILED' "$build/gpu-build.build.log" | head -30; die "build failed (log: $build/gpu-build.build.log)"; }
 stage "built ${targets[*]}"
 
 # ---- collect ------------------------------------------------------------------------------------
@@ -82,8 +83,8 @@ done
 cp "$build"/python-package/pipefill/_pipefill.cpython-312-*.so "$out.new/python/" ||
   die "no Python 3.12 extension in $build/python-package/pipefill"
 strip --strip-unneeded "$out.new"/python/_pipefill.*.so
-bash "$root/scripts/build-wheel.sh" --build-dir "$build" --out "$out.new/wheel" > "$build.wheel.log" 2>&1 ||
-  { tail -n 20 "$build.wheel.log"; die "the cp312 wheel failed (log: $build.wheel.log)"; }
+bash "$root/scripts/build-wheel.sh" --build-dir "$build" --out "$out.new/wheel" > "$build/gpu-build.wheel.log" 2>&1 ||
+  { tail -n 20 "$build/gpu-build.wheel.log"; die "the cp312 wheel failed (log: $build/gpu-build.wheel.log)"; }
 stage "collected and stripped; $(basename "$(ls "$out.new"/wheel/*.whl)")"
 if [ -f "$root/gpu-probes/probes.cu" ]; then
   # run.sh's own nvcc line (gpu-probes/ is not ours to change): the probes use the driver API and
@@ -91,7 +92,7 @@ if [ -f "$root/gpu-probes/probes.cu" ]; then
   cupti=/usr/local/cuda/extras/CUPTI/lib64
   nvcc -std=c++17 -O2 -arch=sm_90 -o "$out.new/bin/probes" "$root/gpu-probes/probes.cu" -lcuda -lcupti \
     -L/usr/local/cuda/lib64 -L/usr/local/cuda/lib64/stubs -L"$cupti" -Xlinker -rpath -Xlinker "$cupti" \
-    > "$build.probes.log" 2>&1 || { tail -n 20 "$build.probes.log"; die "the probes did not build"; }
+    > "$build/gpu-build.probes.log" 2>&1 || { tail -n 20 "$build/gpu-build.probes.log"; die "the probes did not build"; }
   stage "built the probes"
 fi
 
@@ -99,11 +100,14 @@ fi
 allowed='^(libc\.so\.6|libm\.so\.6|libstdc\+\+\.so\.6|libgcc_s\.so\.1|libdl\.so\.2|librt\.so\.1|libpthread\.so\.0|ld-linux-x86-64\.so\.2)$'
 for f in "$out.new"/bin/* "$out.new"/python/*.so; do
   needed=$(readelf -d "$f" | sed -n 's/.*(NEEDED).*Shared library: \[\(.*\)\]/\1/p')
-  [ "$(basename "$f")" = probes ] && needed=$(grep -vE '^(libcuda\.so\.1|libcupti\.so(\.[0-9.]+)?)$' <<<"$needed" || true)
+  case "$(basename "$f")" in  # the toolkit's (gpu-check.sh puts its folders on their loader path)
+    probes) needed=$(grep -vE '^(libcuda\.so\.1|libcupti\.so(\.[0-9.]+)?)$' <<<"$needed" || true) ;;
+    pipeline_engine) needed=$(grep -vE '^libcublas\.so(\.[0-9.]+)?$' <<<"$needed" || true) ;;  # the example's own GEMMs
+  esac
   bad=$(grep -vE "$allowed" <<<"$needed" | grep -v '^$' || true)
   [ -z "$bad" ] || die "$(basename "$f") needs $(tr '\n' ' ' <<<"$bad")- the GPU image lacks it"
 done
-stage "DT_NEEDED of every binary: glibc, libstdc++, libgcc_s only (probes: + libcuda, CUPTI)"
+stage "DT_NEEDED of every binary: glibc, libstdc++, libgcc_s only (probes: + libcuda, CUPTI; engine: + cuBLAS)"
 
 commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
 git -C "$root" diff --quiet HEAD 2>/dev/null || commit="$commit+uncommitted-changes"
@@ -111,7 +115,7 @@ git -C "$root" diff --quiet HEAD 2>/dev/null || commit="$commit+uncommitted-chan
   echo "commit $commit"
   echo "built $(date -u '+%Y-%m-%d %H:%M UTC') on $(nproc) cores in $(( $(date +%s) - t0 )) s"
   echo "source_dir $root"
-  echo "cuda_include $(sed -n 's/^CUDAToolkit_INCLUDE_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")"
+  echo "cuda_include $(grep -oE 'PIPEFILL_CUDA_INCLUDE_DIR=[^ ]+' "$build/build.ninja" | head -1 | cut -d= -f2 | tr -d '\\"')"
   echo "nvcc $(nvcc --version | grep -oE 'release [0-9.]+' | head -1)"
   echo "python $("$py" -c 'import sys; print(sys.version.split()[0])')"
   (cd "$out.new" && find . -type f -printf '%P %s\n' | sort)

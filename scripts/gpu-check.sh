@@ -101,6 +101,9 @@ toolkit_libs=""
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/extras/CUPTI/lib64; do
   [ -d "$d" ] && toolkit_libs="$toolkit_libs${toolkit_libs:+:}$d"
 done
+# torch's cuBLAS wheel too, where the toolkit has none (the example engine links cuBLAS).
+wheel_cublas=$("${GPU_CHECK_PYTHON:-python3}" -c "import nvidia.cublas as c, os; print(os.path.join(list(c.__path__)[0], 'lib'))" 2>/dev/null)
+[ -n "$wheel_cublas" ] && [ -d "$wheel_cublas" ] && toolkit_libs="$toolkit_libs${toolkit_libs:+:}$wheel_cublas"
 binary_libs="${LD_LIBRARY_PATH:-}${LD_LIBRARY_PATH:+${toolkit_libs:+:}}$toolkit_libs"
 
 # A carried binary's step: runs it when it was carried, else "not run" (gpu-build.sh failed).
