@@ -10,7 +10,11 @@ items 1-3), on CPU with torch's capture mocked (test_cuda_streaming_jobs's stand
 """
 from __future__ import annotations
 
+import ctypes
 import logging
+import pathlib
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -248,3 +252,43 @@ def test_wait_synchronizes_the_fill_streams_only(partition, monkeypatch):
     assert synced == [11, 12], "each fill stream waited for"
     assert partition == [], "no torch.cuda.synchronize (it waits for every stream of the device)"
     job.close()
+
+
+# ---- the driver binding (item 2), against the CUDA 13.0 headers and the toolkit's stub ---------
+
+STUB = pathlib.Path("/usr/local/cuda/lib64/stubs/libcuda.so")
+
+
+def test_the_driver_structures_match_cuda_h():
+    # cuda.h 13.0, compiled here: sizeof(CUDA_KERNEL_NODE_PARAMS_v2) = 72, offsetof(ctx) = 64;
+    # sizeof(CUdevResource) = 144, offsetof(sm.smCount) = 96.
+    assert ctypes.sizeof(gc._KernelNodeParams) == 72
+    assert gc._KernelNodeParams.ctx.offset == 64
+    assert (gc._RESOURCE_BYTES, gc._SM_COUNT_OFFSET) == (144, 96)
+
+
+@pytest.mark.skipif(not STUB.exists(), reason="no CUDA toolkit stub libcuda here")
+def test_every_driver_call_exists_and_a_failure_names_the_call():
+    # In a child process: the stub, once loaded, would be the process's libcuda for other tests.
+    script = f"""
+import ctypes
+import pytest
+from pipefill.torch import _graph_contexts as gc
+assert gc.DriverGraphReader.open() is None, "libcuda is not loaded: open() must not load it"
+reader = gc.DriverGraphReader(ctypes.CDLL({str(STUB)!r}))  # the stub fails every call (34)
+with pytest.raises(OSError, match=r"cuGraphGetNodes failed: CUresult 34"):
+    reader.nodes(1)
+with pytest.raises(OSError, match=r"cuStreamGetCtx failed: CUresult 34"):
+    reader.stream_context(1)
+assert reader.primary_context(0) is None and reader.context_sm_count(1) is None
+for name in ("cuGraphNodeGetType", "cuGraphKernelNodeGetParams_v2",
+             "cuGraphChildGraphNodeGetGraph", "cuFuncGetName", "cuKernelGetName", "cuDeviceGet",
+             "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2", "cuCtxGetDevResource"):
+    assert hasattr(reader._lib, name), name
+assert gc.DriverGraphReader.open() is not None, "a loaded libcuda.so.1 is reused"
+print("driver binding ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "driver binding ok" in done.stdout

@@ -113,7 +113,11 @@ def fill_sm_count(runtime: Runtime, capture_handle: int, device_sms: int) -> Opt
         pass
     reader = DriverGraphReader.open()
     if reader is not None:
-        sms = reader.context_sm_count(reader.stream_context(capture_handle))
+        try:
+            sms = reader.context_sm_count(reader.stream_context(capture_handle))
+        except OSError as error:  # the reserved-SMs bound stands
+            log.info("the capture context's SMs are unknown: %s", error)
+            sms = None
         if sms:
             bounds.append(sms)
     return min(bounds) if bounds else None

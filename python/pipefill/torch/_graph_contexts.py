@@ -178,9 +178,8 @@ def foreign_kernels(nodes: Sequence[KernelNode], fill: Optional[int]) -> List[Ke
 def refusal_reason(nodes: Sequence[KernelNode], fill: Optional[int], primary: Optional[int],
                    name: str) -> Optional[str]:
     """Why graph job ``name`` cannot run in the fill partition (None when it can): its kernel
-    nodes outside the fill context, each named, in green-context mode (fill != primary). In
-    grid-cap mode the fill context is the primary one and any reported context is accepted by
-    the runtime's rule only when it is that one, so the same test applies."""
+    nodes outside the fill context, each named. The runtime's rule (pfJobCreateGraph) in both
+    modes: in grid-cap mode the fill context is the primary one."""
     wrong = foreign_kernels(nodes, fill)
     if not wrong or fill is None:
         return None
