@@ -72,8 +72,9 @@ def carveout_for(fill_sms: Optional[int], device_sms: int,
 
 @contextlib.contextmanager
 def matmul_sm_target(fill_sms: Optional[int], device_sms: int) -> Iterator[Optional[int]]:
-    """Inside the block torch's matmuls target ``fill_sms`` SMs (the carve-out it sets is yielded,
-    None when none was set); the caller's carve-out is back after it, also on an exception."""
+    """Inside the block torch's matmuls target at most ``fill_sms`` SMs (the carve-out in force
+    is yielded, None when none is); the caller's carve-out is back after it, also on an
+    exception."""
     api = _carveout_api()
     if api is None:
         yield None
@@ -88,8 +89,9 @@ def matmul_sm_target(fill_sms: Optional[int], device_sms: int) -> Iterator[Optio
             set_(carveout)
             _CarveoutState.changed = True
         _CarveoutState.depth += 1
+        in_force = get()
     try:
-        yield carveout
+        yield in_force
     finally:
         with _CarveoutState.lock:
             _CarveoutState.depth -= 1
