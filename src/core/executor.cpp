@@ -572,10 +572,19 @@ pfResult_t Executor::drain_fill_streams(RuntimeState& s) {
 
 pfResult_t Executor::synchronize(RuntimeState& s) {
   PF_TRY(drain_fill_streams(s));
-  MutexLock lock(s.mu);
-  for (const BubbleRecord& b : s.pending) {
-    if (b.ended && b.tracked) PF_TRY(device_.synchronize_event(resources_.end_event(b.id)));
+  // The end events to wait for are copied under the lock and waited on without it: a GPU wait
+  // under s.mu would hold the trainer's next bubble instruction (inline mode) and the executor's
+  // harvest until the GPU caught up (issue 33 item 3). The pool's events live as long as the
+  // runtime; one re-recorded meanwhile by a later bubble is waited on to that bubble's end.
+  std::vector<Event> ended;
+  {
+    MutexLock lock(s.mu);
+    for (const BubbleRecord& b : s.pending) {
+      if (b.ended && b.tracked) ended.push_back(resources_.end_event(b.id));
+    }
   }
+  for (Event event : ended) PF_TRY(device_.synchronize_event(event));
+  MutexLock lock(s.mu);
   harvest(s);
   collect_calibration(s);
   return pfSuccess;

@@ -5,10 +5,11 @@ Layers, lowest first (a module imports only its own layer's lower modules or low
 0. the binding core: the extension (_pipefill) and _enums, _errors, _config, _sim, _profiler,
    _stats, _extensions, _runtime, jobs;
 1. _bubbles (the bubble emitter the adapters share);
-2. the pipefill.torch subpackage, in this order: _streams, _schedule, _graph_jobs,
-   _job_common, _sinks, _streaming, _cuda_ring, _training_state, _checkpoints, _micro_steps,
-   _training, then its face (__init__); its modules import pipefill modules at module
-   top only (no import inside a function: that is how the old circles were hidden);
+2. the pipefill.torch subpackage, in this order: _streams, _schedule, _graph_contexts,
+   _fill_capture, _graph_jobs, _job_common, _sinks, _streaming, _cuda_ring, _training_state,
+   _checkpoints, _micro_steps, _training, then its face (__init__); its modules import pipefill
+   modules at module top only (no import inside a function: that is how the old circles were
+   hidden);
 3. the adapters: deepspeed, megatron;
 4. pipefill.service (joins runtimes through _extensions, registered by the package face);
 5. the package face, pipefill/__init__.py, which nothing inside the package imports.
@@ -27,9 +28,9 @@ PACKAGE = ROOT / "pipefill"
 
 CORE = ["_enums", "_errors", "_config", "_sim", "_profiler", "_stats", "_extensions",
         "_runtime", "jobs"]
-TORCH_ORDER = ["_streams", "_schedule", "_graph_jobs", "_job_common", "_sinks",
-               "_streaming", "_cuda_ring", "_training_state", "_checkpoints", "_micro_steps",
-               "_training", "__init__"]
+TORCH_ORDER = ["_streams", "_schedule", "_graph_contexts", "_fill_capture", "_graph_jobs",
+               "_job_common", "_sinks", "_streaming", "_cuda_ring", "_training_state",
+               "_checkpoints", "_micro_steps", "_training", "__init__"]
 
 
 def module_name(path: pathlib.Path) -> str:

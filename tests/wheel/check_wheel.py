@@ -1,7 +1,7 @@
 """Installs a pipefill wheel (scripts/build-wheel.sh) into a fresh virtual environment and checks that
 it works there on its own - the test of scripts/test.sh's wheel stage, which runs it inside
 scripts/with-hidden-deps.sh --hide-cuda-toolkit (no Debian dev packages, no CUDA toolkit: what a
-GPU node has), and of the GPU machine's check (scripts/gpu-wheel-check.sh, --gpu).
+GPU node has), and of the GPU machine's check (scripts/gpu-check.sh's wheel step, --gpu).
 
   1. `python -m venv`, then `pip install --no-index <wheel>` (timed: the install a user waits for);
   2. bare (no torch): `import pipefill` resolves to the venv's copy, WITH_CUDA is as expected, the

@@ -3,6 +3,7 @@ torch.cuda.CUDAGraph(keep_graph=True) and registered as a gated graph fill job
 (pfJobCreateGraph), results in preallocated outputs."""
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable, Optional, Tuple
 
@@ -12,6 +13,10 @@ from .._enums import Backend, Result
 from .._errors import PipeFillError
 from .._runtime import Runtime
 from ..jobs import GraphJob
+from ._fill_capture import fill_capture_settings, wait_for_fill_streams
+from ._graph_contexts import DriverGraphReader, check_capture_contexts
+
+log = logging.getLogger("pipefill.torch")
 
 
 # ---- graph fill jobs ----------------------------------------------------------------------
@@ -35,10 +40,12 @@ class GraphFillJob:
         self.keep_alive = keep_alive
 
     def wait(self, timeout: Optional[float] = None) -> Any:
-        """Waits for the job (:meth:`pipefill.Job.wait`), then for the fill stream's writes to
-        the outputs to be visible (``torch.cuda.synchronize``); returns the outputs."""
+        """Waits for the job (:meth:`pipefill.Job.wait`), then for the work queued on the
+        runtime's fill streams, so the outputs' writes are visible; returns the outputs. Only the
+        fill streams: ``torch.cuda.synchronize()`` would also wait for the trainer's streams and
+        every green context's (issue 33 item 3)."""
         self.job.wait(timeout)
-        torch.cuda.synchronize()
+        wait_for_fill_streams(self.job.runtime)
         return self.outputs
 
     def close(self) -> None:
@@ -64,8 +71,12 @@ def graph_fill_job(runtime: Runtime, step: Callable[["torch.Tensor"], Any], item
     (:meth:`pipefill.Runtime.capture_stream`, destroyed once the job is registered) with that
     stream's context current (:meth:`pipefill.Runtime.capture_context`: the fill partition's green
     context, so every kernel torch and cuBLAS launch belongs to it), and passed to the runtime as
-    ``raw_cuda_graph()``. The capture stream waits for the current stream's queued work on the
-    device (the item's inputs); the host waits only for the capture stream. ``item_cost_us``
+    ``raw_cuda_graph()``. Warm-up and capture run with torch's matmul SM carve-out sized to the
+    fill partition (process-global, restored afterwards) and autograd's backward on this thread
+    (pipefill.torch._fill_capture); a captured kernel node outside the fill partition's context
+    is refused with its name and context (pipefill.torch._graph_contexts). The capture stream
+    waits for the current stream's queued work on the device (the item's inputs); the host waits
+    only for the capture stream. ``item_cost_us``
     defaults to the median of ``measure_runs`` replays timed on the host (replay + stream
     synchronize: an upper bound by a few µs). Results are valid after :meth:`GraphFillJob.wait`.
     CUDA backend only (the simulated and host backends take a :class:`pipefill.jobs.GraphJob`
@@ -110,9 +121,12 @@ def graph_fill_job(runtime: Runtime, step: Callable[["torch.Tensor"], Any], item
         # fill context, and their modules load into it during the warm-up, not the capture
         # (issue 24 item 6).
         with runtime.capture_context(capture), torch.cuda.stream(stream):
-            for _ in range(max(0, warmup)):
-                step(index)
-            _capture(graph, step, index)
+            # Matmuls sized to the fill partition and the backward on this thread (where the fill
+            # context is current), for the warm-up and the capture only (issue 33 items 1-2).
+            with fill_capture_settings(runtime, capture.handle, device, name):
+                for _ in range(max(0, warmup)):
+                    step(index)
+                _capture(graph, step, index)
             if item_cost_us is None:
                 item_cost_us = _time_replays(graph, stream, measure_runs)
             if before_register is not None:
@@ -120,6 +134,8 @@ def graph_fill_job(runtime: Runtime, step: Callable[["torch.Tensor"], Any], item
             # Everything queued on the capture stream (warm-up, timing, the undo) has run before
             # the job can be launched on the fill streams and before the stream is destroyed.
             stream.synchronize()
+        # After the undo ran: a refusal leaves the caller's model as it was.
+        _check_contexts(graph, capture.handle, device, name)
         job = runtime.create_job(GraphJob(items=items, item_cost_us=float(item_cost_us),
                                           graph=graph.raw_cuda_graph(), index_word=index,
                                           name=name, priority=priority, available=available))
@@ -127,6 +143,24 @@ def graph_fill_job(runtime: Runtime, step: Callable[["torch.Tensor"], Any], item
         capture.close()  # one capture stream per job, never kept (issue 24 item 10)
     return GraphFillJob(job, graph, index, outputs, float(item_cost_us),
                         keep_alive=(step,) + tuple(keep_alive))
+
+
+def _check_contexts(graph: "torch.cuda.CUDAGraph", capture_handle: int, device: int,
+                    name: str) -> None:
+    """Every kernel node of the capture must belong to the capture stream's context (the fill
+    partition's): refused here, naming each node and its context, when one does not (issue 33
+    item 2). Nothing is read where the driver cannot be (the runtime checks at registration)."""
+    reader = DriverGraphReader.open()
+    if reader is None:
+        return
+    try:
+        fill = reader.stream_context(capture_handle)
+        primary = reader.primary_context(device)
+        nodes = check_capture_contexts(reader, graph.raw_cuda_graph(), fill, primary, name)
+    except (OSError, ValueError) as error:  # unreadable here: the runtime's check decides
+        log.info("graph job '%s': kernel contexts not read after the capture (%s)", name, error)
+        return
+    log.info("graph job '%s': %d kernel nodes, all in the fill context", name, len(nodes))
 
 
 def _capture(graph: "torch.cuda.CUDAGraph", step: Callable[["torch.Tensor"], Any],
