@@ -1,0 +1,253 @@
+// The CUDA device's SM partition: a green context holding all SMs but R (R from config or NCCL's
+// environment, rounded to the driver's granularity) with its first fill stream tested, or, when
+// any step fails, grid-cap mode with the cause (fallbacks.hpp).
+#include "cuda_device_impl.hpp"
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "cuda_check.hpp"
+#include "driver_api.hpp"
+#include "fill_kernels.hpp"
+#include "partition.hpp"
+
+namespace pipefill::cuda {
+
+pfResult_t CudaDevice::configure_partition(int reserved_sms, FillPartition* out) {
+  if (out == nullptr) return fail(pfErrorInvalidArgument, "configure_partition: partition is null");
+  std::string source = "config";
+  if (reserved_sms < 0) PF_TRY(reserved_sms_from_nccl_env(process_env(), &reserved_sms, &source));
+  if (reserved_sms >= sm_count_ && source != "config") {
+    log::warn("reserved SMs from {} ({}) leave no SM of {} for fill work; capping at {}", source,
+              reserved_sms, sm_count_, sm_count_ - 1);
+    reserved_sms = sm_count_ - 1;
+  }
+  PF_TRY(check_reserved_sms(reserved_sms, sm_count_));
+  std::lock_guard lock(mutex_);
+  if (partition_configured_) {
+    if (partition_.reserved_sms >= reserved_sms || !fill_streams_.empty()) {
+      *out = partition_;
+      if (partition_.reserved_sms < reserved_sms)
+        return fail(pfErrorInvalidState,
+                    "configure_partition: fill streams already exist with {} reserved SMs; cannot raise to {}",
+                    partition_.reserved_sms, reserved_sms);
+      return pfSuccess;
+    }
+  }
+  PF_DEVICE_CONTEXT(ContextNeed::Primary);
+  destroy_green_context();  // re-partitioning before any fill stream exists
+  FillPartition partition;
+  partition.total_sms = sm_count_;
+  PartitionOutcome outcome;
+  try_green_context(reserved_sms, &partition, &outcome);
+  if (outcome.cause != FallbackCause::None) {
+    partition = FillPartition{};
+    partition.total_sms = sm_count_;
+    partition.mode = "grid-cap";
+    partition.reserved_sms = reserved_sms;
+    partition.fill_sms = sm_count_ - reserved_sms;
+    log::info("fill partition: grid-cap mode, fill grids capped at {} of {} SMs (R={} from {}); {}",
+              partition.fill_sms, sm_count_, reserved_sms, source, describe(outcome));
+    if (!fallback_is_explained(driver_api().driver_version, outcome))
+      log::warn("grid-cap mode on driver {} without an explained fallback ({}): this is a bug",
+                driver_api().driver_version, describe(outcome));
+  } else {
+    log::info("fill partition: green-context mode, fill work confined to {} of {} SMs (R={} from {}, "
+              "rounded to {}); events: {}",
+              partition.fill_sms, sm_count_, reserved_sms, source, partition.reserved_sms, outcome.detail);
+  }
+  if (single_connection_)
+    log::warn("CUDA_DEVICE_MAX_CONNECTIONS=1 in {} mode: fill and main work may share one hardware "
+              "queue, so a fill slice enqueued after the main stream's wait would start only once "
+              "the gate is closed; the auto launch mode enqueues slices inline in pfBubbleBegin "
+              "(see docs/cuda-backend.md)",
+              partition.mode);
+  partition_ = partition;
+  outcome_ = outcome;
+  partition_configured_ = true;
+  *out = partition;
+  return pfSuccess;
+}
+
+bool CudaDevice::partition_configured() const {
+  std::lock_guard lock(mutex_);
+  return partition_configured_;
+}
+
+// Sets up the green-context partition: a green context holding all SMs but R (R rounded up to
+// the partition granularity), its first fill stream with the fill kernels warmed up on it, and
+// the cross-context event self-test. On any failure it destroys what it made and *outcome says
+// why; the caller then uses grid-cap mode. The tested stream is kept for create_fill_stream.
+void CudaDevice::try_green_context(int reserved_sms, FillPartition* partition, PartitionOutcome* outcome) {
+  const auto& api = driver_api();
+  if (env_off("PIPEFILL_GREEN_CONTEXT")) {
+    *outcome = {FallbackCause::DisabledByEnv, ""};
+    return;
+  }
+  if (api.driver_version == 0) {
+    *outcome = {FallbackCause::NoDriver, ""};
+    return;
+  }
+  if (api.driver_version < kGreenContextDriverVersion) {
+    *outcome = {FallbackCause::DriverTooOld, fmt::format("driver {}", api.driver_version)};
+    return;
+  }
+  if (!api.has_green_contexts()) {
+    *outcome = {FallbackCause::EntryPointsMissing,
+                fmt::format("driver {} lacks {}", api.driver_version,
+                            api.missing_entry_points(EntryPointGroup::GreenContext))};
+    return;
+  }
+  std::string why_no_split;
+  if (create_green_context(reserved_sms, partition, &why_no_split) != pfSuccess) {
+    *outcome = {FallbackCause::DriverCallFailed, last_error_message()};
+    clear_last_error();
+    destroy_green_context();
+    return;
+  }
+  if (green_context_ == nullptr) {
+    *outcome = {FallbackCause::NoUsefulSplit, why_no_split};
+    return;
+  }
+  CUstream raw = nullptr;
+  const CUresult created =
+      api.green_ctx_stream_create(&raw, green_context_, CU_STREAM_NON_BLOCKING, lowest_priority_);
+  if (created != CUDA_SUCCESS) {
+    *outcome = {FallbackCause::StreamCreationFailed,
+                fmt::format("cuGreenCtxStreamCreate: {}", driver_result_name(created))};
+    destroy_green_context();
+    return;
+  }
+  spare_fill_stream_ = reinterpret_cast<cudaStream_t>(raw);
+  if (warm_up_fill_kernels(spare_fill_stream_) != pfSuccess) {
+    *outcome = {FallbackCause::WarmUpFailed, last_error_message()};
+    clear_last_error();
+    destroy_green_context();
+    return;
+  }
+  const MemoryOpsVerdict memory = judge_memory_ops(run_memory_ops_self_test(spare_fill_stream_));
+  if (!memory.usable) {
+    *outcome = {FallbackCause::MemoryOpsSelfTestFailed, memory.detail};
+    destroy_green_context();
+    return;
+  }
+  // Applied once the green context is accepted (grid-cap mode keeps the control stream's test):
+  // one write mode for every stream, the pinned copy working on the main streams as well.
+  const auto accept_word_writes = [&] {
+    if (gate_mode_ != GateWriteMode::StreamWriteValue || memory.stream_write) return;
+    gate_mode_ = GateWriteMode::PinnedCopy;
+    log::info("word writes on every stream copy from pinned slots: {}", memory.detail);
+  };
+  const EventSelfTest test = run_event_self_test(spare_fill_stream_);
+  if (std::string failure = event_self_test_failure(test); !failure.empty()) {
+    // Primary-context events on green streams fail: per-context event pools, if they work.
+    const EventSelfTest own = run_per_context_event_self_test(spare_fill_stream_);
+    std::string own_failure = event_self_test_failure(own);
+    if (own_failure.empty() && enable_per_context_events() != pfSuccess) {
+      own_failure = last_error_message();
+      clear_last_error();
+    }
+    if (!own_failure.empty()) {
+      *outcome = {FallbackCause::EventSelfTestFailed,
+                  fmt::format("primary-context events on the green-context stream: {}; per-context "
+                              "events: {}",
+                              failure, own_failure)};
+      destroy_green_context();
+      return;
+    }
+    *outcome = {FallbackCause::None,
+                fmt::format("per-context event pools: fill-stream records use events of the green "
+                            "context, timed against a green-context reference (primary-context events "
+                            "on the green-context stream failed: {}; per-context self-test: fill-side "
+                            "event {:.3f} ms after its start, main kernel {:.3f} ms)",
+                            failure, own.elapsed_ms, own.kernel_ms)};
+    accept_word_writes();
+    return;
+  }
+  accept_word_writes();
+  *outcome = {FallbackCause::None,
+              fmt::format("primary-context events on green-context streams (self-test: fill-side event "
+                          "{:.3f} ms after the main-side start, main kernel {:.3f} ms)",
+                          test.elapsed_ms, test.kernel_ms)};
+}
+
+// The green context itself. Leaves green_context_ null (and explains in *why_not) when no
+// split leaves R SMs; a failing driver call returns its error.
+pfResult_t CudaDevice::create_green_context(int reserved_sms, FillPartition* partition, std::string* why_not) {
+  const auto& api = driver_api();
+  CUdevice device = 0;
+  PF_DRIVER_CHECK(api.device_get(&device, ordinal_));
+  CUdevResource sms{};
+  PF_DRIVER_CHECK(api.device_get_dev_resource(device, &sms, CU_DEV_RESOURCE_TYPE_SM));
+  const SmGranularity granularity{static_cast<int>(sms.sm.minSmPartitionSize),
+                                  static_cast<int>(sms.sm.smCoscheduledAlignment)};
+  const int total = static_cast<int>(sms.sm.smCount);
+  int want = plan_fill_sms(total, reserved_sms, granularity);
+  log::debug("SM resource: {} SMs, min partition {}, alignment {}; want {} fill SMs", total,
+             granularity.min_partition, granularity.alignment, want);
+  if (reserved_sms > 0 && want > 0) {
+    // The main job's SMs first, fill work on the remainder: the same split by count that
+    // torch's GreenContext.create(num_sms=R) makes (docs/pytorch.md, "Torch green contexts"),
+    // so a main job confined to such a context and the fill partition never share an SM.
+    CUdevResource main_group{}, rest{};
+    unsigned groups = 1;
+    PF_DRIVER_CHECK(api.dev_sm_resource_split_by_count(&main_group, &groups, &sms, &rest, 0,
+                                                       static_cast<unsigned>(reserved_sms)));
+    const int got = static_cast<int>(rest.sm.smCount);
+    if (groups == 1 && got >= granularity.min_partition && total - got >= reserved_sms) {
+      CUdevResourceDesc desc = nullptr;
+      PF_DRIVER_CHECK(api.dev_resource_generate_desc(&desc, &rest, 1));
+      CUgreenCtx green = nullptr;
+      PF_DRIVER_CHECK(api.green_ctx_create(&green, desc, device, CU_GREEN_CTX_DEFAULT_STREAM));
+      green_context_ = green;
+      partition->hardware_confined = true;
+      partition->mode = "green-context";
+      partition->fill_sms = got;
+      partition->reserved_sms = total - got;
+      return pfSuccess;
+    }
+    log::debug("the remainder of a {}-SM main group has {} SMs: splitting the fill group off "
+               "instead", reserved_sms, got);
+  }
+  // The split rounds its minimum count up; step down until the group leaves R SMs free.
+  while (want > 0) {
+    CUdevResource group{}, rest{};
+    unsigned groups = 1;
+    PF_DRIVER_CHECK(api.dev_sm_resource_split_by_count(&group, &groups, &sms, &rest, 0,
+                                                       static_cast<unsigned>(want)));
+    const int got = groups == 1 ? static_cast<int>(group.sm.smCount) : 0;
+    if (got > 0 && total - got >= reserved_sms) {
+      CUdevResourceDesc desc = nullptr;
+      PF_DRIVER_CHECK(api.dev_resource_generate_desc(&desc, &group, 1));
+      CUgreenCtx green = nullptr;
+      PF_DRIVER_CHECK(api.green_ctx_create(&green, desc, device, CU_GREEN_CTX_DEFAULT_STREAM));
+      green_context_ = green;
+      partition->hardware_confined = true;
+      partition->mode = "green-context";
+      partition->fill_sms = got;
+      partition->reserved_sms = total - got;
+      return pfSuccess;
+    }
+    want -= granularity.alignment > 0 ? granularity.alignment : 1;
+    if (want < granularity.min_partition) break;
+  }
+  *why_not = fmt::format("no SM split of {} SMs (min partition {}, alignment {}) leaves {} SMs reserved",
+                         total, granularity.min_partition, granularity.alignment, reserved_sms);
+  return pfSuccess;
+}
+
+// Destroys the spare fill stream and the green context (no fill stream may exist). Caller
+// holds mutex_ or is the only thread using the device.
+void CudaDevice::destroy_green_context() {
+  disable_per_context_events();
+  if (spare_fill_stream_ != nullptr) {
+    if (cudaStreamDestroy(spare_fill_stream_) != cudaSuccess) (void)cudaGetLastError();
+    spare_fill_stream_ = nullptr;
+  }
+  if (green_context_ != nullptr) {
+    const CUresult result = driver_api().green_ctx_destroy(green_context_);
+    if (result != CUDA_SUCCESS) log::warn("cuGreenCtxDestroy failed: {}", driver_result_name(result));
+    green_context_ = nullptr;
+  }
+}
+
+}  // namespace pipefill::cuda
