@@ -169,6 +169,12 @@ pfResult_t CudaDevice::advance_reference_locked(Reference& reference) {
     PF_TRY(scope.enter(reference.stream));
     PF_CUDA_CHECK(cudaEventCreateWithFlags(&reference.pending, cudaEventDefault));
   } else {
+    // The primary reference is an event of the primary context, whatever the caller has current
+    // (a query from a thread with a torch green context current, or from inside the fill
+    // reference's alignment with the fill context pushed): an event made in another context and
+    // recorded on the control stream fails, or times against the wrong clock (issue 33 item 6).
+    DeviceContextScope in_primary;
+    PF_TRY(in_primary.enter(primary_, cu_device_, ContextNeed::Primary));
     PF_CUDA_CHECK(cudaEventCreateWithFlags(&reference.pending, cudaEventDefault));
   }
   PF_CUDA_CHECK(cudaEventRecord(reference.pending, reference.stream));

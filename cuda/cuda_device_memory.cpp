@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "arena_memory.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "cuda_check.hpp"
@@ -102,24 +103,11 @@ pfResult_t CudaDevice::memory_info(size_t* free_bytes, size_t* total_bytes) {
 }
 
 pfResult_t CudaDevice::allocate_arena(size_t bytes, void** base) {
-  if (base == nullptr) return fail(pfErrorInvalidArgument, "allocate_arena: base is null");
   // The size is the runtime's decision (by default min(2 GiB, free memory / 8), see
-  // docs/cuda-backend.md "Memory"); the device has no default of its own to disagree with.
-  if (bytes == 0)
-    return fail(pfErrorInvalidArgument, "allocate_arena: bytes=0 (the caller sizes the arena)");
-  size_t free_bytes = 0, total_bytes = 0;
-  PF_TRY(memory_info(&free_bytes, &total_bytes));
-  if (bytes > free_bytes)
-    return fail(pfErrorOutOfMemory, "allocate_arena: {} bytes requested but only {} of {} bytes are free",
-                bytes, free_bytes, total_bytes);
+  // docs/cuda-backend.md "Memory"); the device has no default of its own to disagree with. The
+  // allocation runs in this device's primary context, whatever the calling thread has current.
   void* memory = nullptr;
-  const cudaError_t error = cudaMalloc(&memory, bytes);
-  if (error == cudaErrorMemoryAllocation) {
-    (void)cudaGetLastError();
-    return fail(pfErrorOutOfMemory, "allocate_arena: cudaMalloc of {} bytes failed ({} bytes free)", bytes,
-                free_bytes);
-  }
-  PF_CUDA_CHECK(error);
+  PF_TRY(allocate_arena_memory(driver_api(), primary_, cu_device_, bytes, &memory));
   std::lock_guard lock(mutex_);
   arenas_[memory] = bytes;
   *base = memory;
