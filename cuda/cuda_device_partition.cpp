@@ -8,6 +8,7 @@
 #include "cuda_check.hpp"
 #include "driver_api.hpp"
 #include "fill_kernels.hpp"
+#include "green_split.hpp"
 #include "partition.hpp"
 
 namespace pipefill::cuda {
@@ -173,65 +174,25 @@ void CudaDevice::try_green_context(int reserved_sms, FillPartition* partition, P
 // The green context itself. Leaves green_context_ null (and explains in *why_not) when no
 // split leaves R SMs; a failing driver call returns its error.
 pfResult_t CudaDevice::create_green_context(int reserved_sms, FillPartition* partition, std::string* why_not) {
-  const auto& api = driver_api();
-  CUdevice device = 0;
-  PF_DRIVER_CHECK(api.device_get(&device, ordinal_));
-  CUdevResource sms{};
-  PF_DRIVER_CHECK(api.device_get_dev_resource(device, &sms, CU_DEV_RESOURCE_TYPE_SM));
-  const SmGranularity granularity{static_cast<int>(sms.sm.minSmPartitionSize),
-                                  static_cast<int>(sms.sm.smCoscheduledAlignment)};
-  const int total = static_cast<int>(sms.sm.smCount);
-  int want = plan_fill_sms(total, reserved_sms, granularity);
-  log::debug("SM resource: {} SMs, min partition {}, alignment {}; want {} fill SMs", total,
-             granularity.min_partition, granularity.alignment, want);
-  if (reserved_sms > 0 && want > 0) {
-    // The main job's SMs first, fill work on the remainder: the same split by count that
-    // torch's GreenContext.create(num_sms=R) makes (docs/pytorch.md, "Torch green contexts"),
-    // so a main job confined to such a context and the fill partition never share an SM.
-    CUdevResource main_group{}, rest{};
-    unsigned groups = 1;
-    PF_DRIVER_CHECK(api.dev_sm_resource_split_by_count(&main_group, &groups, &sms, &rest, 0,
-                                                       static_cast<unsigned>(reserved_sms)));
-    const int got = static_cast<int>(rest.sm.smCount);
-    if (groups == 1 && got >= granularity.min_partition && total - got >= reserved_sms) {
-      CUdevResourceDesc desc = nullptr;
-      PF_DRIVER_CHECK(api.dev_resource_generate_desc(&desc, &rest, 1));
-      CUgreenCtx green = nullptr;
-      PF_DRIVER_CHECK(api.green_ctx_create(&green, desc, device, CU_GREEN_CTX_DEFAULT_STREAM));
-      green_context_ = green;
-      partition->hardware_confined = true;
-      partition->mode = "green-context";
-      partition->fill_sms = got;
-      partition->reserved_sms = total - got;
-      return pfSuccess;
-    }
-    log::debug("the remainder of a {}-SM main group has {} SMs: splitting the fill group off "
-               "instead", reserved_sms, got);
+  GreenSplit split;
+  PF_TRY(create_green_split(driver_api(), cu_device_, reserved_sms, &split));
+  if (!split.refused_sizes.empty()) {
+    std::string refused;
+    for (int size : split.refused_sizes) refused += (refused.empty() ? "" : ", ") + std::to_string(size);
+    log::warn("the driver refused green contexts of {} SMs (CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION); {}",
+              refused,
+              split.context != nullptr ? fmt::format("the fill partition has {} SMs", split.fill_sms)
+                                       : std::string("no smaller size was accepted"));
   }
-  // The split rounds its minimum count up; step down until the group leaves R SMs free.
-  while (want > 0) {
-    CUdevResource group{}, rest{};
-    unsigned groups = 1;
-    PF_DRIVER_CHECK(api.dev_sm_resource_split_by_count(&group, &groups, &sms, &rest, 0,
-                                                       static_cast<unsigned>(want)));
-    const int got = groups == 1 ? static_cast<int>(group.sm.smCount) : 0;
-    if (got > 0 && total - got >= reserved_sms) {
-      CUdevResourceDesc desc = nullptr;
-      PF_DRIVER_CHECK(api.dev_resource_generate_desc(&desc, &group, 1));
-      CUgreenCtx green = nullptr;
-      PF_DRIVER_CHECK(api.green_ctx_create(&green, desc, device, CU_GREEN_CTX_DEFAULT_STREAM));
-      green_context_ = green;
-      partition->hardware_confined = true;
-      partition->mode = "green-context";
-      partition->fill_sms = got;
-      partition->reserved_sms = total - got;
-      return pfSuccess;
-    }
-    want -= granularity.alignment > 0 ? granularity.alignment : 1;
-    if (want < granularity.min_partition) break;
+  if (split.context == nullptr) {
+    *why_not = split.why_not;
+    return pfSuccess;
   }
-  *why_not = fmt::format("no SM split of {} SMs (min partition {}, alignment {}) leaves {} SMs reserved",
-                         total, granularity.min_partition, granularity.alignment, reserved_sms);
+  green_context_ = split.context;
+  partition->hardware_confined = true;
+  partition->mode = "green-context";
+  partition->fill_sms = split.fill_sms;
+  partition->reserved_sms = split.reserved_sms;
   return pfSuccess;
 }
 
