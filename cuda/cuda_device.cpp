@@ -140,7 +140,8 @@ void CudaDevice::shutdown_in_primary_context() {
   if (reference_.event) (void)cudaEventDestroy(reference_.event);
   if (control_stream_) (void)cudaStreamDestroy(control_stream_);
   if (gate_slots_) (void)cudaFreeHost(gate_slots_);
-  destroy_green_context();  // after its streams
+  destroy_capture_contexts();  // after their streams
+  destroy_green_context();     // after its streams
   collector_.reset();
   (void)cudaGetLastError();
 }

@@ -1,6 +1,7 @@
 // The CUDA device's class (pipefill::Device on a CUDA GPU), shared by the files that implement
 // it, one concern each: cuda_device.cpp (creation, identity, launch callbacks, shutdown),
-// cuda_device_streams.cpp (streams, capture streams, main streams at bubble instructions),
+// cuda_device_streams.cpp (streams, main streams at bubble instructions),
+// cuda_device_capture.cpp (capture streams in private capture contexts),
 // cuda_device_events.cpp (events and the clock they are timed against), cuda_device_memory.cpp
 // (device words, gate writes, the arena), cuda_device_partition.cpp (the SM partition: green
 // context or grid cap) and cuda_device_self_tests.cpp (the word-write and event self-tests that
@@ -143,6 +144,14 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
     std::unique_ptr<ScopedStreamContext> scope;
   };
   static std::vector<CapturePush>& capture_context_pushes();
+  // A private capture context (cuda_device_capture.cpp): the green context and its CUcontext.
+  struct CapturedContext {
+    CUgreenCtx green = nullptr;
+    CUcontext context = nullptr;
+  };
+  pfResult_t create_private_capture_context(CapturedContext* out, cudaStream_t* stream);
+  pfResult_t run_capture_context_self_test(cudaStream_t capture);
+  void destroy_capture_contexts();
   pfResult_t check_main_context(CUcontext context, Stream stream);
   std::string judge_main_context(CUcontext context);
   bool partition_configured() const;
@@ -220,6 +229,9 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   bool partition_configured_ = false;
   FillPartition partition_;
   CUgreenCtx green_context_ = nullptr;
+  CUdevResourceDesc green_desc_ = nullptr;  // its SMs: private capture contexts are made from it
+  std::vector<CapturedContext> capture_contexts_;  // live until shutdown (graphs may outlive streams)
+  bool private_captures_ = true;  // false once they failed or PIPEFILL_CAPTURE_CONTEXT=0
   cudaStream_t spare_fill_stream_ = nullptr;  // tested by configure_partition, not yet handed out
   PartitionOutcome outcome_;
   bool single_connection_ = false;

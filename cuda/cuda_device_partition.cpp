@@ -189,6 +189,7 @@ pfResult_t CudaDevice::create_green_context(int reserved_sms, FillPartition* par
     return pfSuccess;
   }
   green_context_ = split.context;
+  green_desc_ = split.desc;
   partition->hardware_confined = true;
   partition->mode = "green-context";
   partition->fill_sms = split.fill_sms;

@@ -1,6 +1,6 @@
-// The CUDA device's streams: fill streams (in the fill partition's context), main streams, capture
-// streams and their context pushes (pfGraphCaptureContextPush), graph fill jobs' launches, and the
-// admission of a caller's main stream of another context at a bubble instruction.
+// The CUDA device's streams: fill streams (in the fill partition's context), main streams, graph
+// fill jobs' launches, and the admission of a caller's main stream of another context at a bubble
+// instruction. Capture streams: cuda_device_capture.cpp.
 #include "cuda_device_impl.hpp"
 
 #include "common/error.hpp"
@@ -118,7 +118,12 @@ pfResult_t CudaDevice::synchronize_stream(Stream stream) {
 
 pfResult_t CudaDevice::prepare_graph_items(const GraphJobSpec& spec, std::unique_ptr<GraphItems>* out) {
   PF_DEVICE_CONTEXT(ContextNeed::Primary);
-  return make_gated_graph(spec, primary_, out);
+  std::vector<void*> capture;
+  {
+    std::lock_guard lock(mutex_);
+    for (const CapturedContext& context : capture_contexts_) capture.push_back(context.context);
+  }
+  return make_gated_graph(spec, primary_, capture, out);
 }
 
 // The slice's bubble id and budget go to the graph's words in fill-stream order, then one launch.
@@ -129,62 +134,6 @@ pfResult_t CudaDevice::launch_graph_items(GraphItems& items, const pfSliceDesc_t
   PF_TRY(write_word(stream, &words[0], slice.bubble_id));
   PF_TRY(write_word(stream, &words[1], slice.max_items));
   return launch_gated_graph(items, stream);
-}
-
-// A capture stream on the fill partition's context: the green context when there is one.
-pfResult_t CudaDevice::create_capture_stream(Stream* out) {
-  if (out == nullptr) return fail(pfErrorInvalidArgument, "create_capture_stream: out is null");
-  PF_DEVICE_CONTEXT(ContextNeed::Primary);
-  if (!partition_configured()) {
-    FillPartition ignored;
-    PF_TRY(configure_partition(-1, &ignored));
-  }
-  if (green_context_ == nullptr) {
-    PF_TRY(create_stream(lowest_priority_, out));
-  } else {
-    CUstream raw = nullptr;
-    PF_DRIVER_CHECK(driver_api().green_ctx_stream_create(&raw, green_context_, CU_STREAM_NON_BLOCKING,
-                                                         lowest_priority_));
-    std::lock_guard lock(mutex_);
-    main_streams_.insert(reinterpret_cast<cudaStream_t>(raw));  // destroy_stream knows it
-    *out = raw;
-  }
-  std::lock_guard lock(mutex_);
-  capture_streams_.insert(static_cast<cudaStream_t>(*out));
-  return pfSuccess;
-}
-
-// pfGraphCaptureContextPush: the capture stream's context (the green context in green-context
-// mode) pushed on the calling thread until the matching pop - through ScopedStreamContext, so
-// the push holds the process-wide green-context mutex (stream_context.hpp) like every other.
-pfResult_t CudaDevice::push_capture_context(Stream stream) {
-  {
-    std::lock_guard lock(mutex_);
-    if (capture_streams_.count(static_cast<cudaStream_t>(stream)) == 0)
-      return fail(pfErrorInvalidArgument,
-                  "pfGraphCaptureContextPush: stream {} is not a capture stream of this runtime "
-                  "(pfGraphCaptureStreamCreate)",
-                  stream);
-  }
-  auto scope = std::make_unique<ScopedStreamContext>();
-  PF_TRY(scope->enter(stream));
-  capture_context_pushes().push_back({this, std::move(scope)});
-  return pfSuccess;
-}
-
-pfResult_t CudaDevice::pop_capture_context() {
-  auto& pushes = capture_context_pushes();
-  if (pushes.empty() || pushes.back().device != this)
-    return fail(pfErrorInvalidState,
-                "pfGraphCaptureContextPop: no pfGraphCaptureContextPush of this runtime is open on "
-                "the calling thread");
-  pushes.pop_back();  // the scope pops the context it pushed (if it pushed one)
-  return pfSuccess;
-}
-
-std::vector<CudaDevice::CapturePush>& CudaDevice::capture_context_pushes() {
-  thread_local std::vector<CapturePush> pushes;
-  return pushes;
 }
 
 // A main stream of another context than the device's primary one (a torch green context's

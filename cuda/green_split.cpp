@@ -18,18 +18,19 @@ enum class Attempt { Created, Refused, Failed };
 
 // A descriptor and green context for `group`; Refused on INVALID_RESOURCE_CONFIGURATION, Failed
 // (with the error recorded) on any other error.
-Attempt make_green_context(const DriverApi& api, CUdevice device, CUdevResource* group, CUgreenCtx* out) {
-  CUdevResourceDesc desc = nullptr;
-  CUresult result = api.dev_resource_generate_desc(&desc, group, 1);
-  if (result == CUDA_SUCCESS) result = api.green_ctx_create(out, desc, device, CU_GREEN_CTX_DEFAULT_STREAM);
+Attempt make_green_context(const DriverApi& api, CUdevice device, CUdevResource* group, CUgreenCtx* out,
+                           CUdevResourceDesc* desc) {
+  CUresult result = api.dev_resource_generate_desc(desc, group, 1);
+  if (result == CUDA_SUCCESS) result = api.green_ctx_create(out, *desc, device, CU_GREEN_CTX_DEFAULT_STREAM);
   if (result == CUDA_SUCCESS) return Attempt::Created;
   if (result == CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION) return Attempt::Refused;
   driver_failure(result, "cuDevResourceGenerateDesc/cuGreenCtxCreate(fill group)", __FILE__, __LINE__);
   return Attempt::Failed;
 }
 
-void accept(GreenSplit* out, CUgreenCtx context, int fill_sms) {
+void accept(GreenSplit* out, CUgreenCtx context, CUdevResourceDesc desc, int fill_sms) {
   out->context = context;
+  out->desc = desc;
   out->fill_sms = fill_sms;
   out->reserved_sms = out->total_sms - fill_sms;
 }
@@ -76,10 +77,11 @@ pfResult_t create_green_split(const DriverApi& api, CUdevice device, int reserve
     const int got = static_cast<int>(rest.sm.smCount);
     if (attempt == Attempt::Created && groups == 1 && got >= granularity.min_partition && total - got >= reserved_sms) {
       CUgreenCtx green = nullptr;
-      attempt = make_green_context(api, device, &rest, &green);
+      CUdevResourceDesc desc = nullptr;
+      attempt = make_green_context(api, device, &rest, &green, &desc);
       if (attempt == Attempt::Failed) return pfErrorCudaFailure;
       if (attempt == Attempt::Created) {
-        accept(out, green, got);
+        accept(out, green, desc, got);
         return pfSuccess;
       }
       out->refused_sizes.push_back(got);
@@ -99,10 +101,11 @@ pfResult_t create_green_split(const DriverApi& api, CUdevice device, int reserve
     int refused = attempt == Attempt::Refused ? want : 0;
     if (got > 0 && total - got >= reserved_sms) {
       CUgreenCtx green = nullptr;
-      attempt = make_green_context(api, device, &group, &green);
+      CUdevResourceDesc desc = nullptr;
+      attempt = make_green_context(api, device, &group, &green, &desc);
       if (attempt == Attempt::Failed) return pfErrorCudaFailure;
       if (attempt == Attempt::Created) {
-        accept(out, green, got);
+        accept(out, green, desc, got);
         return pfSuccess;
       }
       refused = got;

@@ -22,6 +22,7 @@ namespace pipefill::cuda {
 
 struct GreenSplit {
   CUgreenCtx context = nullptr;  // null: no size leaves R SMs (why_not says why)
+  CUdevResourceDesc desc = nullptr;  // its resources: more green contexts on the same SMs (captures)
   int total_sms = 0;
   int fill_sms = 0;              // SMs of the green context
   int reserved_sms = 0;          // total - fill_sms (>= the R asked for)

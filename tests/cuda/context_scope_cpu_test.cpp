@@ -195,6 +195,8 @@ TEST(ContextScopeSources, EveryCreationRunsInsideAnOpenContextScope) {
       "run_memory_ops_self_test",         // try_green_context, judge_main_context (primary pushed)
       "run_event_self_test",              // the same
       "run_per_context_event_self_test",  // try_green_context
+      "create_private_capture_context",   // create_capture_stream
+      "run_capture_context_self_test",    // create_private_capture_context
   };
   const std::regex creations(
       "\\b(cudaMalloc|cudaHostAlloc|cudaEventCreate|cudaEventCreateWithFlags|cudaStreamCreate\\w*|"
