@@ -10,6 +10,8 @@ namespace {
 
 __global__ void spin_items_kernel(pfSliceDesc_t slice, uint64_t item_ns, SpinItemsRecords records) {
   using namespace pipefill::device;
+  if (threadIdx.x == 0 && records.block_start_ns && slice.max_items != 0)
+    records.block_start_ns[blockIdx.x] = globaltimer_ns();
   const uint64_t done = for_each_item(slice, [&](uint64_t item) {
     if (threadIdx.x == 0) {
       if (records.item_start_ns) records.item_start_ns[item] = globaltimer_ns();

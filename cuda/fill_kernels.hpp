@@ -16,6 +16,7 @@ struct SpinItemsRecords {
   uint32_t* item_runs = nullptr;       // [total_items] atomically incremented per run (exactly-once)
   uint64_t* item_start_ns = nullptr;   // [total_items] %globaltimer when the item started
   uint32_t* item_sm = nullptr;         // [total_items] %smid of the block that ran the item
+  uint64_t* block_start_ns = nullptr;  // [grid] %globaltimer when the block started (before its first claim)
   uint64_t* block_exit_ns = nullptr;   // [grid] %globaltimer when the block left the item loop
   uint64_t* block_items = nullptr;     // [grid] items the block ran
 };
