@@ -23,6 +23,8 @@ pfResult_t CudaDevice::configure_partition(int reserved_sms, FillPartition* out)
     reserved_sms = sm_count_ - 1;
   }
   PF_TRY(check_reserved_sms(reserved_sms, sm_count_));
+  if (const std::string warning = nccl_reservation_warning(process_env(), reserved_sms, source); !warning.empty())
+    log::warn("{}", warning);
   std::lock_guard lock(mutex_);
   if (partition_configured_) {
     if (partition_.reserved_sms >= reserved_sms || !fill_streams_.empty()) {

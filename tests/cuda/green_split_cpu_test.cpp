@@ -1,8 +1,10 @@
-// The fill partition's green context with a fake driver (issue 33 item 6): a size the driver
+// The fill partition (issue 33 item 6): with a fake driver, a green-context size the driver
 // refuses with CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION is followed by the next smaller valid size
-// (multiples of 8 SMs, at least 8), not by grid-cap mode; other errors end the attempt.
+// (multiples of 8 SMs, at least 8), not by grid-cap mode, and other errors end the attempt; and the
+// warning when the SMs reserved for the main job may be fewer than an NCCL collective's CTAs.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -10,6 +12,7 @@
 #include "common/error.hpp"
 #include "driver_api.hpp"
 #include "green_split.hpp"
+#include "partition.hpp"
 
 namespace pipefill::cuda {
 namespace {
@@ -150,6 +153,35 @@ TEST(GreenSplitSizes, AMissingEntryPointIsNamed) {
   GreenSplit split;
   EXPECT_EQ(create_green_split(none, 0, 16, &split), pfErrorNotSupported);
   EXPECT_NE(last_error_message().find("cuGreenCtxCreate"), std::string::npos) << last_error_message();
+}
+
+EnvLookup env_of(std::map<std::string, std::string> values) {
+  return [values](const char* name) -> const char* {
+    const auto it = values.find(name);
+    return it == values.end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(NcclReservation, TheDefaultWithoutAnNcclBoundWarns) {
+  const std::string warning = nccl_reservation_warning(env_of({}), 16, "default");
+  EXPECT_NE(warning.find("16 SMs reserved for the main job by default"), std::string::npos) << warning;
+  EXPECT_NE(warning.find("up to 32 CTAs per collective"), std::string::npos) << warning;
+  EXPECT_NE(warning.find("NCCL_MAX_CTAS"), std::string::npos) << warning;
+}
+
+TEST(NcclReservation, MoreCtasThanReservedSmsWarnsNamingTheVariable) {
+  const std::string warning = nccl_reservation_warning(env_of({{"NCCL_MIN_CTAS", "24"}}), 16, "config");
+  EXPECT_NE(warning.find("NCCL_MIN_CTAS=24 lets an NCCL collective launch 24 CTAs, more than the 16 SMs reserved"),
+            std::string::npos)
+      << warning;
+  EXPECT_NE(nccl_reservation_warning(env_of({{"NCCL_MAX_NCHANNELS", "32"}}), 24, "config").find("NCCL_MAX_NCHANNELS=32"),
+            std::string::npos);
+}
+
+TEST(NcclReservation, ABoundAtOrBelowTheReservationIsQuiet) {
+  EXPECT_EQ(nccl_reservation_warning(env_of({{"NCCL_MAX_CTAS", "16"}}), 16, "NCCL_MAX_CTAS"), "");
+  EXPECT_EQ(nccl_reservation_warning(env_of({{"NCCL_MAX_NCHANNELS", "8"}}), 24, "config"), "");
+  EXPECT_EQ(nccl_reservation_warning(env_of({}), 32, "config"), "") << "R chosen in config: no bound to compare";
 }
 
 }  // namespace
