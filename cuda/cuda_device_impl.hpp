@@ -76,6 +76,10 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   const FillPartition& partition() const override { return partition_; }
   const PartitionOutcome& partition_outcome() const override { return outcome_; }
   bool single_connection() const override { return single_connection_; }
+  ClusterOccupancy cluster_occupancy() const override {
+    std::lock_guard lock(mutex_);
+    return clusters_;
+  }
   // One connection is one hardware queue in green-context mode too: cuda.h's green-context notes
   // (cuGreenCtxCreate) say kernels of green contexts with disjoint SMs may still depend on each
   // other through hardware connections (CUDA_DEVICE_MAX_CONNECTIONS), so a slice enqueued after
@@ -181,6 +185,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   void try_green_context(int reserved_sms, FillPartition* partition, PartitionOutcome* outcome);
   pfResult_t create_green_context(int reserved_sms, FillPartition* partition, std::string* why_not);
   void destroy_green_context();
+  ClusterOccupancy measure_cluster_occupancy(cudaStream_t fill) const;
   MemoryOpsSelfTest run_memory_ops_self_test(cudaStream_t fill);
   EventSelfTest run_event_self_test(cudaStream_t fill);
   static bool self_test_step(std::string* slot, const char* call, cudaError_t error);
@@ -234,6 +239,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   bool private_captures_ = true;  // false once they failed or PIPEFILL_CAPTURE_CONTEXT=0
   cudaStream_t spare_fill_stream_ = nullptr;  // tested by configure_partition, not yet handed out
   PartitionOutcome outcome_;
+  ClusterOccupancy clusters_;
   bool single_connection_ = false;
 
   std::unique_ptr<ActivityCollector> collector_;

@@ -66,6 +66,7 @@ pfResult_t CudaDevice::configure_partition(int reserved_sms, FillPartition* out)
               partition.mode);
   partition_ = partition;
   outcome_ = outcome;
+  clusters_ = measure_cluster_occupancy(spare_fill_stream_ != nullptr ? spare_fill_stream_ : control_stream_);
   partition_configured_ = true;
   *out = partition;
   return pfSuccess;
@@ -212,6 +213,23 @@ void CudaDevice::destroy_green_context() {
     if (result != CUDA_SUCCESS) log::warn("cuGreenCtxDestroy failed: {}", driver_result_name(result));
     green_context_ = nullptr;
   }
+}
+
+// Clusters of 2 blocks (the smallest cluster: a GPC split by a green context shows first there)
+// on the fill partition's stream and on the control stream (the whole device). Failures are
+// logged, never fatal: the figure is a report.
+ClusterOccupancy CudaDevice::measure_cluster_occupancy(cudaStream_t fill) const {
+  ClusterOccupancy occupancy;
+  occupancy.cluster_size = 2;
+  if (max_active_clusters(fill, occupancy.cluster_size, &occupancy.fill_partition) != pfSuccess ||
+      max_active_clusters(control_stream_, occupancy.cluster_size, &occupancy.device) != pfSuccess) {
+    log::warn("cluster occupancy unavailable: {}", last_error_message());
+    clear_last_error();
+    return occupancy;
+  }
+  log::info("cluster occupancy: {} clusters of {} blocks on the fill partition, {} on the whole device",
+            occupancy.fill_partition, occupancy.cluster_size, occupancy.device);
+  return occupancy;
 }
 
 }  // namespace pipefill::cuda

@@ -80,6 +80,22 @@ cudaError_t launch_stamp_blocks_kernel(cudaStream_t stream, int blocks, int bloc
   return cudaGetLastError();
 }
 
+cudaError_t stamp_blocks_max_active_clusters(cudaStream_t stream, int cluster_size, int block_threads,
+                                             int* clusters) {
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(cluster_size);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(cluster_size));
+  config.blockDim = dim3(static_cast<unsigned>(block_threads));
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  return cudaOccupancyMaxActiveClusters(clusters, stamp_blocks_kernel, &config);
+}
+
 cudaError_t load_kernels(int optin_smem_bytes) {
   cudaFuncAttributes spin{}, other{};
   cudaError_t error = cudaFuncGetAttributes(&spin, spin_items_kernel);

@@ -39,6 +39,12 @@ pfResult_t launch_spin_items(const pfSliceDesc_t& slice, void* stream,
 // happen inside a bubble (cudaFuncGetAttributes forces the load), and raises the spin kernel's
 // dynamic shared-memory limit to the device's opt-in maximum.
 pfResult_t load_fill_kernels();
+
+// Cluster occupancy of a stream's context (issue 33 item 6): how many clusters of `cluster_size`
+// blocks (128 threads, no shared memory) can be resident at once when launched on `stream` - on a
+// stream of the fill partition's green context, what the partition's GPC layout leaves for
+// cluster launches (a green context's SMs need not fill whole GPCs). Setup only.
+pfResult_t max_active_clusters(void* stream, int cluster_size, int* clusters);
 // Launches every shipped fill kernel once, empty, on `stream` and waits for it: loads the
 // kernels into the stream's context (a green context has its own module state). Setup only.
 pfResult_t warm_up_fill_kernels(void* stream);

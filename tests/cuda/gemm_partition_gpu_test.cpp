@@ -1,4 +1,4 @@
-// GPU check of issue 33 item 1: one captured GEMM item timed inside the fill partition with and
+// GPU checks of the fill partition's size (issue 33 items 1 and 6). Item 1: one captured GEMM item timed inside the fill partition with and
 // without cublasSetSmCountTarget(fill SMs). Without the target cuBLAS may pick a persistent kernel
 // whose grid is the whole device's SM count, which runs as a second wave inside a smaller green
 // context. Prints both medians and their ratio (a measurement, not an assertion: speed is never
@@ -75,6 +75,17 @@ TEST_F(GemmPartition, CapturedGemmItemWithAndWithoutTheSmCountTarget) {
               "cublasSetSmCountTarget, %.1f us with target %d (ratio with/without %.3f)\n",
               n, n, n, partition_.mode.c_str(), partition_.fill_sms, partition_.total_sms, median_us[0],
               median_us[1], partition_.fill_sms, median_us[0] > 0 ? median_us[1] / median_us[0] : 0.0);
+}
+
+TEST_F(CudaGpu, ClusterOccupancyOfTheFillPartition) {
+  const ClusterOccupancy clusters = extras().cluster_occupancy();
+  ASSERT_EQ(clusters.cluster_size, 2);
+  EXPECT_GT(clusters.device, 0) << "the occupancy query failed (see the log)";
+  EXPECT_GT(clusters.fill_partition, 0);
+  EXPECT_LE(clusters.fill_partition, clusters.device);
+  std::printf("cluster occupancy (clusters of %d blocks): fill partition (%s, %d of %d SMs) %d, whole device %d\n",
+              clusters.cluster_size, partition_.mode.c_str(), partition_.fill_sms, partition_.total_sms,
+              clusters.fill_partition, clusters.device);
 }
 
 }  // namespace
