@@ -107,21 +107,28 @@ pfResult_t CudaDevice::run_capture_context_self_test(cudaStream_t capture) {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   const pfResult_t result = [&]() -> pfResult_t {
-    ScopedStreamContext in_capture;  // the private context's own mutex
-    PF_TRY(in_capture.enter(capture));
-    PF_TRY(warm_up_fill_kernels(capture));
-    PF_CUDA_CHECK(cudaStreamBeginCapture(capture, cudaStreamCaptureModeThreadLocal));
-    const pfResult_t launched = launch_spin_and_stamp(capture, 1000, nullptr);
-    const cudaError_t ended = cudaStreamEndCapture(capture, &graph);
-    PF_TRY(launched);
-    PF_CUDA_CHECK(ended);
-    PF_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    PF_CUDA_CHECK(cudaGraphLaunch(exec, fill));
-    PF_CUDA_CHECK(cudaStreamSynchronize(fill));
+    {
+      // The private context's own mutex (no other thread knows the context yet).
+      ScopedStreamContext in_capture;
+      PF_TRY(in_capture.enter(capture));
+      PF_TRY(warm_up_fill_kernels(capture));
+      PF_CUDA_CHECK(cudaStreamBeginCapture(capture, cudaStreamCaptureModeThreadLocal));
+      const pfResult_t launched = launch_spin_and_stamp(capture, 1000, nullptr);
+      const cudaError_t ended = cudaStreamEndCapture(capture, &graph);
+      PF_TRY(launched);
+      PF_CUDA_CHECK(ended);
+      PF_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      PF_CUDA_CHECK(cudaGraphLaunch(exec, fill));
+    }
+    PF_CUDA_CHECK(cudaStreamSynchronize(fill));  // no context mutex held across the wait
     return pfSuccess;
   }();
-  if (exec != nullptr && cudaGraphExecDestroy(exec) != cudaSuccess) (void)cudaGetLastError();
-  if (graph != nullptr && cudaGraphDestroy(graph) != cudaSuccess) (void)cudaGetLastError();
+  {
+    ScopedStreamContext in_capture;  // destroyed in the context they were made in
+    if (in_capture.enter(capture) != pfSuccess) clear_last_error();
+    if (exec != nullptr && cudaGraphExecDestroy(exec) != cudaSuccess) (void)cudaGetLastError();
+    if (graph != nullptr && cudaGraphDestroy(graph) != cudaSuccess) (void)cudaGetLastError();
+  }
   if (cudaStreamDestroy(fill) != cudaSuccess) (void)cudaGetLastError();
   return result;
 }

@@ -236,7 +236,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   CUgreenCtx green_context_ = nullptr;
   CUdevResourceDesc green_desc_ = nullptr;  // its SMs: private capture contexts are made from it
   std::vector<CapturedContext> capture_contexts_;  // live until shutdown (graphs may outlive streams)
-  bool private_captures_ = true;  // false once they failed or PIPEFILL_CAPTURE_CONTEXT=0
+  std::atomic<bool> private_captures_{true};  // false once they failed or PIPEFILL_CAPTURE_CONTEXT=0
   cudaStream_t spare_fill_stream_ = nullptr;  // tested by configure_partition, not yet handed out
   PartitionOutcome outcome_;
   ClusterOccupancy clusters_;

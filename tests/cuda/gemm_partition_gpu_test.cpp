@@ -1,8 +1,10 @@
-// GPU checks of the fill partition's size (issue 33 items 1 and 6). Item 1: one captured GEMM item timed inside the fill partition with and
-// without cublasSetSmCountTarget(fill SMs). Without the target cuBLAS may pick a persistent kernel
-// whose grid is the whole device's SM count, which runs as a second wave inside a smaller green
-// context. Prints both medians and their ratio (a measurement, not an assertion: speed is never
-// asserted); asserts that both items compute the right product. Skips without a GPU.
+// GPU checks of the fill partition's size (issue 33 items 1 and 6). Item 1: one captured GEMM
+// item timed inside the fill partition with and without cublasSetSmCountTarget(fill SMs). Without
+// the target cuBLAS may pick a persistent kernel whose grid is the whole device's SM count, which
+// runs as a second wave inside a smaller green context. Prints both medians and their ratio (a
+// measurement, not an assertion: speed is never asserted); asserts that both items compute the
+// right product. Item 6: the partition's cluster occupancy next to the whole device's (printed).
+// Skip without a GPU.
 #include <algorithm>
 #include <cstdio>
 #include <vector>
