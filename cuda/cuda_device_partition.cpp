@@ -23,8 +23,6 @@ pfResult_t CudaDevice::configure_partition(int reserved_sms, FillPartition* out)
     reserved_sms = sm_count_ - 1;
   }
   PF_TRY(check_reserved_sms(reserved_sms, sm_count_));
-  if (const std::string warning = nccl_reservation_warning(process_env(), reserved_sms, source); !warning.empty())
-    log::warn("{}", warning);
   std::lock_guard lock(mutex_);
   if (partition_configured_) {
     if (partition_.reserved_sms >= reserved_sms || !fill_streams_.empty()) {
@@ -36,6 +34,9 @@ pfResult_t CudaDevice::configure_partition(int reserved_sms, FillPartition* out)
       return pfSuccess;
     }
   }
+  // Once per partition made (not on the calls that return the existing one).
+  if (const std::string warning = nccl_reservation_warning(process_env(), reserved_sms, source); !warning.empty())
+    log::warn("{}", warning);
   PF_DEVICE_CONTEXT(ContextNeed::Primary);
   destroy_green_context();  // re-partitioning before any fill stream exists
   FillPartition partition;
