@@ -1,4 +1,4 @@
-// Aligning one CUDA context's event clock to another's (per-context event mode, cuda_device.cpp):
+// Aligning one CUDA context's event clock to another's (per-context event mode, cuda_device_events.cpp):
 // cudaEventElapsedTime pairs events of one context only, so fill-context events are timed against
 // a fill-context reference event whose time on the primary clock must be found. Aligning each
 // reference to the host clock separately (record, synchronize, read the host clock) adds each

@@ -12,7 +12,7 @@
 // to their _v2 symbols, which is what gets resolved.
 #define PF_CUBLAS_FUNCTIONS(X)                                                              \
   X(cublasCreate) X(cublasDestroy) X(cublasSetStream) X(cublasSetWorkspace)                 \
-  X(cublasSetMathMode) X(cublasSgemm) X(cublasSgemmStridedBatched) X(cublasGetStatusName)
+  X(cublasSetMathMode) X(cublasSetSmCountTarget) X(cublasSgemm) X(cublasSgemmStridedBatched) X(cublasGetStatusName)
 
 #ifndef PIPEFILL_CUBLAS_SONAME
 #define PIPEFILL_CUBLAS_SONAME "libcublas.so." PF_LAZY_STR(CUBLAS_VER_MAJOR)

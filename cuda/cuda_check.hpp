@@ -1,7 +1,7 @@
 // Result checking for every CUDA runtime, driver (through entry points), CUPTI and NCCL call of
 // the backend. A failing call becomes a pfResult_t plus a thread-local message that names the
 // call text, file:line and the library's error name, e.g.
-//   "cudaMalloc(&ptr, bytes) failed at cuda/cuda_device.cpp:120: cudaErrorMemoryAllocation (out of memory)"
+//   "cudaMalloc(&ptr, bytes) failed at cuda/cuda_device_memory.cpp:120: cudaErrorMemoryAllocation (out of memory)"
 // Nothing here throws; the macros return from the enclosing function.
 #pragma once
 

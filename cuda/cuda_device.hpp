@@ -21,6 +21,15 @@ enum class GateWriteMode {
 };
 const char* gate_write_mode_name(GateWriteMode mode);
 
+// Cluster occupancy (issue 33 item 6): clusters of `cluster_size` blocks resident at once on the
+// fill partition (its green context's SMs, or the whole device in grid-cap mode) and on the whole
+// device; 0 when the query failed (logged).
+struct ClusterOccupancy {
+  int cluster_size = 0;
+  int fill_partition = 0;
+  int device = 0;
+};
+
 // Backend-specific view of a CUDA device (dynamic_cast a Device made by make_cuda_device).
 class CudaDeviceExtras {
  public:
@@ -35,6 +44,8 @@ class CudaDeviceExtras {
   // CUDA_DEVICE_MAX_CONNECTIONS=1 was in force when the device was created (one hardware queue
   // per context: see docs/cuda-backend.md, "One device connection").
   virtual bool single_connection() const = 0;
+  // Measured by configure_partition.
+  virtual ClusterOccupancy cluster_occupancy() const = 0;
 };
 
 }  // namespace pipefill::cuda

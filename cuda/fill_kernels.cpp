@@ -78,6 +78,16 @@ pfResult_t load_fill_kernels() {
   return pfSuccess;
 }
 
+pfResult_t max_active_clusters(void* stream, int cluster_size, int* clusters) {
+  if (clusters == nullptr) return fail(pfErrorInvalidArgument, "max_active_clusters: clusters is null");
+  if (cluster_size < 1 || cluster_size > 8)
+    return fail(pfErrorInvalidArgument, "max_active_clusters: cluster_size={} (1..8, the portable maximum)",
+                cluster_size);
+  PF_CUDA_CHECK(detail::stamp_blocks_max_active_clusters(static_cast<cudaStream_t>(stream), cluster_size, 128,
+                                                         clusters));
+  return pfSuccess;
+}
+
 pfResult_t warm_up_fill_kernels(void* stream) {
   pfSliceDesc_t empty{};
   empty.max_items = 0;

@@ -10,6 +10,8 @@ namespace {
 
 __global__ void spin_items_kernel(pfSliceDesc_t slice, uint64_t item_ns, SpinItemsRecords records) {
   using namespace pipefill::device;
+  if (threadIdx.x == 0 && records.block_start_ns && slice.max_items != 0)
+    records.block_start_ns[blockIdx.x] = globaltimer_ns();
   const uint64_t done = for_each_item(slice, [&](uint64_t item) {
     if (threadIdx.x == 0) {
       if (records.item_start_ns) records.item_start_ns[item] = globaltimer_ns();
@@ -76,6 +78,22 @@ cudaError_t launch_stamp_blocks_kernel(cudaStream_t stream, int blocks, int bloc
                                        uint32_t* sm) {
   stamp_blocks_kernel<<<blocks, block_threads, dynamic_smem_bytes, stream>>>(spin_ns, start_ns, sm);
   return cudaGetLastError();
+}
+
+cudaError_t stamp_blocks_max_active_clusters(cudaStream_t stream, int cluster_size, int block_threads,
+                                             int* clusters) {
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(cluster_size);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(cluster_size));
+  config.blockDim = dim3(static_cast<unsigned>(block_threads));
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  return cudaOccupancyMaxActiveClusters(clusters, stamp_blocks_kernel, &config);
 }
 
 cudaError_t load_kernels(int optin_smem_bytes) {

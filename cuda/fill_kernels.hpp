@@ -16,6 +16,7 @@ struct SpinItemsRecords {
   uint32_t* item_runs = nullptr;       // [total_items] atomically incremented per run (exactly-once)
   uint64_t* item_start_ns = nullptr;   // [total_items] %globaltimer when the item started
   uint32_t* item_sm = nullptr;         // [total_items] %smid of the block that ran the item
+  uint64_t* block_start_ns = nullptr;  // [grid] %globaltimer when the block started (before its first claim)
   uint64_t* block_exit_ns = nullptr;   // [grid] %globaltimer when the block left the item loop
   uint64_t* block_items = nullptr;     // [grid] items the block ran
 };
@@ -38,6 +39,12 @@ pfResult_t launch_spin_items(const pfSliceDesc_t& slice, void* stream,
 // happen inside a bubble (cudaFuncGetAttributes forces the load), and raises the spin kernel's
 // dynamic shared-memory limit to the device's opt-in maximum.
 pfResult_t load_fill_kernels();
+
+// Cluster occupancy of a stream's context (issue 33 item 6): how many clusters of `cluster_size`
+// blocks (128 threads, no shared memory) can be resident at once when launched on `stream` - on a
+// stream of the fill partition's green context, what the partition's GPC layout leaves for
+// cluster launches (a green context's SMs need not fill whole GPCs). Setup only.
+pfResult_t max_active_clusters(void* stream, int cluster_size, int* clusters);
 // Launches every shipped fill kernel once, empty, on `stream` and waits for it: loads the
 // kernels into the stream's context (a green context has its own module state). Setup only.
 pfResult_t warm_up_fill_kernels(void* stream);

@@ -1,3 +1,4 @@
+// Graph fill jobs on CUDA: the gated graph around the user's item graph (gated_graph.hpp).
 #include "gated_graph.hpp"
 
 #include <cuda_runtime_api.h>
@@ -26,16 +27,18 @@ class CudaGatedGraph final : public GraphItems {
  public:
   ~CudaGatedGraph() override {
     ScopedStreamContext scope;
-    if (fill_stream_ != nullptr && scope.enter(fill_stream_) != pfSuccess) clear_last_error();
+    if (fill_stream_ != nullptr && enter(scope) != pfSuccess) clear_last_error();
     if (exec_ != nullptr && cudaGraphExecDestroy(exec_) != cudaSuccess) (void)cudaGetLastError();
     if (graph_ != nullptr && cudaGraphDestroy(graph_) != cudaSuccess) (void)cudaGetLastError();
   }
 
-  pfResult_t build(const GraphJobSpec& spec) {
+  // `context`: the one context of the item's kernels (nullptr: the fill stream's).
+  pfResult_t build(const GraphJobSpec& spec, CUcontext context) {
     fill_stream_ = spec.fill_stream;
     slice_words_ = spec.scratch_words;
-    ScopedStreamContext scope;  // one context throughout: the fill stream's (green or primary)
-    PF_TRY(scope.enter(spec.fill_stream));
+    context_ = context;
+    ScopedStreamContext scope;  // one context throughout: the item's (capture, green or primary)
+    PF_TRY(enter(scope));
     PF_CUDA_CHECK(detail::load_graph_claim_kernel());  // no module load inside a bubble
     PF_CUDA_CHECK(cudaGraphCreate(&graph_, 0));
     cudaGraphConditionalHandle handle{};
@@ -85,9 +88,10 @@ class CudaGatedGraph final : public GraphItems {
     return pfSuccess;
   }
 
+  // Under the mutex of the graph's context only (a private capture context's own, stream_context.hpp).
   pfResult_t launch(void* stream) {
     ScopedStreamContext scope;
-    PF_TRY(scope.enter(stream));
+    PF_TRY(enter(scope));
     PF_CUDA_CHECK(cudaGraphLaunch(exec_, static_cast<cudaStream_t>(stream)));
     return pfSuccess;
   }
@@ -101,7 +105,12 @@ class CudaGatedGraph final : public GraphItems {
   void set_blocks(uint64_t blocks) { blocks_ = blocks; }
 
  private:
+  pfResult_t enter(ScopedStreamContext& scope) const {
+    return context_ != nullptr ? scope.enter_context(context_) : scope.enter(fill_stream_);
+  }
+
   void* fill_stream_ = nullptr;
+  CUcontext context_ = nullptr;  // the item's kernels' context (the graph's), nullptr: the fill stream's
   uint64_t* slice_words_ = nullptr;
   uint64_t blocks_ = 0;
   cudaGraph_t graph_ = nullptr;
@@ -110,7 +119,8 @@ class CudaGatedGraph final : public GraphItems {
 
 }  // namespace
 
-pfResult_t make_gated_graph(const GraphJobSpec& spec, void* primary_context, std::unique_ptr<GraphItems>* out) {
+pfResult_t make_gated_graph(const GraphJobSpec& spec, void* primary_context,
+                            const std::vector<void*>& capture_contexts, std::unique_ptr<GraphItems>* out) {
   if (out == nullptr) return fail(pfErrorInvalidArgument, "make_gated_graph: out is null");
   if (spec.graph == nullptr)
     return fail(pfErrorInvalidArgument,
@@ -141,13 +151,14 @@ pfResult_t make_gated_graph(const GraphJobSpec& spec, void* primary_context, std
                                      "did not resolve (driver {})", driver);
   GraphContexts contexts;
   contexts.primary = static_cast<CUcontext>(primary_context);
+  for (void* context : capture_contexts) contexts.capture.push_back(static_cast<CUcontext>(context));
   if (driver_api().stream_get_ctx != nullptr)
     PF_DRIVER_CHECK(driver_api().stream_get_ctx(static_cast<CUstream>(spec.fill_stream), &contexts.fill));
   ItemGraphFacts facts;
   PF_TRY(inspect_item_graph(GraphReadApi::from(driver_api()), static_cast<CUgraph>(spec.graph), contexts, &facts));
   auto graph = std::make_unique<CudaGatedGraph>();
   graph->set_blocks(facts.blocks);
-  PF_TRY(graph->build(spec));
+  PF_TRY(graph->build(spec, facts.kernel_context));
   log::info("graph job '{}': gated graph instantiated ({} items)", spec.name, spec.item_count);
   *out = std::move(graph);
   return pfSuccess;

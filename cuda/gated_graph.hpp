@@ -12,18 +12,22 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "device/device.hpp"
 
 namespace pipefill::cuda {
 
 // Validates the CUDA side of `spec` (graph present and made only of kernel, memcpy, memset, empty
-// and child-graph nodes, every kernel in the fill stream's context - read through the driver API,
-// cuda/graph_inspect.hpp; index word in device memory; no on_item; conditional nodes available)
-// and builds, instantiates and uploads the gated graph with the fill stream's context current.
-// `primary_context` (a CUcontext) only names the device's primary context in a refusal. A failure
-// names the field or the CUDA call, and leaves nothing behind.
-pfResult_t make_gated_graph(const GraphJobSpec& spec, void* primary_context, std::unique_ptr<GraphItems>* out);
+// and child-graph nodes, every kernel in the fill stream's context or all in one of
+// `capture_contexts` (CUcontexts: the device's private capture contexts, on the fill partition's
+// SMs) - read through the driver API, cuda/graph_inspect.hpp; index word in device memory; no
+// on_item; conditional nodes available) and builds, instantiates and uploads the gated graph with
+// the context of the item's kernels current (CUDA runs a conditional body in one context); its
+// launches push that context. `primary_context` (a CUcontext) only names the device's primary
+// context in a refusal. A failure names the field or the CUDA call, and leaves nothing behind.
+pfResult_t make_gated_graph(const GraphJobSpec& spec, void* primary_context,
+                            const std::vector<void*>& capture_contexts, std::unique_ptr<GraphItems>* out);
 
 // The two words launch_gated_graph's caller writes (stream-ordered) before each launch:
 // [0] the slice's bubble id, [1] its item budget.

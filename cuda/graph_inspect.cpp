@@ -1,5 +1,6 @@
 #include "graph_inspect.hpp"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,26 +89,39 @@ class Walker {
 
   // A kernel whose context the driver reports and that is not the fill context breaks the
   // one-context rule of conditional bodies (nullptr: the driver reports none; accepted).
-  pfResult_t check_contexts() const {
+  // Kernels captured in a private capture context (all of them there) are accepted in it.
+  pfResult_t check_contexts() {
     if (contexts_.fill == nullptr) return pfSuccess;
+    expected_ = contexts_.fill;
+    for (const KernelPlace& kernel : kernels_)
+      if (kernel.context != nullptr) {
+        if (std::find(contexts_.capture.begin(), contexts_.capture.end(), kernel.context) != contexts_.capture.end())
+          expected_ = kernel.context;
+        break;
+      }
     const KernelPlace* first_wrong = nullptr;
     for (const KernelPlace& kernel : kernels_)
-      if (kernel.context != nullptr && kernel.context != contexts_.fill) {
+      if (kernel.context != nullptr && kernel.context != expected_) {
         first_wrong = &kernel;
         break;
       }
     if (first_wrong == nullptr) return pfSuccess;
     return fail(pfErrorInvalidArgument,
                 "desc->graph: kernel {} belongs to context {}, not to the fill partition's context "
-                "{}: every kernel of the item must belong to the fill partition's context (CUDA "
+                "{}: every kernel of the item must belong to the fill partition's context, or all to one "
+                "capture context (CUDA "
                 "runs a conditional body in one context). Kernel nodes by context: {}. Capture the "
                 "graph on a stream of pfGraphCaptureStreamCreate with that stream's context current "
                 "(pfGraphCaptureContextPush; pipefill.torch.graph_fill_job does both)",
-                first_wrong->where, describe(first_wrong->context), describe(contexts_.fill),
+                first_wrong->where, describe(first_wrong->context), describe(expected_),
                 by_context());
   }
 
-  const ItemGraphFacts& facts() const { return facts_; }
+  ItemGraphFacts facts() const {
+    ItemGraphFacts facts = facts_;
+    facts.kernel_context = expected_;
+    return facts;
+  }
 
  private:
   std::string describe(CUcontext context) const {
@@ -117,6 +131,8 @@ class Walker {
       return text + " (the device's primary context, which holds the fill partition)";
     if (context == contexts_.fill) return text + " (the fill partition's green context)";
     if (context == contexts_.primary) return text + " (the device's primary context)";
+    if (std::find(contexts_.capture.begin(), contexts_.capture.end(), context) != contexts_.capture.end())
+      return text + " (a capture context of the fill partition)";
     return text + " (another context)";
   }
 
@@ -143,6 +159,7 @@ class Walker {
 
   const GraphReadApi& api_;
   const GraphContexts& contexts_;
+  CUcontext expected_ = nullptr;  // the context every kernel must belong to (check_contexts)
   ItemGraphFacts facts_;
   std::vector<KernelPlace> kernels_;
 };

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "driver_api.hpp"
 #include "pipefill/pipefill.h"
@@ -38,17 +39,23 @@ struct GraphReadApi {
 struct GraphContexts {
   CUcontext fill = nullptr;
   CUcontext primary = nullptr;
+  // Private capture contexts (green contexts on the fill partition's SMs, one per capture stream:
+  // cuda_device_capture.cpp): an item captured in one of them may keep all its kernels there.
+  std::vector<CUcontext> capture;
 };
 
 struct ItemGraphFacts {
   uint64_t blocks = 0;        // thread blocks of every kernel node (an upper bound of SMs used)
   uint64_t kernel_nodes = 0;  // in the graph and its child graphs
+  // The one context of the item's kernels: contexts.fill, or the capture context they were
+  // captured in (nullptr: no kernel reported one). The gated graph is built in it.
+  CUcontext kernel_context = nullptr;
 };
 
 // Checks the contract of a graph fill job's item (docs/api.md, "Graph fill jobs"): only kernel,
 // memcpy, memset, empty and child-graph nodes (CUDA accepts no other inside a conditional body,
 // and none of them allocates or waits for the host), child graphs nested at most 8 deep, and every
-// kernel in contexts.fill (all kernels of a conditional body must belong to one context). A
+// kernel in contexts.fill or all in one of contexts.capture (all kernels of a conditional body must belong to one context). A
 // refusal is pfErrorInvalidArgument naming the node; for kernels of the wrong context it names
 // every kernel node's context. pfErrorNotSupported when an entry point of `api` is missing.
 pfResult_t inspect_item_graph(const GraphReadApi& api, CUgraph graph, const GraphContexts& contexts,

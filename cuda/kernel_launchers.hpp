@@ -18,6 +18,10 @@ cudaError_t launch_spin_and_stamp_kernel(cudaStream_t stream, uint64_t ns, uint6
 cudaError_t launch_stamp_blocks_kernel(cudaStream_t stream, int blocks, int block_threads,
                                        size_t dynamic_smem_bytes, uint64_t spin_ns, uint64_t* start_ns,
                                        uint32_t* sm);
+// cudaOccupancyMaxActiveClusters of the stamp-blocks kernel (block_threads threads, no shared
+// memory) in clusters of `cluster_size` blocks launched on `stream`.
+cudaError_t stamp_blocks_max_active_clusters(cudaStream_t stream, int cluster_size, int block_threads,
+                                             int* clusters);
 // cudaFuncGetAttributes on every kernel (forces the module load in the current context) and
 // raises the dynamic shared-memory limits to `optin_smem_bytes` (minus static use).
 cudaError_t load_kernels(int optin_smem_bytes);

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <string>
 #include <cstdint>
 #include <vector>
 
@@ -148,12 +149,8 @@ class CublasGemmItem final : public GemmItem {
     return pfSuccess;
   }
 
-  // cublasSetStream drops the workspace back to cuBLAS's own pool: set ours again right after.
   pfResult_t bind(cublasHandle_t handle, cudaStream_t stream) {
-    PF_CUBLAS_CHECK(cublas_api().cublasSetStream(handle, stream));
-    if (desc_.workspace != nullptr && desc_.workspace_bytes > 0)
-      PF_CUBLAS_CHECK(cublas_api().cublasSetWorkspace(handle, desc_.workspace, desc_.workspace_bytes));
-    return pfSuccess;
+    return configure_gemm_handle(cublas_api(), handle, stream, desc_);
   }
 
   pfResult_t enqueue_gemm(cublasHandle_t handle) {
@@ -244,6 +241,26 @@ class CublasGemmItem final : public GemmItem {
 
 }  // namespace
 
+// cublasSetStream drops the workspace back to cuBLAS's own pool: set ours again right after. The
+// SM count target is handle state that cublasSetStream leaves alone; set last, before any GEMM
+// of the handle is enqueued or captured, so cuBLAS's heuristics pick kernels for the partition.
+pfResult_t configure_gemm_handle(const CublasApi& api, void* handle_ptr, void* stream, const GemmItemDesc& desc) {
+  const auto handle = static_cast<cublasHandle_t>(handle_ptr);
+  const auto check = [&](cublasStatus_t status, const char* call) {
+    if (status == CUBLAS_STATUS_SUCCESS) return pfSuccess;
+    return fail(pfErrorCudaFailure, "{} failed: {}", call,
+                api.cublasGetStatusName != nullptr ? api.cublasGetStatusName(status) : "cublasStatus_t");
+  };
+  PF_TRY(check(api.cublasSetStream(handle, static_cast<cudaStream_t>(stream)), "cublasSetStream"));
+  if (desc.workspace != nullptr && desc.workspace_bytes > 0)
+    PF_TRY(check(api.cublasSetWorkspace(handle, desc.workspace, desc.workspace_bytes), "cublasSetWorkspace"));
+  if (desc.sm_count_target > 0) {
+    const std::string call = fmt::format("cublasSetSmCountTarget({})", desc.sm_count_target);
+    PF_TRY(check(api.cublasSetSmCountTarget(handle, desc.sm_count_target), call.c_str()));
+  }
+  return pfSuccess;
+}
+
 pfResult_t make_gemm_item(const GemmItemDesc& desc, void* setup_stream, std::unique_ptr<GemmItem>* out) {
   if (out == nullptr) return fail(pfErrorInvalidArgument, "make_gemm_item: out is null");
   if (desc.m <= 0 || desc.n <= 0 || desc.k <= 0)
@@ -252,6 +269,9 @@ pfResult_t make_gemm_item(const GemmItemDesc& desc, void* setup_stream, std::uni
   if (desc.a == nullptr || desc.b == nullptr || desc.c == nullptr)
     return fail(pfErrorInvalidArgument, "make_gemm_item: null matrix pointer (a={}, b={}, c={})",
                 static_cast<const void*>(desc.a), static_cast<const void*>(desc.b), static_cast<void*>(desc.c));
+  if (desc.sm_count_target < 0)
+    return fail(pfErrorInvalidArgument, "make_gemm_item: sm_count_target={} must be >= 0 (0: cuBLAS's default)",
+                desc.sm_count_target);
   if (desc.allow_conditional && desc.gate == nullptr)
     return fail(pfErrorInvalidArgument, "make_gemm_item: a conditional item needs the gate word (gate is null)");
   auto item = std::make_unique<CublasGemmItem>(desc);

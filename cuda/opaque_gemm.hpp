@@ -25,7 +25,22 @@ struct GemmItemDesc {
   const volatile uint64_t* gate = nullptr;  // the runtime's gate word (pfSliceDesc_t::gate)
   int measure_runs = 5;              // runs timed at creation; the median is the item cost
   bool allow_conditional = true;     // false: always launch directly (tests, comparison)
+  // SMs cuBLAS sizes its kernels for (cublasSetSmCountTarget on every handle of the item), before
+  // the measurement and the capture: pass the fill partition's SM count
+  // (CudaDeviceExtras::partition().fill_sms). cuBLAS otherwise picks persistent kernels whose grid
+  // is the whole device's SM count: inside a 116-SM green context of a 132-SM H100 the extra
+  // blocks run as a second wave (up to 2x the item time; cuBLAS honours green-context limits only
+  // from CUDA 13.3), and a captured graph keeps that grid for its life. 0: cuBLAS's default.
+  int sm_count_target = 0;
 };
+
+struct CublasApi;
+
+// A handle readied for `stream` (opaque_gemm.cpp says why in this order): cublasSetStream, the
+// caller's workspace (cublasSetStream drops it), then the SM count target when one is given. Every
+// status is checked; a failure names the call and cuBLAS's status name. `api`: the loaded cuBLAS
+// (cublas_api()), or a recording fake in tests.
+pfResult_t configure_gemm_handle(const CublasApi& api, void* handle, void* stream, const GemmItemDesc& desc);
 
 class GemmItem {
  public:
@@ -49,7 +64,7 @@ class GemmItem {
 
 // Setup only (allocates the cuBLAS handle, captures and instantiates the graph, times the GEMM
 // on `setup_stream`, synchronising it, and prepares setup_stream for launch()). Dimensions must
-// be > 0 and pointers non-null.
+// be > 0, pointers non-null and sm_count_target >= 0.
 pfResult_t make_gemm_item(const GemmItemDesc& desc, void* setup_stream, std::unique_ptr<GemmItem>* out);
 
 }  // namespace pipefill::cuda

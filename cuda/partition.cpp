@@ -44,6 +44,31 @@ pfResult_t reserved_sms_from_nccl_env(const EnvLookup& env, int* reserved, std::
   return pfSuccess;
 }
 
+std::string nccl_reservation_warning(const EnvLookup& env, int reserved_sms, const std::string& source) {
+  const auto value_of = [&](const char* name) {
+    const char* text = env ? env(name) : nullptr;
+    int value = 0;
+    return text != nullptr && parse_positive_int(text, &value) ? value : 0;
+  };
+  const char* advice = "set NCCL_MAX_CTAS to the CTAs collectives may use (PipeFill then reserves that many "
+                       "SMs) or config.reserved_sms (PIPEFILL_RESERVED_SMS) to at least that count";
+  for (const char* name : {"NCCL_MIN_CTAS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_CTAS", "NCCL_MAX_NCHANNELS"}) {
+    const int ctas = value_of(name);
+    if (ctas > reserved_sms)
+      return fmt::format("{}={} lets an NCCL collective launch {} CTAs, more than the {} SMs reserved for the "
+                         "main job (from {}): collectives that overlap a bubble get fewer SMs than they "
+                         "launch CTAs; {}",
+                         name, ctas, ctas, reserved_sms, source, advice);
+  }
+  if (source == "default")
+    return fmt::format("{} SMs reserved for the main job by default, with no NCCL_MAX_CTAS/NCCL_MAX_NCHANNELS "
+                       "set: NCCL picks up to 32 CTAs per collective at communicator creation (often "
+                       "16-32 on NVLink nodes), so collectives that overlap a bubble may launch more CTAs "
+                       "than reserved SMs; {}",
+                       reserved_sms, advice);
+  return "";
+}
+
 int plan_fill_sms(int total_sms, int reserved_sms, SmGranularity granularity) {
   const int alignment = granularity.alignment > 0 ? granularity.alignment : 1;
   const int minimum = granularity.min_partition > 0 ? granularity.min_partition : 1;

@@ -29,6 +29,16 @@ struct SmGranularity {
   int alignment = 1;      // groups are multiples of this (smCoscheduledAlignment)
 };
 
+// Why R SMs may be fewer than the CTAs of an NCCL collective that overlaps a bubble ("" when
+// nothing suggests so; issue 33 item 6). NCCL picks its channel count - one CTA per channel - at
+// communicator creation from the topology, up to 32 per collective (often 16-32 on an 8-GPU
+// NVLink H100 node), bounded only by NCCL_MIN_CTAS/NCCL_MAX_CTAS (NCCL_MIN_NCHANNELS/
+// NCCL_MAX_NCHANNELS). PipeFill cannot read the count a communicator chose, so it warns: when R
+// is the default (16) with no NCCL bound set, or when NCCL is told to use more CTAs than R.
+// CTAs beyond R then wait for SMs the fill partition holds (up to one fill item) - or, with the
+// green context, run beside fill blocks on no SM of their own.
+std::string nccl_reservation_warning(const EnvLookup& env, int reserved_sms, const std::string& source);
+
 // SMs a hardware partition can give fill work while keeping at least `reserved` SMs for the main
 // job: total - reserved rounded DOWN to the alignment (i.e. R rounded up). 0 when that leaves
 // fewer SMs than the minimum partition (no useful partition). Inputs are validated by callers.

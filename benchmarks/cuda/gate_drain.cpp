@@ -6,6 +6,11 @@
 // block. Reported per variant (medians):
 //   gate_latency_us      bubble end -> last fill block exit
 //   main_start_delay_us  bubble end -> last block of the main kernel started (owns every SM)
+//   fill_resident_at_end fill blocks still resident when the main stream passed bubble end
+//                        (exited after it); gate_latency_us is how long they took to drain
+//   first_fill_start_us  bubble begin -> first fill block started (gated_partition_inline only:
+//                        in the other variants the host starts the fill after confirming the
+//                        bubble kernel is resident, so the figure would be the host's)
 // Variants, all with the same 20 us items:
 //   naive_long_kernel      ungated, ~8 ms of work per block on every SM: an opaque fill kernel
 //                          longer than the bubble (what a fill without a gate does when the
@@ -15,7 +20,12 @@
 //   gated_all_sms          PipeFill's gate, fill on every SM (no reservation);
 //   gated_grid_cap         gate + grid capped at SMs - R;
 //   gated_partition        gate in the device's fill partition (green context when the driver
-//                          has it, else the grid cap again).
+//                          has it, else the grid cap again);
+//   gated_partition_inline the runtime's inline order: the fill stream waits for a begin event
+//                          recorded on the main stream, the slice is enqueued, then the bubble
+//                          kernel, gate close and main kernel; needs a green context (fill blocks
+//                          confined to the partition leave the bubble kernel its SMs), skipped
+//                          in grid-cap mode.
 // Why the wait kernel starts first: fill blocks that own every SM, launched before it, leave it
 // no SM; the gate write queued behind it then never runs and the gated variants deadlock.
 #include "gpu_bench_common.hpp"
@@ -29,9 +39,9 @@ constexpr uint64_t kNaiveLongItemsPerBlock = 400;  // ~8 ms of work per block
 constexpr uint64_t kNaiveSizedItemsPerBlock = kBubbleNs / kItemNs;
 constexpr size_t kMainSmem = 48 * 1024;
 
-enum Variant { NaiveLongKernel, NaiveSizedToBubble, GatedAllSms, GatedGridCap, GatedPartition };
+enum Variant { NaiveLongKernel, NaiveSizedToBubble, GatedAllSms, GatedGridCap, GatedPartition, GatedPartitionInline };
 const char* kNames[] = {"naive_long_kernel", "naive_sized_to_bubble", "gated_all_sms", "gated_grid_cap",
-                        "gated_partition"};
+                        "gated_partition", "gated_partition_inline"};
 
 void BM_Drain(benchmark::State& state) {
   GpuContext& g = gpu();
@@ -41,7 +51,12 @@ void BM_Drain(benchmark::State& state) {
   int grid = g.sms;
   cudaStream_t fill_stream = g.plain_fill;
   if (variant == GatedGridCap) grid = g.sms - reserved;
-  if (variant == GatedPartition) {
+  const bool inline_order = variant == GatedPartitionInline;
+  if (inline_order && !g.partition.hardware_confined) {
+    state.SkipWithError("needs a green context (grid-cap mode: fill blocks enqueued first take every SM)");
+    return;
+  }
+  if (variant == GatedPartition || inline_order) {
     grid = g.partition.fill_sms;
     fill_stream = static_cast<cudaStream_t>(g.fill);
   }
@@ -50,7 +65,10 @@ void BM_Drain(benchmark::State& state) {
   uint64_t* bubble_end = g.stamps;
   uint64_t* main_starts = g.stamps + 8;
   uint64_t* fill_exits = g.stamps + 8 + g.sms;
-  std::vector<double> gate_latency, main_delay;
+  uint64_t* fill_starts = g.stamps + 8 + 2 * g.sms;
+  Event begin = nullptr;
+  BENCH_OK(g.device->create_event(&begin));
+  std::vector<double> gate_latency, main_delay, resident_at_end, first_fill_start;
   for (auto _ : state) {
     g.reset_words();
     pfSliceDesc_t slice{};
@@ -65,13 +83,19 @@ void BM_Drain(benchmark::State& state) {
     params.item_ns = kItemNs;
     params.dynamic_smem_bytes = g.fill_smem;
     params.records.block_exit_ns = fill_exits;
-    if (g.start_bubble_kernel(kBubbleNs, bubble_end) != pfSuccess) {
+    params.records.block_start_ns = fill_starts;
+    int launched = 0;
+    if (inline_order) {
+      BENCH_OK(g.device->record_event(begin, g.main));
+      BENCH_OK(g.device->stream_wait_event(fill_stream, begin));
+      BENCH_OK(launch_spin_items(slice, fill_stream, params, &launched));
+      BENCH_OK(launch_spin_and_stamp(g.main, kBubbleNs, bubble_end));
+    } else if (g.start_bubble_kernel(kBubbleNs, bubble_end) != pfSuccess) {
       state.SkipWithError(last_error_message().c_str());
       BENCH_CUDA(cudaDeviceSynchronize());
       break;
     }
-    int launched = 0;
-    if (launch_spin_items(slice, fill_stream, params, &launched) != pfSuccess) {
+    if (!inline_order && launch_spin_items(slice, fill_stream, params, &launched) != pfSuccess) {
       // e.g. the opt-in shared memory not honoured in a green context: report, keep the others
       state.SkipWithError(last_error_message().c_str());
       BENCH_CUDA(cudaDeviceSynchronize());
@@ -86,10 +110,21 @@ void BM_Drain(benchmark::State& state) {
     const double last_exit = static_cast<double>(*std::max_element(exits.begin(), exits.end()));
     const double last_start = static_cast<double>(*std::max_element(starts.begin(), starts.end()));
     gate_latency.push_back((last_exit - end) / 1000.0);
+    resident_at_end.push_back(static_cast<double>(
+        std::count_if(exits.begin(), exits.end(), [&](uint64_t exit) { return static_cast<double>(exit) > end; })));
+    if (inline_order) {
+      const auto starts_fill = g.read(fill_starts, static_cast<size_t>(launched));
+      const double begin_ns = end - static_cast<double>(kBubbleNs);  // the wait kernel spins kBubbleNs
+      first_fill_start.push_back((static_cast<double>(*std::min_element(starts_fill.begin(), starts_fill.end())) -
+                                  begin_ns) / 1000.0);
+    }
     main_delay.push_back((last_start - end) / 1000.0);
     state.SetIterationTime(std::max(0.0, last_start - end) / 1e9);
   }
+  (void)g.device->destroy_event(begin);
   if (gate_latency.empty()) return;
+  state.counters["fill_resident_at_end"] = median(resident_at_end);
+  if (!first_fill_start.empty()) state.counters["first_fill_start_us"] = median(first_fill_start);
   state.counters["gate_latency_us"] = median(gate_latency);
   state.counters["main_start_delay_us"] = median(main_delay);
   state.counters["fill_blocks"] = grid;
@@ -99,7 +134,7 @@ void BM_Drain(benchmark::State& state) {
 }
 BENCHMARK(BM_Drain)
     ->ArgName("variant")
-    ->DenseRange(NaiveLongKernel, GatedPartition)
+    ->DenseRange(NaiveLongKernel, GatedPartitionInline)
     ->Iterations(10)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

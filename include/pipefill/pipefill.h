@@ -549,6 +549,13 @@ typedef struct pfStats_t {
   /* ---- Appended in 0.3: only pfRuntimeGetStatsV2 writes the fields below ---- */
   double filled_sm_us;         /* sum over slices of (overlap with the bubble) x (SMs granted) */
   double capacity_sm_us;       /* sum over timed bubbles of duration x fill SMs of the partition */
+  /* ---- Appended for issue 33 (bubble edges, from the slice and bubble events) ---- */
+  uint64_t bubbles_fill_started;  /* timed bubbles in which a slice ran fill work */
+  double fill_start_delay_us;  /* sum over them of (first working slice's start - bubble begin) */
+  double max_fill_start_delay_us; /* the largest of those delays */
+  uint64_t slices_past_end;    /* working slices that ended after their bubble's end (still
+                                  resident when the main stream passed it; how long they took to
+                                  drain is overrun_time_us / max_overrun_us) */
 } pfStats_t;
 
 /* The bytes of the 0.1 layout (what pfRuntimeGetStats writes). */

@@ -519,6 +519,12 @@ void Executor::harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begi
     s.stats.overrun_time_us += accounting.overrun_us;
     s.stats.max_overrun_us = std::max(s.stats.max_overrun_us, accounting.overrun_us);
   }
+  s.stats.slices_past_end += accounting.slices_past_end;
+  if (accounting.fill_start_delay_us >= 0) {
+    ++s.stats.bubbles_fill_started;
+    s.stats.fill_start_delay_us += accounting.fill_start_delay_us;
+    s.stats.max_fill_start_delay_us = std::max(s.stats.max_fill_start_delay_us, accounting.fill_start_delay_us);
+  }
   if (launched == 0) {
     ++s.stats.bubbles_skipped;
     // Slices recorded but none launched: their launches failed, whatever the plan noted first.

@@ -47,7 +47,12 @@ BubbleAccounting account_bubble(double begin_us, double end_us,
       filled.emplace_back(from, from + a.filled_us);
     }
     b.filled_sm_us += a.filled_sm_us;
-    if (a.ran_work) b.overrun_us = std::max(b.overrun_us, a.overrun_us);
+    if (a.ran_work) {
+      b.overrun_us = std::max(b.overrun_us, a.overrun_us);
+      if (a.overrun_us > 0) ++b.slices_past_end;
+      const double delay = std::max(0.0, s.start_us - begin_us);
+      b.fill_start_delay_us = b.fill_start_delay_us < 0 ? delay : std::min(b.fill_start_delay_us, delay);
+    }
     b.slices.push_back(a);
   }
   std::sort(filled.begin(), filled.end());

@@ -18,7 +18,11 @@
 //    the sum over its slices;
 //  - a slice that started at or after the bubble's end is late (enqueued after the bubble ended,
 //    or a zero-length bubble): a ticket slice then runs no item (the gate is closed), and so is
-//    neither fill nor overrun by the rule above.
+//    neither fill nor overrun by the rule above;
+//  - the bubble's edges (issue 33 item 7): its fill start delay = the earliest start of a slice
+//    that ran work, minus the bubble's begin (floored at 0; none when no slice ran work), and its
+//    slices past the end = the slices that ran work and ended after the bubble's end (still
+//    resident when the main stream passed it; their drain is their overrun).
 #pragma once
 
 #include <cstdint>
@@ -55,6 +59,8 @@ struct BubbleAccounting {
   double filled_us = 0.0;                // union of the slices' overlaps with the bubble
   double filled_sm_us = 0.0;             // sum of the slices' filled SM·µs
   double overrun_us = 0.0;               // the largest slice overrun (0 when none)
+  double fill_start_delay_us = -1.0;     // first working slice's start - begin (-1: none ran work)
+  uint64_t slices_past_end = 0;          // working slices that ended after the bubble
   std::vector<SliceAccounting> slices;   // one per observation, same order
 };
 

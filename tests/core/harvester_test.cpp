@@ -115,8 +115,27 @@ TEST(Harvester, BubbleSumsFillAndTakesTheLargestOverrun) {
   EXPECT_EQ(b.slices[0].items_done, 30u);
   EXPECT_EQ(b.slices[1].items_done, 4u);
   EXPECT_EQ(b.slices[2].items_done, 0u);
+  // Bubble edges: the first working slice started at the begin; one ended past the end (the
+  // third ran nothing: neither its late end nor its start counts).
+  EXPECT_DOUBLE_EQ(b.fill_start_delay_us, 0.0);
+  EXPECT_EQ(b.slices_past_end, 1u);
   // An end event before the begin event (clock skew) gives a zero duration, not a negative one.
   EXPECT_DOUBLE_EQ(account_bubble(50, 40, {}).duration_us, 0.0);
+}
+
+TEST(Harvester, FillStartDelayIsTheFirstWorkingSlicesStartAfterTheBegin) {
+  // Bubble [100, 300]: a slice that ran nothing starts at 105, working ones at 130 and 118.
+  const std::vector<SliceObservation> slices = {ticket(105, 140, 0, 0), ticket(130, 290, 9, 0),
+                                                opaque(118, 320, 2, 9)};
+  const BubbleAccounting b = account_bubble(100, 300, slices);
+  EXPECT_DOUBLE_EQ(b.fill_start_delay_us, 18.0);
+  EXPECT_EQ(b.slices_past_end, 1u);
+  // A slice starting before the begin event (clock skew) is a zero delay; no working slice: none.
+  EXPECT_DOUBLE_EQ(account_bubble(100, 300, std::vector<SliceObservation>{ticket(95, 200, 3, 0)}).fill_start_delay_us,
+                   0.0);
+  EXPECT_DOUBLE_EQ(account_bubble(100, 300, std::vector<SliceObservation>{ticket(105, 140, 0, 0)}).fill_start_delay_us,
+                   -1.0);
+  EXPECT_EQ(account_bubble(100, 300, {}).slices_past_end, 0u);
 }
 
 }  // namespace

@@ -173,6 +173,22 @@ TEST(ForeignGraph, AUserContextIsNamedAsAnother) {
       << last_error_message();
 }
 
+// Issue 33 item 4: an item captured in a private capture context keeps all its kernels there.
+TEST(ForeignGraph, AnItemOfOneCaptureContextIsBuiltInItAndAMixIsRefused) {
+  const CUcontext capture = handle<CUcontext>(0x5000);
+  TorchLikeGraph g(capture, capture);
+  ItemGraphFacts facts;
+  ASSERT_EQ(inspect_item_graph(fake_graph_api(), g.graph(), {kFill, kPrimary, {capture}}, &facts), pfSuccess);
+  EXPECT_EQ(facts.kernel_context, capture);
+  TorchLikeGraph mixed(capture, kFill);
+  EXPECT_EQ(inspect_item_graph(fake_graph_api(), mixed.graph(), {kFill, kPrimary, {capture}}, &facts),
+            pfErrorInvalidArgument);
+  EXPECT_NE(last_error_message().find("not to the fill partition's context 0x5000 (a capture context of the fill "
+                                      "partition)"),
+            std::string::npos)
+      << last_error_message();
+}
+
 TEST(ForeignGraph, InGridCapModeThePrimaryContextIsTheFillContext) {
   TorchLikeGraph g(kPrimary, kPrimary);
   ItemGraphFacts facts;

@@ -108,6 +108,12 @@ TEST(ConcurrentFill, JobsOfParallelismOneAndSixtyFourShareOneBubble) {
               static_cast<unsigned long long>(t.wide.items_run()));
   EXPECT_EQ(s.items_completed, t.narrow.items_run() + t.wide.items_run());
   EXPECT_EQ(s.slices_launched, 2u);  // one slice per job, side by side
+  // Bubble edges (issue 33 item 7): both slices start at the bubble's begin (no launch overhead)
+  // and their last items end exactly at its end (10 items of 10 us): no slice is left running.
+  EXPECT_EQ(s.bubbles_fill_started, 1u);
+  EXPECT_DOUBLE_EQ(s.fill_start_delay_us, 0.0);
+  EXPECT_DOUBLE_EQ(s.max_fill_start_delay_us, 0.0);
+  EXPECT_EQ(s.slices_past_end, 0u);
   EXPECT_NEAR(s.filled_time_us, kBubbleUs, 1e-6);  // concurrent slices do not count twice
   EXPECT_EQ(info_of(t.narrow_handle).slices_launched, 1u);
   EXPECT_EQ(info_of(t.wide_handle).slices_launched, 1u);
@@ -153,6 +159,8 @@ TEST(ConcurrentFill, GateBoundsOverrunOfConcurrentSlicesToOneItem) {
   EXPECT_DOUBLE_EQ(s.max_overrun_us, per_worker * kItemUs - 55.0);
   EXPECT_LE(s.max_overrun_us, kItemUs);
   EXPECT_DOUBLE_EQ(filled_step - base_step, s.max_overrun_us);
+  // Both slices were still running when the main stream passed the bubble's end (issue 33 item 7).
+  EXPECT_EQ(s.slices_past_end, 2u);
   // Filled SM·µs counts only the part inside the bubble: 55 µs on each of the 65 SMs.
   EXPECT_NEAR(s.filled_sm_us, 55.0 * kFillSms, 1e-6);
   t.destroy();
