@@ -66,7 +66,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING
 grep -h 'PipeFill dependencies:' "$build/gpu-build.configure.log" | sed 's/^-- /gpu-build: /' || true
 stage "configured $build"
 targets=(pipefill_cuda_tests pipefill_cupti_tests pipefill_fill_jobs_gpu_tests bench_gate_drain
-         bench_bubble_instructions pipeline_engine _pipefill)
+         bench_bubble_instructions bench_green_context_ab pipeline_engine _pipefill)
 nice -n 10 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > "$build/gpu-build.build.log" 2>&1 ||
   { grep -E 'error|FAILED' "$build/gpu-build.build.log" | head -30; die "build failed (log: $build/gpu-build.build.log)"; }
 stage "built ${targets[*]}"
@@ -76,7 +76,8 @@ rm -rf "$out.new"
 mkdir -p "$out.new/bin" "$out.new/python" "$out.new/wheel"
 for binary in tests/pipefill_cuda_tests tests/pipefill_cupti_tests \
               examples/fill_jobs/pipefill_fill_jobs_gpu_tests benchmarks/bench_gate_drain \
-              benchmarks/bench_bubble_instructions examples/pipeline_engine/pipeline_engine; do
+              benchmarks/bench_bubble_instructions benchmarks/bench_green_context_ab \
+              examples/pipeline_engine/pipeline_engine; do
   [ -x "$build/$binary" ] || die "$build/$binary was not built"
   strip -o "$out.new/bin/$(basename "$binary")" "$build/$binary"
 done

@@ -2,7 +2,7 @@
 # The GPU check, device side: RUNS what scripts/gpu-build.sh built elsewhere (.gpu-build/, carried
 # with the device call) - no configure, no compiler, no build on the GPU machine, whose 15 minutes
 # of device time include its start (issue 33 item 8). Every step has its own time limit (TIMEOUT,
-# never a hang); the limits add up to 280 s, 355 s with the placeholders' reserved 75 s, and the
+# never a hang); the limits add up to 355 s, and the
 # whole run has GPU_CHECK_BUDGET_S (default 360 s: 6 minutes on the 16-core GPU machine; a step
 # that would start with under 10 s left reads "not run: no time left", the probes get what is left),
 # each step's result is printed the moment it finishes ("--> step  status  time"), and the summary
@@ -12,9 +12,8 @@
 #   bench_bubble_instructions, fill_jobs_gpu_tests, engine_emulated, the cp312 wheel in a fresh
 #   venv, and the design probes last with what time is left (their drain experiments can deadlock
 #   to their own timeout: docs/gpu-results.md).
-# PLACEHOLDERS (marked below; the lead wires gpu-cuda's steps there, with the seconds reserved):
-#   the green-context A/B benchmark, the captured GEMM with and without the SM target, the engine
-#   with CUDA_DEVICE_MAX_CONNECTIONS=1.
+# Also: the green-context A/B benchmark, the captured GEMM with and without the SM target, the
+#   engine with CUDA_DEVICE_MAX_CONNECTIONS=1 (issue 33 items 1, 6, 7).
 # Logs go to <work>/logs; what comes back from the GPU machine ($OUT: at most 8 files) is exactly
 # $OUT/summary.txt and $OUT/logs.tar.gz. Without a GPU every GPU step skips or refuses cleanly.
 # Usage: scripts/gpu-check.sh [work-dir]   Carried build: GPU_CHECK_BUILD (default .gpu-build/);
@@ -189,14 +188,13 @@ else
   run capture_contexts 20 "${pyrun[@]}" "$root/python/examples/capture_contexts_check.py"
 fi
 
-# ---- PLACEHOLDER (gpu-cuda, wired by the lead): the green-context A/B benchmark --------------
-# The same kernels on non-default streams with and without the fill partition: CUPTI launch ->
-# start distributions (avg, p50/p95/p99, max) and the slowdown of the other side (issue 33 item 7).
-# Reserved: 30 s.   e.g.  run_binary green_context_ab 30 bench_green_context_ab
-# ---- PLACEHOLDER (gpu-cuda, wired by the lead): one captured GEMM item in the partition, timed
-# with and without the SM count target (issue 33 item 1, cublasSetSmCountTarget / torch's carve-out).
-# Reserved: 20 s.   e.g.  run_binary captured_gemm_sm_target 20 bench_captured_gemm_sm_target
-# ---- end of placeholders ------------------------------------------------------------------------
+# The green-context A/B benchmark: the same kernels on non-default streams with and without the
+# fill partition: CUPTI launch -> start distributions (avg, p50/p95/p99, max) and the slowdown of
+# the other side (issue 33 item 7). Lines "AB alone|shared|partition ..." and "AB summary: ...".
+run_binary green_context_ab 30 bench_green_context_ab
+# One captured GEMM item in the partition, timed with and without cublasSetSmCountTarget (issue 33
+# item 1): its line "GEMM 4096x4096x4096 captured item in the fill partition ... (ratio ...)".
+run_binary captured_gemm_sm_target 20 pipefill_cuda_tests --gtest_filter='GemmPartition.*'
 
 run_binary cupti_conversion_tests 10 pipefill_cupti_tests
 run_binary bench_gate_drain 20 bench_gate_drain
@@ -204,12 +202,11 @@ run_binary bench_bubble_instructions 10 bench_bubble_instructions
 run_binary fill_jobs_gpu_tests 20 pipefill_fill_jobs_gpu_tests
 PIPEFILL_DEBUG=info run_binary engine_emulated 20 pipeline_engine \
   --transport emulated --stages 4 --microbatches 8 --fill mlp --iterations 6 --naive
-# ---- PLACEHOLDER (gpu-cuda, wired by the lead): the engine with CUDA_DEVICE_MAX_CONNECTIONS=1
-# (Megatron's setting; inline launch mode), beside the default run above (issue 33 item 6).
-# Reserved: 25 s.   e.g.  CUDA_DEVICE_MAX_CONNECTIONS=1 PIPEFILL_DEBUG=info run_binary \
-#   engine_one_connection 25 pipeline_engine --transport emulated --stages 4 --microbatches 8 \
-#   --fill mlp --iterations 6 --naive
-# ---- end of placeholder -------------------------------------------------------------------------
+# The engine with CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron's setting; inline launch mode), beside the
+# default run above (issue 33 item 6): the same "run N/N", "fill check" and "max overrun" lines,
+# plus the device's warning "CUDA_DEVICE_MAX_CONNECTIONS=1 in <mode> mode".
+CUDA_DEVICE_MAX_CONNECTIONS=1 PIPEFILL_DEBUG=info run_binary engine_one_connection 25 pipeline_engine \
+  --transport emulated --stages 4 --microbatches 8 --fill mlp --iterations 6 --naive
 
 # The wheel users install (built and repaired by gpu-build.sh), in a fresh venv with the image's
 # torch: the README snippet, import before and after torch, Runtime(backend="cuda").
@@ -263,6 +260,12 @@ cp "$carried/MANIFEST" "$logs/MANIFEST" 2>/dev/null || true
     grep -hoE '(fill partition|cuStreamWriteValue64|CUPTI collector|grid-cap mode on driver|fill-context clock aligned|main streams of context)[^"]*' \
       "$logs/cuda_tests.log" | sort | uniq -c | sort -rn | head -8
   fi
+  # Issue 33 items 1, 4, 6, 7: the SM count target's GEMM timing, cluster occupancy, a private
+  # capture context refused (the fallback line), the NCCL reservation warning, the A/B summary.
+  cat "$logs"/cuda_tests.log "$logs"/captured_gemm_sm_target.log "$logs"/green_context_ab.log \
+      "$logs"/engine_one_connection.log 2>/dev/null |
+    grep -hE 'captured item in the fill partition|cluster occupancy|captures use the fill partition|refused green contexts|NCCL|^AB (summary|SKIPPED)|CUDA_DEVICE_MAX_CONNECTIONS=1 in' |
+    sort | uniq -c | sort -rn | head -12
   [ -f "$logs/graph_fill.log" ] && grep -E '^(graph-fill:|SKIPPED|FAILED)' "$logs/graph_fill.log" | sed 's/^/-- /'
   for part in inference training creation green_context; do
     f=$logs/cuda_streaming_$part.log
