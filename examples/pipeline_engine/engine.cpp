@@ -60,8 +60,8 @@ static_assert(static_cast<int>(FillMode::FreeRide) == 3 && static_cast<int>(Fill
 double engine_margin_us(const EngineOptions& options, const StageCosts& costs) {
   if (options.margin_us >= 0) return options.margin_us;
   // On the host transport a receive is a wait that fill items do not slow (no bytes move on the
-  // SMs): the runtime's default margin.
-  if (options.transport == "host") return 20.0;
+  // SMs): the runtime's own default margin (-1: left unset, PIPEFILL_SAFETY_MARGIN_US applies).
+  if (options.transport == "host") return -1.0;
   // The receive's bytes move in the last (p2p time - latency) of the bubble.
   const double transfer = costs.p2p_us - std::min(options.pipeline.model.p2p_latency_us, costs.p2p_us);
   return std::max(20.0, transfer);
@@ -178,7 +178,8 @@ class Engine {
       config.stage_id = s;
       config.stage_count = options_.pipeline.stages;
       config.sim_seed = options_.seed;
-      config.safety_margin_us = engine_margin_us(options_, costs_);
+      const double margin = engine_margin_us(options_, costs_);
+      if (margin >= 0) config.safety_margin_us = margin;
       transport_.configure_runtime(s, &config);
       ENGINE_PF(pfRuntimeCreate(&config, &st.runtime));
       pfConfig_t resolved = PF_CONFIG_INITIALIZER;

@@ -112,7 +112,8 @@ int parse_fill_kind(const std::string& name);
 // one GPU, else sim).
 Status choose_transport(const EngineOptions& options, std::unique_ptr<Transport>* out);
 
-// The safety margin the engine gives each stage's runtime (options.margin_us, resolved).
+// The safety margin the engine gives each stage's runtime (options.margin_us, resolved); -1 on
+// the host transport unless set: the runtime's own default.
 double engine_margin_us(const EngineOptions& options, const StageCosts& costs);
 
 // Runs `options.iterations` iterations with the given fill mode on a fresh transport.

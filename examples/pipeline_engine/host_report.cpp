@@ -28,14 +28,22 @@ int class_index(const std::string& key) {
   return end != nullptr && *end == '\0' && k >= 0 ? static_cast<int>(k) : -1;
 }
 
-struct RuntimeGuard {
+// One device of the alone measurement: its runtime, job, stream, slice words and finish time.
+struct AloneDevice {
   pfRuntime_t runtime = nullptr;
   fjJob_t job = nullptr;
   void* stream = nullptr;
-  ~RuntimeGuard() {
+  pfJobDesc_t desc{};
+  alignas(64) uint64_t words[3] = {0, 0, 0};  // an open gate (0 < bubble id 1), cursor, budget
+  pfSliceDesc_t slice{};
+  std::chrono::steady_clock::time_point done{};
+  ~AloneDevice() {
     if (stream != nullptr) pfStreamDestroy(runtime, stream);
     if (runtime != nullptr) pfRuntimeDestroy(runtime);
     if (job != nullptr) fjJobDestroy(job);
+  }
+  static void mark_done(void* user) {
+    static_cast<AloneDevice*>(user)->done = std::chrono::steady_clock::now();
   }
 };
 
@@ -64,56 +72,74 @@ std::string explain(const StageRow& r, double item_cost_us, double min_factor) {
 
 }  // namespace
 
-Status measure_alone(const EngineOptions& options, uint64_t items, AloneRate* out) {
-  RuntimeGuard g;
-  pfConfig_t config = PF_CONFIG_INITIALIZER;
-  config.backend = pfBackendHost;
-  config.reserved_sms = 0;
-  ENGINE_PF(pfRuntimeCreate(&config, &g.runtime));
+Status measure_alone(const EngineOptions& options, uint64_t items, int devices, AloneRate* out) {
   const int kind = parse_fill_kind(options.fill);
   if (kind < 0) return Status{pfErrorInvalidArgument, "measure_alone needs a fill job kind"};
-  fjParams_t p;
-  if (fjParamsInit(&p, kind, pfBackendHost) != pfSuccess)
-    return Status{pfErrorInvalidArgument, fmt::format("fjParamsInit: {}", fjGetLastErrorMessage())};
-  p.items = std::max(options.fill_items > 0 ? options.fill_items : p.items, items);
-  if (options.fill_execution >= 0) p.execution = options.fill_execution;
-  if (options.fill_item_cost_us > 0) p.item_cost_us = options.fill_item_cost_us;
-  p.seed = options.seed * 1000;
-  p.keep_every = options.keep_every;
-  if (fjJobCreate(&p, &g.job) != pfSuccess)
-    return Status{pfErrorInvalidArgument, fmt::format("fjJobCreate: {}", fjGetLastErrorMessage())};
-  pfJobDesc_t desc;
-  if (fjJobGetDesc(g.job, &desc) != pfSuccess)
-    return Status{pfErrorInvalidArgument, fmt::format("fjJobGetDesc: {}", fjGetLastErrorMessage())};
-  ENGINE_PF(pfStreamCreateHighPriority(g.runtime, &g.stream));
-  // The slice's words: an open gate (0 < bubble id 1), the cursor and the budget counter.
-  alignas(64) uint64_t words[3] = {0, 0, 0};
-  pfSliceDesc_t slice{};
-  slice.bubble_id = 1;
-  slice.max_items = items;
-  slice.total_items = p.items;
-  slice.max_blocks = 1024;  // the device caps it at its fill SMs, as the runtime's plan does
-  slice.time_budget_us = 1e12;
-  slice.gate = &words[0];
-  slice.cursor = &words[1];
-  slice.budget_counter = &words[2];
+  if (devices < 1)
+    return Status{pfErrorInvalidArgument, fmt::format("measure_alone: devices {} must be >= 1", devices)};
+  std::vector<std::unique_ptr<AloneDevice>> all;
+  for (int d = 0; d < devices; ++d) {
+    auto dev = std::make_unique<AloneDevice>();
+    pfConfig_t config = PF_CONFIG_INITIALIZER;
+    config.backend = pfBackendHost;
+    config.reserved_sms = 0;
+    ENGINE_PF(pfRuntimeCreate(&config, &dev->runtime));
+    fjParams_t p;
+    if (fjParamsInit(&p, kind, pfBackendHost) != pfSuccess)
+      return Status{pfErrorInvalidArgument, fmt::format("fjParamsInit: {}", fjGetLastErrorMessage())};
+    p.items = std::max(options.fill_items > 0 ? options.fill_items : p.items, items);
+    if (options.fill_execution >= 0) p.execution = options.fill_execution;
+    if (options.fill_item_cost_us > 0) p.item_cost_us = options.fill_item_cost_us;
+    p.seed = options.seed * 1000 + static_cast<uint64_t>(d);
+    p.keep_every = options.keep_every;
+    if (fjJobCreate(&p, &dev->job) != pfSuccess)
+      return Status{pfErrorInvalidArgument, fmt::format("fjJobCreate: {}", fjGetLastErrorMessage())};
+    if (fjJobGetDesc(dev->job, &dev->desc) != pfSuccess)
+      return Status{pfErrorInvalidArgument, fmt::format("fjJobGetDesc: {}", fjGetLastErrorMessage())};
+    ENGINE_PF(pfStreamCreateHighPriority(dev->runtime, &dev->stream));
+    pfSliceDesc_t& slice = dev->slice;
+    slice.bubble_id = 1;
+    slice.max_items = items;
+    slice.total_items = p.items;
+    slice.max_blocks = 1024;  // the device caps it at its fill SMs, as the runtime's plan does
+    slice.time_budget_us = 1e12;
+    slice.gate = &dev->words[0];
+    slice.cursor = &dev->words[1];
+    slice.budget_counter = &dev->words[2];
+    all.push_back(std::move(dev));
+  }
   const auto t0 = std::chrono::steady_clock::now();
-  ENGINE_PF(desc.launch(desc.user, &slice, g.stream));
-  ENGINE_PF(pfHostStreamSynchronize(g.stream));
-  const auto t1 = std::chrono::steady_clock::now();
-  fjProgress_t progress{};
-  fjJobGetProgress(g.job, &progress);
-  out->items = progress.items_done;
-  out->seconds = std::chrono::duration<double>(t1 - t0).count();
-  out->items_per_s = out->seconds > 0 ? static_cast<double>(out->items) / out->seconds : 0.0;
-  if (out->items != items)
-    return Status{pfErrorInternal, fmt::format("the job alone ran {} of {} items", out->items, items)};
+  for (auto& dev : all) {
+    ENGINE_PF(dev->desc.launch(dev->desc.user, &dev->slice, dev->stream));
+    ENGINE_PF(pfHostLaunchHostFunc(dev->stream, &AloneDevice::mark_done, dev.get()));
+  }
+  for (auto& dev : all) ENGINE_PF(pfHostStreamSynchronize(dev->stream));
+  double seconds = 0.0;
+  for (auto& dev : all) {
+    fjProgress_t progress{};
+    fjJobGetProgress(dev->job, &progress);
+    if (progress.items_done != items)
+      return Status{pfErrorInternal,
+                    fmt::format("the job alone ran {} of {} items", progress.items_done, items)};
+    seconds += std::chrono::duration<double>(dev->done - t0).count();
+  }
+  out->devices = devices;
+  out->items = items;
+  out->seconds = seconds / devices;
+  out->items_per_s = out->seconds > 0 ? static_cast<double>(items) / out->seconds : 0.0;
   return {};
+}
+
+uint64_t host_alone_items(double item_cost_us) {
+  int sms = 8;  // PIPEFILL_HOST_SMS's default (the device validates the variable itself)
+  if (const char* env = std::getenv("PIPEFILL_HOST_SMS")) sms = std::max(1, std::atoi(env));
+  return static_cast<uint64_t>(std::max(200.0, 0.15e6 / std::max(item_cost_us, 1.0) * sms));
 }
 
 std::vector<StageRow> host_stage_rows(const RunResult& filled, const HostTimeline& timeline,
                                       int first_counted_iteration, double item_cost_us,
-                                      double min_factor, double alone_items_per_s) {
+                                      double min_factor, const AloneRate& alone,
+                                      const AloneRate& alone_single) {
   std::vector<StageRow> rows;
   for (size_t s = 0; s < filled.stages.size(); ++s) {
     const StageFillSummary& summary = filled.stages[s];
@@ -136,7 +162,8 @@ std::vector<StageRow> host_stage_rows(const RunResult& filled, const HostTimelin
       r.skipped += c.bubbles - c.bubbles_filled;
     }
     r.rate_per_bubble_s = r.bubble_us > 0 ? static_cast<double>(r.items) / (r.bubble_us * 1e-6) : 0.0;
-    r.ratio = alone_items_per_s > 0 ? r.rate_per_bubble_s / alone_items_per_s : 0.0;
+    r.ratio = alone.items_per_s > 0 ? r.rate_per_bubble_s / alone.items_per_s : 0.0;
+    r.ratio_single = alone_single.items_per_s > 0 ? r.rate_per_bubble_s / alone_single.items_per_s : 0.0;
     r.learned_cost_us = summary.learned_cost_us;
     r.breakdown = timeline.breakdown(r.stage, first_counted_iteration, long_classes, item_cost_us);
     const double share = r.bubble_us > 0 ? r.filled_us / r.bubble_us : 0.0;
@@ -161,20 +188,22 @@ std::vector<StageRow> host_stage_rows(const RunResult& filled, const HostTimelin
 }
 
 std::string format_host_stage_table(const std::vector<StageRow>& rows, double item_cost_us,
-                                    double min_factor, const AloneRate& alone) {
+                                    double min_factor, const AloneRate& alone,
+                                    const AloneRate& alone_single) {
   std::string out = fmt::format(
-      "per stage, bubble classes >= {:.0f}x the item cost ({:.0f} us items; alone: {:.0f} items/s, "
-      "{} items in {:.3f} s); goals: filled >= {:.0f}%, ratio >= {:.2f}\n",
-      min_factor, item_cost_us, alone.items_per_s, alone.items, alone.seconds, 100 * kFilledGoal,
-      kRatioGoal);
-  out += fmt::format("{:>5} | {:>7} | {:>7} | {:>9} | {:>7} | {:>7} | {:>11} | {:>6} | {:>9} | {}\n", "stage",
-                     "classes", "bubbles", "bubble ms", "filled", "items", "items/bub-s", "ratio",
-                     "learned", "verdict");
+      "per stage, bubble classes >= {:.0f}x the item cost ({:.0f} us items); goals: filled >= {:.0f}%, "
+      "ratio >= {:.2f}\nalone: {:.0f} items/s per device ({} items on each of {} host devices at once, "
+      "{:.3f} s): the ratio's base; on one device alone: {:.0f} items/s ({:.3f} s): ratio 1dev\n",
+      min_factor, item_cost_us, 100 * kFilledGoal, kRatioGoal, alone.items_per_s, alone.items,
+      alone.devices, alone.seconds, alone_single.items_per_s, alone_single.seconds);
+  out += fmt::format("{:>5} | {:>7} | {:>7} | {:>9} | {:>7} | {:>7} | {:>11} | {:>6} | {:>10} | {:>9} | {}\n",
+                     "stage", "classes", "bubbles", "bubble ms", "filled", "items", "items/bub-s",
+                     "ratio", "ratio 1dev", "learned", "verdict");
   for (const StageRow& r : rows) {
     const double share = r.bubble_us > 0 ? r.filled_us / r.bubble_us : 0.0;
-    out += fmt::format("{:>5} | {:>7} | {:>7} | {:>9.3f} | {:>6.1f}% | {:>7} | {:>11.0f} | {:>6.3f} | {:>6.1f} us | {}\n",
+    out += fmt::format("{:>5} | {:>7} | {:>7} | {:>9.3f} | {:>6.1f}% | {:>7} | {:>11.0f} | {:>6.3f} | {:>10.3f} | {:>6.1f} us | {}\n",
                        r.stage, r.long_classes, r.bubbles, r.bubble_us / 1e3, 100 * share, r.items,
-                       r.rate_per_bubble_s, r.ratio, r.learned_cost_us,
+                       r.rate_per_bubble_s, r.ratio, r.ratio_single, r.learned_cost_us,
                        r.why.empty() ? "meets both goals" : r.why);
   }
   out += fmt::format("where the bubble time went (host timeline, same bubbles; % of bubble time):\n");

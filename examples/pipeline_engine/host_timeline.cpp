@@ -1,6 +1,8 @@
 // The host transport's per-bubble moments and their breakdown (host_timeline.hpp).
 #include "host_timeline.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace engine {
@@ -79,7 +81,11 @@ StageBreakdown HostTimeline::breakdown(int stage, int first_iteration,
       continue;
     }
     ++out.bubbles_with_slice;
+    // The blocks can start once the bubble began, the executor enqueued the launch and the fill
+    // stream passed the slice's start (when the executor was late, the stream passed it first and
+    // then waited for the launch: that wait shows as the blocks' hop).
     const double ready = std::max(begin, launched);
+    const double running = std::max(ready, started);
     out.executor_late_us += std::clamp(launched - begin, 0.0, length);
     out.stream_wake_us += std::clamp(started - ready, 0.0, length);
     const double first = b.first_item.load(), last = b.last_item.load();
@@ -87,15 +93,31 @@ StageBreakdown HostTimeline::breakdown(int stage, int first_iteration,
     out.items += items;
     out.late_items += b.late_items.load();
     if (items == 0 || first < 0) {
-      out.tail_us += std::clamp(end - std::max(started, begin), 0.0, length);
+      out.tail_us += std::clamp(end - running, 0.0, length);
     } else {
       const double first_start = first - item_cost_us;
-      out.first_item_us += std::clamp(first_start - std::max(started, begin), 0.0, length);
+      out.first_item_us += std::clamp(first_start - running, 0.0, length);
       out.items_span_us += std::clamp(std::min(last, end) - std::max(first_start, begin), 0.0, length);
       out.tail_us += std::clamp(end - last, 0.0, length);
     }
     const double stopped = b.stopped.load();
     if (stopped > end) out.stop_after_end_us += stopped - end;
+  }
+  return out;
+}
+
+std::string HostTimeline::csv() const {
+  std::string out =
+      "stage,id,iteration,index,begin,launched,started,first_item,last_item,end,stopped,items,late\n";
+  for (size_t st = 0; st < stages_.size(); ++st) {
+    for (size_t i = 0; i < capacity_; ++i) {
+      const BubbleMoments& b = stages_[st].bubbles[i];
+      if (b.begin.load() < 0) continue;
+      out += fmt::format("{},{},{},{},{:.1f},{:.1f},{:.1f},{:.1f},{:.1f},{:.1f},{:.1f},{},{}\n", st,
+                         i + 1, b.iteration.load(), b.index.load(), b.begin.load(), b.launched.load(),
+                         b.started.load(), b.first_item.load(), b.last_item.load(), b.end.load(),
+                         b.stopped.load(), b.items.load(), b.late_items.load());
+    }
   }
   return out;
 }

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace engine {
@@ -39,7 +40,8 @@ struct StageBreakdown {
   double bubble_us = 0;          // begin -> end
   double executor_late_us = 0;   // begin -> launched, when the launch came after the begin
   double stream_wake_us = 0;     // max(begin, launched) -> started: the fill stream's hop
-  double first_item_us = 0;      // started -> first item done, minus one item: the blocks' hop
+  double first_item_us = 0;      // max(begin, launched, started) -> first item done, minus one
+                                 // item: the blocks' hop
   double items_span_us = 0;      // first item started -> last item done, inside the bubble
   double tail_us = 0;            // last item done -> end: the margin and the last round
   double unfilled_us = 0;        // bubbles without a slice: all of their time
@@ -55,6 +57,9 @@ class HostTimeline {
   double now_us() const;
   // The moment of `bubble_id` (1-based, the runtime's ids) of `stage`, or nullptr.
   BubbleMoments* at(int stage, uint64_t bubble_id);
+  const BubbleMoments* at(int stage, uint64_t bubble_id) const {
+    return const_cast<HostTimeline*>(this)->at(stage, bubble_id);
+  }
   // The bubble whose slice the stage's blocks run now (set at slice start).
   void set_running(int stage, uint64_t bubble_id);
   // An item of `stage` completed now (item observer, SM thread).
@@ -65,6 +70,9 @@ class HostTimeline {
   // time (the blocks' hop excludes it).
   StageBreakdown breakdown(int stage, int first_iteration, const std::vector<bool>& classes,
                            double item_cost_us) const;
+  // Every recorded bubble of every stage as CSV (µs; -1: not seen), one line per bubble:
+  // stage,id,iteration,index,begin,launched,started,first_item,last_item,end,stopped,items,late
+  std::string csv() const;
 
  private:
   struct StageMoments {

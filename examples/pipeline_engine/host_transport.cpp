@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -17,6 +18,9 @@ namespace {
 // Bubbles per stage the timeline records (a run of 8 iterations of the default 1F1B has ~10 per
 // iteration; later bubbles are simply not broken down).
 constexpr size_t kTimelineCapacity = 1 << 14;
+
+// The gated prediction quantile of the host transport's runtimes (configure_runtime).
+constexpr double kHostGatedQuantile = 0.9;
 
 // Messages and collective arrivals, shared by the stages' main-stream threads.
 class Board {
@@ -171,6 +175,12 @@ class HostTransport final : public HostTransportBase {
   void configure_runtime(int, pfConfig_t* config) override {
     config->backend = pfBackendHost;
     config->reserved_sms = 0;  // the host device's main-job operations use no SM threads
+    // Ticket slices are sized to a high quantile of the class's bubbles: on the host, bubbles
+    // vary with the OS's scheduling, a slice's item budget sized to the median stops the blocks
+    // early in every longer bubble, and the gate bounds a longer budget to one item of overrun
+    // per block. PIPEFILL_GATED_QUANTILE still overrides it.
+    if (std::getenv("PIPEFILL_GATED_QUANTILE") == nullptr)
+      config->gated_prediction_quantile = kHostGatedQuantile;
   }
 
   Status attach(int stage, pfRuntime_t runtime) override {

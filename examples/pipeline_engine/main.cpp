@@ -91,6 +91,8 @@ int main(int argc, char** argv) {
   app.add_option("--fill-items", o.fill_items, "Items of each stage's fill job (0: kind default)")->capture_default_str();
   app.add_option("--fill-item-us", o.fill_item_cost_us, "Cost of one fill item in us (0: the kind's; host: each item takes this long on an SM thread)")->capture_default_str();
   double host_min_factor = 10.0;
+  std::string host_timeline_csv;
+  app.add_option("--host-timeline", host_timeline_csv, "Host: write every bubble's moments (begin, launch, slice start, items, end) of the filled run as CSV");
   app.add_option("--host-min-factor", host_min_factor, "Host: the per-stage table counts bubble classes at least this many item costs long")->capture_default_str();
   app.add_option("--keep-every", o.keep_every, "Sim: compute and keep every Nth inference output on the CPU")->capture_default_str();
   app.add_option("--seed", o.seed, "Seed (simulation jitter, fill-job data)")->capture_default_str();
@@ -205,11 +207,13 @@ int main(int argc, char** argv) {
               "backward %.1f us per layer; p2p %.1f us\n",
               p.model.hidden, p.model.seq, p.model.micro_batch, p.model.layers_per_stage,
               costs.forward_layer_us, costs.backward_layer_us, costs.p2p_us);
-  std::printf("fill: %s%s; safety margin %.1f us before each bubble end%s\n", o.fill.c_str(),
-              fill_on ? "" : " (bubbles measured, nothing filled)", engine_margin_us(o, costs),
+  const double margin = engine_margin_us(o, costs);
+  std::printf("fill: %s%s; safety margin %s before each bubble end%s\n", o.fill.c_str(),
+              fill_on ? "" : " (bubbles measured, nothing filled)",
+              margin >= 0 ? fmt::format("{:.1f} us", margin).c_str() : "the runtime's default",
               o.margin_us >= 0 ? ""
-              : o.transport == "host" ? " (the runtime's default: on the host a receive is a wait fill does not slow)"
-                                      : " (the receive's transfer time: fill stops before its bytes move)");
+              : margin < 0 ? " (on the host a receive is a wait fill does not slow; PIPEFILL_SAFETY_MARGIN_US sets it)"
+                           : " (the receive's transfer time: fill stops before its bytes move)");
   if (base.transport == "sim")
     std::printf("simulated interference: beta %.2f, beta_f %.2f, gamma %.2f%s\n\n", o.interference,
                 o.fill_slowdown, o.comm_slowdown,
@@ -287,14 +291,23 @@ int main(int argc, char** argv) {
       return fail(Status{pfErrorInternal, "fill-job accounting mismatch (see the fill check line)"});
     if (host_transport) {
       // The job alone on one host device, then every stage's bubbles against it.
-      AloneRate alone;
+      AloneRate alone, alone_single;
       const double item_us = filled.item_cost_us;
-      const uint64_t alone_items = static_cast<uint64_t>(std::max(200.0, 0.25e6 / std::max(item_us, 1.0) * 8));
-      status = measure_alone(o, alone_items, &alone);
+      const uint64_t alone_items = host_alone_items(item_us);
+      status = measure_alone(o, alone_items, p.stages, &alone);
+      if (status.ok()) status = measure_alone(o, alone_items, 1, &alone_single);
       if (!status.ok()) return fail(status);
       const auto rows = host_stage_rows(filled, *host_transport->timeline(), static_cast<int>(warm),
-                                        item_us, host_min_factor, alone.items_per_s);
-      std::printf("\n%s", format_host_stage_table(rows, item_us, host_min_factor, alone).c_str());
+                                        item_us, host_min_factor, alone, alone_single);
+      std::printf("\n%s", format_host_stage_table(rows, item_us, host_min_factor, alone, alone_single).c_str());
+      if (!host_timeline_csv.empty()) {
+        std::FILE* f = std::fopen(host_timeline_csv.c_str(), "w");
+        if (f == nullptr)
+          return fail(Status{pfErrorInvalidArgument, "--host-timeline: cannot write " + host_timeline_csv});
+        const std::string text = host_transport->timeline()->csv();
+        std::fwrite(text.data(), 1, text.size(), f);
+        std::fclose(f);
+      }
     }
   }
   if (!naive_status.ok()) return fail(naive_status);
