@@ -129,7 +129,7 @@ struct SlackLog {
   static void host_fn(void* user) { static_cast<SlackLog*>(user)->note(); }
 };
 
-// Linux's default timer slack is 50 µs (a 30 µs sleep in an item took ~80 µs); the device's
+// Linux's default timer slack is 50 µs (a 30 µs sleep in an item may end 50 µs late); the device's
 // threads ask for 1 ns, on SM threads and stream threads alike.
 TEST(HostBlockDispatch, DeviceThreadsAskForANanosecondTimerSlack) {
   auto device = make_host_device(4);
