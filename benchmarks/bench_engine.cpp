@@ -33,6 +33,9 @@
 #include "../examples/fill_jobs/gpu_job_stub.cpp"
 #include "../examples/pipeline_engine/instructions.cpp"
 #include "../examples/pipeline_engine/sim_transport.cpp"
+#include "../examples/pipeline_engine/host_timeline.cpp"   // engine.cpp's host transport
+#include "../examples/pipeline_engine/host_transport.cpp"
+#include "../examples/pipeline_engine/stage_stats.cpp"     // engine.cpp's per-stage statistics
 #include "../examples/pipeline_engine/engine.cpp"
 #include "../examples/pipeline_engine/peers.cpp"
 #include "../examples/pipeline_engine/frontier.cpp"

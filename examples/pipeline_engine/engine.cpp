@@ -1,4 +1,5 @@
 #include "engine.hpp"
+#include "stage_stats.hpp"
 
 #include <fmt/format.h>
 
@@ -58,6 +59,9 @@ static_assert(static_cast<int>(FillMode::FreeRide) == 3 && static_cast<int>(Fill
 
 double engine_margin_us(const EngineOptions& options, const StageCosts& costs) {
   if (options.margin_us >= 0) return options.margin_us;
+  // On the host transport a receive is a wait that fill items do not slow (no bytes move on the
+  // SMs): the runtime's own default margin (-1: left unset, PIPEFILL_SAFETY_MARGIN_US applies).
+  if (options.transport == "host") return -1.0;
   // The receive's p2p time (latency + bytes / bandwidth) ends the bubble. The transfer's speed
   // is set by the fill load when the peer sends (the simulated device, docs/simulated-device.md:
   // when its record completes, before the latency), so fill stops before the message is sent.
@@ -84,6 +88,10 @@ Status choose_transport(const EngineOptions& options, std::unique_ptr<Transport>
     if (!*out) return Status{pfErrorNoDevice, "--transport emulated: " + why};
     return {};
   }
+  if (t == "host") {
+    *out = make_host_transport();
+    return {};
+  }
   if (t == "nccl") {
     *out = make_nccl_transport(options.pipeline.stages, &why);
     if (!*out) return Status{pfErrorNoDevice, "--transport nccl: " + why};
@@ -107,7 +115,7 @@ Status choose_transport(const EngineOptions& options, std::unique_ptr<Transport>
     return {};
   }
   return Status{pfErrorInvalidArgument,
-                fmt::format("--transport must be sim, emulated, nccl or auto, got '{}'", t)};
+                fmt::format("--transport must be sim, emulated, nccl, host or auto, got '{}'", t)};
 }
 
 namespace {
@@ -120,6 +128,7 @@ struct Stage {
   double item_cost_us = 0.0;
   double margin_us = 0.0, margin_fraction = 0.0;  // the runtime's resolved safety margins
   pfStats_t stats_before{};
+  StageSnapshot counted_from;  // at the start of the first counted iteration
 };
 
 class Engine {
@@ -170,7 +179,8 @@ class Engine {
       config.stage_id = s;
       config.stage_count = options_.pipeline.stages;
       config.sim_seed = options_.seed;
-      config.safety_margin_us = engine_margin_us(options_, costs_);
+      const double margin = engine_margin_us(options_, costs_);
+      if (margin >= 0) config.safety_margin_us = margin;
       config.safety_margin_fraction = options_.margin_fraction;
       if (mode_ == FillMode::PipeFill && options_.mode_knob > 0)
         config.gated_prediction_quantile = options_.mode_knob;
@@ -197,8 +207,13 @@ class Engine {
       if (st.fill && options_.fill == "train")
         fjJobEvaluationLoss(st.fill, &eval_before_[st.index]);
     }
+    // Per-stage statistics count the iterations from warm_iterations on (all when there are
+    // not that many).
+    const int counted = options_.warm_iterations < options_.iterations ? options_.warm_iterations : 0;
     for (int it = 0; it < options_.iterations; ++it) {
       for (Stage& st : stages_) ENGINE_PF(pfRuntimeGetStats(st.runtime, &st.stats_before));
+      if (it == counted)
+        for (Stage& st : stages_) ENGINE_TRY(take_stage_snapshot(st.runtime, &st.counted_from));
       const uint64_t naive_before = transport_.naive_items_done();
       for (Stage& st : stages_) ENGINE_TRY(transport_.begin_iteration(st.index));
       if (transport_.single_thread()) {
@@ -249,11 +264,18 @@ class Engine {
     if (!stages_.empty()) result->item_cost_us = stages_.front().item_cost_us;
     for (Stage& st : stages_) {
       StageFillSummary summary;
+      StageSnapshot now;
+      ENGINE_TRY(take_stage_snapshot(st.runtime, &now));
+      summarize_stage(st.counted_from, now, &summary);
       if (st.job) {
         pfJobInfo_t info{};
         ENGINE_PF(pfJobGetStatus(st.job, &info));
         summary.items_completed = info.items_completed;
         summary.job_status = info.status;
+        pfJobCostInfo_t cost{};
+        cost.size = sizeof(cost);
+        ENGINE_PF(pfJobGetCostInfo(st.job, &cost));
+        summary.learned_cost_us = cost.learned_cost_us;
       }
       if (st.fill) {
         ENGINE_PF_FJ(fjJobGetProgress(st.fill, &summary.progress));
@@ -309,6 +331,7 @@ class Engine {
     ENGINE_PF_FJ(fjParamsInit(&p, kind, transport_.backend()));
     if (options_.fill_items > 0) p.items = options_.fill_items;
     if (options_.fill_execution >= 0) p.execution = options_.fill_execution;
+    if (options_.fill_item_cost_us > 0) p.item_cost_us = options_.fill_item_cost_us;
     p.seed = options_.seed * 1000 + static_cast<uint64_t>(st.index);  // a job per GPU
     p.keep_every = options_.keep_every;
     Transport::ItemCallback observe = nullptr;
@@ -323,6 +346,7 @@ class Engine {
     if (mode_ == FillMode::PipeFill) {
       pfJobDesc_t desc;
       ENGINE_PF_FJ(fjJobGetDesc(st.fill, &desc));
+      transport_.wrap_job_desc(st.index, &desc);
       ENGINE_PF(pfJobCreate(st.runtime, &desc, &st.job));
     }
     return {};
@@ -460,9 +484,14 @@ class Engine {
 Status run_engine(const EngineOptions& options, FillMode mode, RunResult* result) {
   std::unique_ptr<Transport> transport;
   ENGINE_TRY(choose_transport(options, &transport));
+  return run_engine_on(*transport, options, mode, result);
+}
+
+Status run_engine_on(Transport& transport, const EngineOptions& options, FillMode mode,
+                     RunResult* result) {
   Status status;
   {
-    Engine engine(options, mode, *transport);
+    Engine engine(options, mode, transport);
     status = engine.setup();
     if (status.ok()) status = engine.run(result);
     Status down = engine.teardown();

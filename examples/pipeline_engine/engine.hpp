@@ -26,10 +26,12 @@ bool parse_fill_mode(const std::string& name, FillMode* out);
 struct EngineOptions {
   PipelineSpec pipeline;
   int iterations = 8;
-  std::string transport = "auto";  // sim | emulated | nccl | auto
+  std::string transport = "auto";  // sim | emulated | nccl | host | auto
   std::string fill = "mlp";        // none | mlp | encoder | train
   int fill_execution = -1;         // fjExecution_t; -1: the kind's default
   uint64_t fill_items = 0;         // 0: the kind's default
+  double fill_item_cost_us = 0.0;  // > 0: the fill job's item cost (host: each item takes this
+                                   // long on an SM thread); 0: the kind's FLOP-derived cost
   uint64_t keep_every = 4096;      // inference: compute/keep every Nth item's output on the sim
   uint64_t seed = 1;
   double jitter = 0.0;
@@ -70,11 +72,25 @@ struct IterationResult {
   uint64_t bubbles_filled = 0;
 };
 
+// One bubble class of a stage over the counted iterations (pfClassStats_t differences).
+struct ClassSummary {
+  std::string key;
+  uint64_t bubbles = 0, bubbles_filled = 0;
+  double bubble_us = 0.0, filled_us = 0.0;
+  uint64_t items = 0;
+  uint64_t skips[PF_SKIP_CAUSE_COUNT] = {};
+};
+
 struct StageFillSummary {
   uint64_t items_completed = 0;  // the runtime's count
   int job_status = pfJobPending;
-  fjProgress_t progress{};       // the job's own count (simulated backend)
+  double learned_cost_us = 0.0;  // the item cost the planner uses at the end (pfJobGetCostInfo)
+  fjProgress_t progress{};       // the job's own count (simulated and host backends)
   double eval_loss_before = 0.0, eval_loss_after = 0.0;  // training
+  // The runtime's statistics of this stage over the iterations from `warm_iterations` on.
+  uint64_t counted_bubbles = 0, counted_items = 0;
+  double counted_bubble_us = 0.0, counted_filled_us = 0.0;
+  std::vector<ClassSummary> classes;
 };
 
 struct RunResult {
@@ -108,10 +124,15 @@ int parse_fill_kind(const std::string& name);
 // one GPU, else sim).
 Status choose_transport(const EngineOptions& options, std::unique_ptr<Transport>* out);
 
-// The safety margin the engine gives each stage's runtime (options.margin_us, resolved).
+// The safety margin the engine gives each stage's runtime (options.margin_us, resolved); -1 on
+// the host transport unless set: the runtime's own default.
 double engine_margin_us(const EngineOptions& options, const StageCosts& costs);
 
 // Runs `options.iterations` iterations with the given fill mode on a fresh transport.
 Status run_engine(const EngineOptions& options, FillMode mode, RunResult* result);
+// The same on a transport the caller made (and reads afterwards, e.g. the host transport's
+// timeline); the transport is opened and closed by the run.
+Status run_engine_on(Transport& transport, const EngineOptions& options, FillMode mode,
+                     RunResult* result);
 
 }  // namespace engine

@@ -13,6 +13,8 @@
 #include <string>
 
 #include "engine.hpp"
+#include "host_report.hpp"
+#include "host_transport.hpp"
 #include "peers.hpp"
 #include "schedule/pytorch_csv.hpp"
 
@@ -83,10 +85,15 @@ int main(int argc, char** argv) {
   app.add_option("--microbatch-group-size", p.microbatch_group_size, "Interleaved kinds: Megatron's micro-batch group (0: PyTorch's rounds)");
   auto* chunks = app.add_option("--chunks", p.chunks, "Model chunks per stage (interleaved; default 2)");
   app.add_option("--iterations", o.iterations, "Training iterations")->capture_default_str();
-  app.add_option("--transport", o.transport, "sim | emulated | nccl | auto")->capture_default_str();
+  app.add_option("--transport", o.transport, "sim | emulated | nccl | host | auto")->capture_default_str();
   app.add_option("--fill", o.fill, "none | mlp | encoder | train")->capture_default_str();
   app.add_option("--fill-exec", fill_exec, "ticket | opaque | default (the job kind's)")->capture_default_str();
   app.add_option("--fill-items", o.fill_items, "Items of each stage's fill job (0: kind default)")->capture_default_str();
+  app.add_option("--fill-item-us", o.fill_item_cost_us, "Cost of one fill item in us (0: the kind's; host: each item takes this long on an SM thread)")->capture_default_str();
+  double host_min_factor = 10.0;
+  std::string host_timeline_csv;
+  app.add_option("--host-timeline", host_timeline_csv, "Host: write every bubble's moments (begin, launch, slice start, items, end) of the filled run as CSV");
+  app.add_option("--host-min-factor", host_min_factor, "Host: the per-stage table counts bubble classes at least this many item costs long")->capture_default_str();
   app.add_option("--keep-every", o.keep_every, "Sim: compute and keep every Nth inference output on the CPU")->capture_default_str();
   app.add_option("--seed", o.seed, "Seed (simulation jitter, fill-job data)")->capture_default_str();
   app.add_option("--hidden", p.model.hidden, "Hidden size")->capture_default_str();
@@ -158,6 +165,7 @@ int main(int argc, char** argv) {
   const int runs = fill_on ? (naive ? 3 : 2) : 1;
   // The predictor needs min_samples iterations of history before it fills (unless hinted).
   const size_t warm = o.hint_durations ? 0 : std::min<size_t>(2, static_cast<size_t>(o.iterations) - 1);
+  o.warm_iterations = static_cast<int>(warm);  // per-stage statistics count from there
   std::printf("pipeline_engine: %d stages, %s, %d micro-batches, %d iterations, fill %s, transport %s: "
               "%d run(s): no fill%s%s\n",
               p.stages, schedule.c_str(), p.microbatches, o.iterations, o.fill.c_str(), o.transport.c_str(),
@@ -166,8 +174,15 @@ int main(int argc, char** argv) {
   Status status = run_engine(o, FillMode::None, &base);
   if (!status.ok()) return fail(status);
   print_run(1, runs, base, warm);
+  // On the host transport the filled run keeps its transport: its timeline breaks the bubbles down.
+  std::unique_ptr<HostTransportBase> host_transport;
   if (fill_on) {
-    status = run_engine(o, FillMode::PipeFill, &filled);
+    if (o.transport == "host") {
+      host_transport = make_host_transport_concrete();
+      status = run_engine_on(*host_transport, o, FillMode::PipeFill, &filled);
+    } else {
+      status = run_engine(o, FillMode::PipeFill, &filled);
+    }
     if (!status.ok()) return fail(status);
     print_run(2, runs, filled, warm);
   }
@@ -192,9 +207,13 @@ int main(int argc, char** argv) {
               "backward %.1f us per layer; p2p %.1f us\n",
               p.model.hidden, p.model.seq, p.model.micro_batch, p.model.layers_per_stage,
               costs.forward_layer_us, costs.backward_layer_us, costs.p2p_us);
-  std::printf("fill: %s%s; safety margin %.1f us before each bubble end%s\n", o.fill.c_str(),
-              fill_on ? "" : " (bubbles measured, nothing filled)", engine_margin_us(o, costs),
-              o.margin_us < 0 ? " (the receive's p2p time: fill stops before the peer sends)" : "");
+  const double margin = engine_margin_us(o, costs);
+  std::printf("fill: %s%s; safety margin %s before each bubble end%s\n", o.fill.c_str(),
+              fill_on ? "" : " (bubbles measured, nothing filled)",
+              margin >= 0 ? fmt::format("{:.1f} us", margin).c_str() : "the runtime's default",
+              o.margin_us >= 0 ? ""
+              : margin < 0 ? " (on the host a receive is a wait fill does not slow; PIPEFILL_SAFETY_MARGIN_US sets it)"
+                           : " (the receive's p2p time: fill stops before the peer sends)");
   if (base.transport == "sim")
     std::printf("simulated interference: beta %.2f, beta_f %.2f, gamma %.2f%s\n\n", o.interference,
                 o.fill_slowdown, o.comm_slowdown,
@@ -267,8 +286,29 @@ int main(int argc, char** argv) {
                     filled.stages[s].eval_loss_before, filled.stages[s].eval_loss_after,
                     static_cast<unsigned long long>(filled.stages[s].items_completed));
     }
-    if (filled.transport == "sim" && (duplicates != 0 || out_of_order != 0 || job_items != runtime_items))
+    if ((filled.transport == "sim" || filled.transport == "host") &&
+        (duplicates != 0 || out_of_order != 0 || job_items != runtime_items))
       return fail(Status{pfErrorInternal, "fill-job accounting mismatch (see the fill check line)"});
+    if (host_transport) {
+      // The job alone on one host device, then every stage's bubbles against it.
+      AloneRate alone, alone_single;
+      const double item_us = filled.item_cost_us;
+      const uint64_t alone_items = host_alone_items(item_us);
+      status = measure_alone(o, alone_items, p.stages, &alone);
+      if (status.ok()) status = measure_alone(o, alone_items, 1, &alone_single);
+      if (!status.ok()) return fail(status);
+      const auto rows = host_stage_rows(filled, *host_transport->timeline(), static_cast<int>(warm),
+                                        item_us, host_min_factor, alone, alone_single);
+      std::printf("\n%s", format_host_stage_table(rows, item_us, host_min_factor, alone, alone_single).c_str());
+      if (!host_timeline_csv.empty()) {
+        std::FILE* f = std::fopen(host_timeline_csv.c_str(), "w");
+        if (f == nullptr)
+          return fail(Status{pfErrorInvalidArgument, "--host-timeline: cannot write " + host_timeline_csv});
+        const std::string text = host_transport->timeline()->csv();
+        std::fwrite(text.data(), 1, text.size(), f);
+        std::fclose(f);
+      }
+    }
   }
   if (!naive_status.ok()) return fail(naive_status);
   if (peers) {

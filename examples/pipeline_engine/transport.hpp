@@ -1,9 +1,11 @@
-// How the engine's instructions reach a device. One interface, three implementations:
+// How the engine's instructions reach a device. One interface, four implementations:
 //  - SimTransport: every stage on one simulated world (one process, one thread), work enqueued
 //    in global dependency order and executed in virtual time;
 //  - emulated peers on one GPU (CUDA): this GPU runs one stage for real, the other stages are
 //    a host timeline that releases the stage's receives through device flags;
-//  - NCCL send/recv across GPUs, one host thread per GPU.
+//  - NCCL send/recv across GPUs, one host thread per GPU;
+//  - HostTransport (host_transport.hpp): every stage on its own real-time host device
+//    (pfBackendHost), one host thread per stage, fill items on the devices' SM threads.
 // The engine (engine.cpp) drives all of them through the same code path.
 #pragma once
 
@@ -91,6 +93,10 @@ class Transport {
   }
   virtual uint64_t naive_items_done() const { return 0; }
 
+  // Right before pfJobCreate of a stage's fill job: a transport may wrap the job's callbacks
+  // (the host transport times the executor's launch of every slice).
+  virtual void wrap_job_desc(int /*stage*/, pfJobDesc_t* /*desc*/) {}
+
   // The peers' fill (engine.hpp FillMode FreeRide / Tally / PaperStyle), started right after the
   // engine's pfBubbleBegin for the stage's `bubble_index`-th bubble of the iteration, and the
   // stream-ordered end of the bubble (Tally's retreat flag) right after its pfBubbleEnd. Only
@@ -137,6 +143,7 @@ class Transport {
 };
 
 std::unique_ptr<Transport> make_sim_transport();
+std::unique_ptr<Transport> make_host_transport();  // host_transport.cpp
 // CUDA transports; nullptr (and *why set) when built without CUDA or without enough GPUs.
 std::unique_ptr<Transport> make_emulated_transport(std::string* why);
 std::unique_ptr<Transport> make_nccl_transport(int stages, std::string* why);

@@ -144,6 +144,9 @@ class Engine {
   void stream_main(Stream* stream) EXCLUDES(mutex_);
   void execute(Stream* stream, Op& op) REQUIRES(mutex_);
   void block_main() EXCLUDES(mutex_);
+  // Runs one block of `launch` on the calling thread (an SM thread, or a stream thread running a
+  // block of its own launch), counted in the fill partition; the lock is released meanwhile.
+  void run_block_here(Launch& launch) REQUIRES(mutex_);
   void run_block(Launch& launch);
 
   const int sm_count_;
