@@ -68,6 +68,12 @@ class Sim:
                 return
             time.sleep(0.0005)
             for bubble_us in self.used:
+                # The feeder is a real-time thread: give it time to stage a claim's units
+                # (on a loaded machine a bubble could otherwise find none, and a class none).
+                wait_until = time.monotonic() + 0.2
+                while (job._bound <= job._claims_started and not job._input_done
+                       and time.monotonic() < wait_until):
+                    time.sleep(0.0005)
                 before = list(job.sizes_run)
                 with self.rt.bubble(self.stream, expected_us=bubble_us):
                     self.stream.delay(bubble_us)

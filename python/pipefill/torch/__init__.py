@@ -20,8 +20,9 @@
 The subpackage's modules, each importing only the ones before it (tests/python/
 test_package_layers.py): ``_streams`` (stream handles, green-context SM partition),
 ``_schedule`` (the schedule hook, all_finished), ``_graph_jobs``, ``_streaming`` (the host/sim
-streaming jobs), ``_batch_sizes`` (inference with several batch sizes), ``_cuda_ring`` (their CUDA path: a ring of device slots, one captured graph),
-``_training`` (training_job); this face chooses the backend's class in :func:`inference_job`.
+streaming jobs), ``_batch_sizes`` (inference with several batch sizes), ``_cuda_ring`` (their
+CUDA path: a ring of device slots, one captured graph), ``_training`` (training_job); this face
+chooses the backend's class in :func:`inference_job`.
 
 How the schedule hook works, and why it survives torch versions
 ----------------------------------------------------------------
