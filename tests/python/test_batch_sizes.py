@@ -255,6 +255,7 @@ def test_resume_mid_run_with_mixed_sizes_is_exact(tmp_path, how):
     (dict(batch_sizes=[2, 4], batch_size=4), r"batch_size = 4 with batch_sizes = \[2, 4\]"),
     (dict(batch_sizes=[2, 4], item_cost_us=[1.0]), r"item_cost_us = \[1.0\] with batch_sizes"),
     (dict(batch_sizes=[2, 4], item_cost_us=-1.0), r"item_cost_us = -1.0 \(must be > 0\)"),
+    (dict(batch_sizes=[2, 4], item_cost_us=object), r"item_cost_us = <class 'object'> with"),
     (dict(batch_sizes=[2, 4], slots=1), r"slots = 1"),
 ])
 def test_bad_input_is_refused_at_creation_naming_the_value(kw, message):

@@ -67,7 +67,10 @@ def check_batch_sizes(batch_sizes: Any, batch_size: Optional[int],
         raise ValueError(f"inference_job: batch_size = {batch_size} with batch_sizes = "
                          f"{batch_sizes!r}: give batch_size=None or the smallest size, {unit}")
     if item_cost_us is not None and not isinstance(item_cost_us, (int, float)):
-        costs = list(item_cost_us)
+        try:
+            costs = list(item_cost_us)
+        except TypeError:
+            costs = []
         if len(costs) != len(sizes) or any(
                 isinstance(c, bool) or not isinstance(c, (int, float)) or not c > 0
                 for c in costs):
