@@ -6,7 +6,7 @@ Layers, lowest first (a module imports only its own layer's lower modules or low
    _stats, _extensions, _runtime, jobs;
 1. _bubbles (the bubble emitter the adapters share);
 2. the pipefill.torch subpackage, in this order: _streams, _schedule, _graph_contexts,
-   _fill_capture, _graph_jobs, _job_common, _sinks, _streaming, _cuda_ring, _training_state,
+   _fill_capture, _graph_jobs, _job_common, _sinks, _streaming, _batch_sizes, _cuda_ring, _training_state,
    _checkpoints, _micro_steps, _training, then its face (__init__); its modules import pipefill
    modules at module top only (no import inside a function: that is how the old circles were
    hidden);
@@ -29,7 +29,8 @@ PACKAGE = ROOT / "pipefill"
 CORE = ["_enums", "_errors", "_config", "_sim", "_profiler", "_stats", "_extensions",
         "_runtime", "jobs"]
 TORCH_ORDER = ["_streams", "_schedule", "_graph_contexts", "_fill_capture", "_graph_jobs",
-               "_job_common", "_sinks", "_streaming", "_cuda_ring", "_training_state",
+               "_job_common", "_sinks", "_streaming", "_batch_sizes",
+               "_cuda_ring", "_training_state",
                "_checkpoints", "_micro_steps", "_training", "__init__"]
 
 

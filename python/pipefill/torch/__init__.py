@@ -20,8 +20,9 @@
 The subpackage's modules, each importing only the ones before it (tests/python/
 test_package_layers.py): ``_streams`` (stream handles, green-context SM partition),
 ``_schedule`` (the schedule hook, all_finished), ``_graph_jobs``, ``_streaming`` (the host/sim
-streaming jobs), ``_cuda_ring`` (their CUDA path: a ring of device slots, one captured graph),
-``_training`` (training_job); this face chooses the backend's class in :func:`inference_job`.
+streaming jobs), ``_batch_sizes`` (inference with several batch sizes), ``_cuda_ring`` (their
+CUDA path: a ring of device slots, one captured graph), ``_training`` (training_job); this face
+chooses the backend's class in :func:`inference_job`.
 
 How the schedule hook works, and why it survives torch versions
 ----------------------------------------------------------------
@@ -63,7 +64,7 @@ PipeFill never breaks the trainer: a PipeFillError from a bubble call is recorde
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 import torch
 
@@ -76,6 +77,7 @@ from ._schedule import (all_finished, audit_schedules_source, bubble_on_wait, ch
                         StreamChoice, TESTED_TORCH)
 from ._graph_jobs import graph_fill_job, graph_job, GraphFillJob, module_inference_job
 from ._streaming import FillJobError, InferenceJob, Progress
+from ._batch_sizes import SizedInferenceJob
 from ._cuda_ring import CudaInferenceJob
 from ._training import training_job, TrainingJob
 from ._streaming import PathLike
@@ -117,7 +119,8 @@ def inference_job(runtime: Runtime, module: "torch.nn.Module", data: Iterable[An
                   batch_size: Optional[int], sink: Any, slots: int = 4,
                   resume: Optional[PathLike] = None, start: int = 0, items: Optional[int] = None,
                   name: str = "inference", priority: int = 0,
-                  item_cost_us: Optional[float] = None) -> InferenceJob:
+                  item_cost_us: Any = None,
+                  batch_sizes: Optional[Sequence[int]] = None) -> InferenceJob:
     """Streams ``data`` through ``module`` in the bubbles, one batch per item.
 
     ``data``: any iterable of samples (grouped into batches of ``batch_size`` with
@@ -134,7 +137,22 @@ def inference_job(runtime: Runtime, module: "torch.nn.Module", data: Iterable[An
     hold each item exactly once. ``item_cost_us``: default, the module timed on the first batch
     (then learned from the measured slices); given, the planner keeps it (host/simulated
     backends; see docs/pytorch.md).
+
+    ``batch_sizes=[b, 2b, ...]`` (host and simulated backends; each a multiple of the smallest,
+    ``b``): the job offers one configuration per size and the planner picks per bubble class the
+    size that fits (pipefill/torch/_batch_sizes.py). Indices, sink calls, ``start``/``items``,
+    the memmap's rows and the progress file all count batches of ``b`` samples, as with
+    ``batch_size=b``, whatever sizes ran; ``slots`` then counts batches of the largest size.
+    ``item_cost_us``: one cost per size, or the smallest size's (the others scaled by size).
     """
+    if batch_sizes is not None:
+        if runtime.backend == Backend.CUDA:
+            raise ValueError(f"inference_job: batch_sizes = {batch_sizes!r} runs on the simulated "
+                             "and host backends only (on CUDA one item is one captured batch)")
+        return SizedInferenceJob(runtime, module, data, batch_sizes=batch_sizes,
+                                 batch_size=batch_size, sink=sink, slots=slots, resume=resume,
+                                 start=start, items=items, name=name, priority=priority,
+                                 item_cost_us=item_cost_us)
     kind = CudaInferenceJob if runtime.backend == Backend.CUDA else InferenceJob
     return kind(runtime, module, data, batch_size=batch_size, sink=sink, slots=slots,
                 resume=resume, start=start, items=items, name=name, priority=priority,

@@ -238,17 +238,21 @@ class InferenceJob(_StreamingJob):
             if self.end is not None and self._limit is not None and k < self._limit:
                 raise ValueError(f"items = {self.end - self.start} from start = {self.start}, "
                                  f"but the data ended at item {self.next_item + k}")
-            with self._cv:
-                self._total = k
-                self._cv.notify_all()
-            # The job was made with `_limit` items when the count was known: staging them all
-            # ends it on its own, and it may have completed already (pfJobEndInput would then be
-            # refused). Only an input of unknown length, or one shorter than its len(), ends here.
-            if k > 0 and (self._limit is None or k < self._limit):
-                self.job._native.end_input()
+            self._input_ended(k)
         except Exception as error:  # the job ends itself, never the trainer
             if not self._stopping():
                 self._fail(f"job '{self.name}': feeder: {type(error).__name__}: {error}")
+
+    def _input_ended(self, k: int) -> None:
+        """Feeder thread: the input ended after ``k`` items of this attempt (all published)."""
+        with self._cv:
+            self._total = k
+            self._cv.notify_all()
+        # The job was made with `_limit` items when the count was known: staging them all
+        # ends it on its own, and it may have completed already (pfJobEndInput would then be
+        # refused). Only an input of unknown length, or one shorter than its len(), ends here.
+        if k > 0 and (self._limit is None or k < self._limit):
+            self.job._native.end_input()
 
     def _publish(self, staged: int) -> None:
         """Items [0, staged) of this attempt are staged: the bound goes up to them."""
