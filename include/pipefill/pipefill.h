@@ -131,6 +131,10 @@ typedef enum pfLogLevel_t {
  * and fill_optimizer_bubbles; a version 3 layout (PF_CONFIG_V3_SIZE bytes, version 3) gets their
  * defaults. */
 #define PF_CONFIG_VERSION 4
+/* The largest `size` (config, stats, info structs) or byte count any call accepts: a later
+ * header's structs may grow, but not beyond this; a larger value is an uninitialised or corrupt
+ * size and is refused with pfErrorInvalidArgument naming it. */
+#define PF_MAX_STRUCT_SIZE 4096
 #define PF_UNSET_INT INT_MIN
 #define PF_UNSET_DOUBLE (-DBL_MAX)
 #define PF_UNSET_SIZE SIZE_MAX
@@ -223,7 +227,7 @@ PF_API pfResult_t pfRuntimeDestroy(pfRuntime_t runtime);
  * config->size first (start from PF_CONFIG_INITIALIZER): only that many bytes are written. */
 PF_API pfResult_t pfRuntimeGetConfig(pfRuntime_t runtime, pfConfig_t* config);
 
-/* Backend in force (pfBackendCuda or pfBackendSim). */
+/* Backend in force after auto was resolved: pfBackendCuda, pfBackendSim or pfBackendHost. */
 PF_API pfResult_t pfRuntimeGetBackend(pfRuntime_t runtime, pfBackend_t* backend);
 
 /* A stream for the main job at the highest priority the device offers, so that fill work at
@@ -266,7 +270,13 @@ typedef struct pfBubbleHint_t {
 
 /* Call right after enqueuing the communication the stage will wait on. Records the begin event
  * on `stream` (stream order) and hands the bubble to the executor; never blocks on the device.
- * hint may be NULL. Nested begin on the same runtime is pfErrorInvalidState. */
+ * hint may be NULL.
+ * Threads: a runtime has at most one open bubble. pfBubbleBegin, pfBubbleEnd and pfIterationEnd
+ * may be called from any thread (they are serialised inside the runtime), but a begin while a
+ * bubble is open - nested on the same thread, or from another thread or stream - is refused with
+ * pfErrorInvalidState naming the stream that holds the open bubble, and enqueues nothing. An
+ * engine that drives several streams (interleaved virtual stages) marks one of them at a time,
+ * or gives each its own runtime. */
 PF_API pfResult_t pfBubbleBegin(pfRuntime_t runtime, void* stream, const pfBubbleHint_t* hint);
 
 /* Call right after the wait. Closes the bubble's gate with a stream-ordered write on `stream`
@@ -523,9 +533,10 @@ PF_API pfResult_t pfGraphCaptureContextPop(pfRuntime_t runtime);
 
 typedef struct pfStats_t {
   uint64_t iterations;
-  uint64_t bubbles;            /* bubbles whose timings are harvested */
+  uint64_t bubbles;            /* bubbles harvested, timed or not (bubbles_skipped <= bubbles;
+                                  those not timed count as skipped, cause pfSkipUntimed) */
   uint64_t bubbles_filled;     /* bubbles that got at least one slice */
-  uint64_t bubbles_skipped;    /* not filled: no history, too short, no job, no memory */
+  uint64_t bubbles_skipped;    /* not filled: no history, too short, no job, no memory, untimed */
   double bubble_time_us;       /* sum of measured bubble durations */
   double filled_time_us;       /* fill execution time inside bubbles */
   double overrun_time_us;      /* fill execution time after bubble ends (sum) */
@@ -591,13 +602,30 @@ typedef struct pfClassStats_t {
   uint64_t items_completed;             /* fill items completed by its bubbles' slices */
   uint64_t skips[PF_CLASS_SKIP_CAPACITY]; /* skipped bubbles by pfSkipCause_t (the entries from
                                            PF_SKIP_CAUSE_COUNT on are spare, 0) */
+  /* Appended after the first layout (PF_CLASS_STATS_V1_SIZE bytes): a caller whose size ends
+   * before them is written the first layout only. The planner's view of the class now: */
+  double p50_us;                /* median of the predictor's kept window */
+  double gated_predicted_us;    /* the prediction gated work (ticket, graph) is planned to: the
+                                   gated_prediction_quantile of the window (default the median);
+                                   0 while the class has fewer than min_samples samples */
+  double ungated_predicted_us;  /* the prediction opaque work is planned to (prediction_quantile);
+                                   0 likewise */
+  uint64_t samples;             /* timed bubbles the predictor has seen for the class */
+  uint64_t late_backoffs;       /* times a job's slices kept starting after this class's bubbles
+                                   ended and the job was held out of the class until a measured
+                                   bubble fitted again (docs/api.md, "Late slices") */
 } pfClassStats_t;
+
+/* Bytes of the first pfClassStats_t layout (it ended at skips). */
+#define PF_CLASS_STATS_V1_SIZE (offsetof(pfClassStats_t, skips) + sizeof(uint64_t) * PF_CLASS_SKIP_CAPACITY)
 
 /* The number of bubble classes harvested so far. */
 PF_API pfResult_t pfRuntimeGetClassCount(pfRuntime_t runtime, size_t* count);
-/* Class `index` (0 .. count-1). Set stats->size first: a size below this (the first) layout's
- * sizeof(pfClassStats_t) is pfErrorInvalidArgument; a larger one (a later header) gets this
- * layout's bytes and zeroes after them. index out of range: pfErrorInvalidArgument. */
+/* Class `index` (0 .. count-1). Set stats->size first: a size below PF_CLASS_STATS_V1_SIZE is
+ * pfErrorInvalidArgument; a size between it and sizeof(pfClassStats_t) gets the fields it holds;
+ * a larger one (a later header) gets this layout's bytes and zeroes after them, up to
+ * PF_MAX_STRUCT_SIZE (above it: pfErrorInvalidArgument, an uninitialised size).
+ * index out of range: pfErrorInvalidArgument. */
 PF_API pfResult_t pfRuntimeGetClassStats(pfRuntime_t runtime, size_t index, pfClassStats_t* stats);
 
 /* The runtime's fill streams: cudaStream_t on CUDA (lowest priority, in the fill partition's green

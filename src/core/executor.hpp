@@ -14,6 +14,7 @@
 // hold the state lock.
 #pragma once
 
+#include <chrono>
 #include <span>
 
 #include "core/config.hpp"
@@ -40,7 +41,10 @@ class Executor final : public MessageHandler, public InlineFill {
   void poll_completions() override EXCLUDES(state_.mu);
 
   // InlineFill (inline launch mode, the user thread).
-  void begin_bubble(const BubbleMessage& begin, SliceTails* tails) override EXCLUDES(state_.mu);
+  bool begin_bubble(const BubbleMessage& begin, SliceTails* tails) override EXCLUDES(state_.mu);
+  // How long pfBubbleBegin (inline mode) tries for the state lock before it leaves the bubble to
+  // the executor: about one uncontended handover, far below a harvest.
+  static constexpr std::chrono::nanoseconds kInlineLockPatience{2000};
   void end_bubble(SliceTails* tails) override EXCLUDES(state_.mu);
 
   // pfJobCreate's warm-up on every fill stream (no lock held).
@@ -64,6 +68,12 @@ class Executor final : public MessageHandler, public InlineFill {
 
  private:
   static BubbleRecord& open_bubble_record(RuntimeState& s, const BubbleMessage& m)
+      REQUIRES(s.mu);
+  // Inline mode: the state lock for pfBubbleBegin (false: not within kInlineLockPatience; the
+  // simulator always waits for it).
+  bool lock_for_inline_begin(RuntimeState& s, uint64_t bubble_id) TRY_ACQUIRE(true, s.mu)
+      NO_THREAD_SAFETY_ANALYSIS;
+  bool begin_bubble_locked(RuntimeState& s, const BubbleMessage& m, SliceTails* tails)
       REQUIRES(s.mu);
   // True (with the skip reason set) for a bubble whose kind the options leave unfilled: the
   // optimizer (all-reduce) window unless fill_optimizer_bubbles.

@@ -245,6 +245,7 @@ void Engine::execute(Stream* stream, Op& op) {
     case OpType::Record:
       op.record->done = true;
       op.record->time_us = now_us();
+      stream->last_record = op.record;
       progress_.notify_all();
       return;
     case OpType::Wait:
@@ -264,6 +265,7 @@ void Engine::execute(Stream* stream, Op& op) {
     case OpType::Fill: {
       if (stopping_) return;
       Launch& launch = *op.launch;
+      launch.failures_to = stream->last_record;
       for (int i = 0; i < launch.blocks; ++i) block_queue_.push_back(op.launch);
       block_cv_.notify_all();
       progress_.wait(mutex_, [&] {
@@ -303,6 +305,13 @@ void Engine::block_main() {
     mutex_.lock();
     --fill_running_;
     ++launch->exited;
+    // An opaque launch whose blocks all stopped at failed items leaves the rest of its items
+    // unrun: they are not completed either (the runtime counts opaque items as planned).
+    if (launch->exited == launch->blocks && !launch->ticket && launch->failures_to != nullptr &&
+        launch->failures_to->item_failures > 0) {
+      launch->failures_to->items_not_run +=
+          launch->items - std::min(launch->next.load(), launch->items);
+    }
     progress_.notify_all();
     block_cv_.notify_all();
   }
@@ -322,12 +331,24 @@ void Engine::run_block(Launch& launch) {
       item = launch.first_item + index;
     }
     if (launch.item_fn == nullptr) continue;
+    std::string what;
     try {
       launch.item_fn(launch.user, item);
+      continue;
+    } catch (const std::exception& error) {
+      what = fmt::format("item {} threw: {}", item, error.what());
     } catch (...) {
-      log::warn("host device: an item function threw at item {}; the block stops", item);
-      return;
+      what = fmt::format("item {} threw an exception that is not a std::exception", item);
     }
+    // The item failed: the block stops, and the failure is kept with the stream's last record
+    // (the slice's start event), where the runtime's harvest reads it (item_failures): it ends the
+    // job Failed, and the item does not count as completed.
+    log::warn("host device: {}; the block stops", what);
+    MutexLock lock(mutex_);
+    if (launch.failures_to != nullptr) {
+      if (launch.failures_to->item_failures++ == 0) launch.failures_to->first_item_failure = what;
+    }
+    return;
   }
 }
 
