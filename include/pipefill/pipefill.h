@@ -50,7 +50,7 @@ typedef enum pfResult_t {
   pfErrorCudaFailure = 6,      /* a CUDA runtime/driver call failed; message names it */
   pfErrorCuptiFailure = 7,     /* a CUPTI call failed; message names it */
   pfErrorNcclFailure = 8,      /* an NCCL call failed; message names it */
-  pfErrorJobFailed = 9,        /* a fill job's callback reported failure; the job is ended */
+  pfErrorJobFailed = 9,        /* a fill job's callback or item failed; the job is ended */
   pfErrorCancelled = 10,       /* the job was cancelled */
   pfErrorTimeout = 11,         /* a wait ran out of time */
   pfErrorBusy = 12,            /* resource in use (e.g. destroying a runtime with live jobs) */
@@ -301,7 +301,9 @@ typedef enum pfJobStatus_t {
   pfJobPending = 0,   /* created, not yet given bubble time */
   pfJobRunning = 1,   /* has completed some items */
   pfJobCompleted = 2, /* every item done exactly once */
-  pfJobFailed = 3,    /* a callback failed; see pfJobGetStatus's message */
+  pfJobFailed = 3,    /* a callback or an item failed (pfJobWait returns the message); a failed
+                         item never counts as completed. Late slices (the trainer's bubbles
+                         too short for them) never fail a job: it backs off (docs/api.md) */
   pfJobCancelled = 4
 } pfJobStatus_t;
 

@@ -67,7 +67,7 @@ PF_API const char* pfGetErrorString(pfResult_t result) {
     case pfErrorCuptiFailure: return "pfErrorCuptiFailure: a CUPTI call failed";
     case pfErrorNcclFailure: return "pfErrorNcclFailure: an NCCL call failed";
     case pfErrorJobFailed:
-      return "pfErrorJobFailed: a fill job's callback reported failure; the job is ended";
+      return "pfErrorJobFailed: a fill job's callback or item failed; the job is ended";
     case pfErrorCancelled: return "pfErrorCancelled: the job was cancelled";
     case pfErrorTimeout: return "pfErrorTimeout: a wait ran out of time";
     case pfErrorBusy: return "pfErrorBusy: resource in use (e.g. a runtime with live jobs)";

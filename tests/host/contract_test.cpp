@@ -231,9 +231,14 @@ TEST_F(HostRuntimeTest, InlineBeginDoesNotWaitForTheExecutorsLock) {
   ASSERT_TRUE(returned_while_held) << "pfBubbleBegin waited for the state lock";
   PF_ASSERT_OK(begin_result.load());
   EXPECT_EQ(state.inline_deferred.load(), 1u);
-  // The executor filled the deferred bubble: its slice ran the job's items.
-  PF_ASSERT_OK(pfHostStreamDelay(main_, 3000.0));
+  // The executor filled the deferred bubble: its slice ran the job's items. The main stream
+  // stays in the bubble until they ran (however late a loaded machine schedules the executor).
+  Latch in_bubble;
+  PF_ASSERT_OK(pfHostLaunchHostFunc(main_, &Latch::wait_fn, &in_bubble));
+  const bool items_ran = eventually([&] { return job.returned.load() == 2; });
+  in_bubble.open();
   ASSERT_NO_FATAL_FAILURE(end_bubble_and_iteration());
+  EXPECT_TRUE(items_ran) << "the executor never filled the deferred bubble";
   PF_ASSERT_OK(pfRuntimeSynchronize(rt_));
   const pfJobInfo_t i = info(handle);
   EXPECT_EQ(i.slices_launched, 1u);

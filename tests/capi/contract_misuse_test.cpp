@@ -1,4 +1,5 @@
-// C misuse cases of issue 34 (item 9; run under ASan/UBSan with the rest of the runtime tests):
+// C misuse cases of issue 34 (item 9; label capi, its own small binary so that the ASan/UBSan
+// tree builds it alone):
 // each was accepted (or silently ignored) before and is now refused with a message naming the
 // bad value, changing nothing. Also the planner's prediction in pfClassStats_t (item 8) and the
 // bound on bubble event pairs (item 3).
@@ -15,7 +16,7 @@
 #include <vector>
 
 #include "common/log.hpp"
-#include "fixtures.hpp"
+#include "runtime/fixtures.hpp"
 #include "support/api_checks.hpp"
 
 namespace pipefill::testing {
@@ -200,7 +201,7 @@ TEST(ContractMisuse, EnvironmentMessagesNameTheVariable) {
 }
 
 // The stream an open bubble began on cannot be destroyed (the simulated backend; the host one is
-// tests/host/contract_test.cpp), not even through another runtime of the same world.
+// tests/host/contract_test.cpp).
 TEST(ContractMisuse, TheOpenBubblesStreamCannotBeDestroyed) {
   ManualStage stage;
   ASSERT_NO_FATAL_FAILURE(stage.init());
