@@ -5,8 +5,10 @@
 // (harvester.hpp) and applies it to the statistics, the predictor, the jobs and the trace.
 //
 // Inline launch mode: the executor launches nothing; pfBubbleBegin makes the bubble's record and
-// enqueues its slices through begin_bubble (InlineFill), from the class's plan the executor
-// prepared after the last harvest (refresh_plans), and pfBubbleEnd enqueues their tails.
+// enqueues its slices through begin_bubble (InlineFill, executor_inline.cpp), from the class's
+// plan the executor prepared after the last harvest (refresh_plans), and pfBubbleEnd enqueues
+// their tails. A begin that finds the state lock taken leaves the bubble to the executor
+// (deferred) rather than wait.
 //
 // Thread affinity: handle_messages on the pump's thread (executor thread or the thread running
 // the simulated world); poll_completions on the executor/poller thread; harvest also from
