@@ -120,6 +120,8 @@ typedef enum pfLogLevel_t {
  *   PIPEFILL_FILL_STREAMS=<1..64>       PIPEFILL_LAUNCH=auto|executor|inline   (version 3)
  *   PIPEFILL_GATED_QUANTILE=<0..1>      PIPEFILL_FILL_OPTIMIZER_BUBBLES=0|1   (version 4)
  *   PIPEFILL_TOO_SHORT_WARN_BUBBLES=<int >= 1>   (no config field; pfJobGetCostInfo)
+ *   PIPEFILL_BUBBLE_EVENT_PAIRS=<1..1048576>     (no config field; default 512: bubbles begun
+ *                                                and not yet harvested that can be timed)
  */
 /* Version 2: the "unset" values below are ones no caller passes on purpose (in version 1 they were
  * -1 / -1.0, so a margin of -1.0 silently meant "default"). A version 1 config (a caller built
