@@ -4,6 +4,15 @@
 //    with the raw device operations they must enqueue (event record at begin; gate write and
 //    event record at end) issued directly on a simulated world. Counters: ns per begin+end
 //    pair for both, and their ratio. Target (design brief): <= 1 µs on the simulator.
+//  BM_PairCost/<backend>/<launch mode>: the wall time of one pfBubbleBegin + pfBubbleEnd pair
+//    with a ticket fill job attached (so every bubble is filled: in inline mode begin enqueues
+//    the slices itself) on the simulated (0), host (1) and CUDA (2; skipped without a GPU)
+//    backends, in executor (1) and inline (2) launch mode, side by side with the bare stream
+//    operations a pair must enqueue (event record; gate write + event record) issued straight on
+//    a device of the same kind. Counters: mean and best-batch ns per pair for both, their ratio,
+//    the share of bubbles filled and the bubbles inline mode left to the executor rather than
+//    wait for its lock. Each bubble lasts 50 µs on the device (a main-stream delay, enqueued in
+//    both loops); the host calls never wait for it.
 //  BM_PipelineFill: a simulated 4-stage 1F1B pipeline (8 micro-batches, 10 iterations) without
 //    and with one ticket fill job per stage, side by side. Counters: main-job slowdown (target
 //    <= 0.5%), share of bubble time filled after 2 warm-up iterations (target >= 90%), host
@@ -11,13 +20,17 @@
 //  BM_ScheduleOrder / BM_FillDecision: the scheduler's order and the planner's slice for the
 //    first job, with 1, 10 and 1000 queued jobs (what the executor does per bubble).
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <memory>
 #include <vector>
 
+#include "core/handles.hpp"
 #include "core/planner.hpp"
+#include "core/runtime.hpp"
+#include "host/host_engine.hpp"
 #include "core/scheduler.hpp"
 #include "pipefill/pipefill.h"
 #include "sim/sim_pipeline.hpp"
@@ -103,6 +116,169 @@ void BM_BubbleInstructions(benchmark::State& state) {
   pfRuntimeDestroy(rt);
 }
 BENCHMARK(BM_BubbleInstructions)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// ---- BM_PairCost ------------------------------------------------------------------------------
+
+// Ticket jobs of empty items (the fill work's cost is not what is measured).
+pfResult_t pair_cost_launch_sim(void*, const pfSliceDesc_t* slice, void* stream) {
+  if (slice->max_items == 0) return pfSuccess;
+  return pfSimLaunchTicketKernel(stream, slice, slice->max_blocks, 1.0, nullptr, nullptr);
+}
+pfResult_t pair_cost_launch_host(void*, const pfSliceDesc_t* slice, void* stream) {
+  if (slice->max_items == 0) return pfSuccess;
+  return pfHostLaunchTicketKernel(stream, slice, slice->max_blocks, nullptr, nullptr);
+}
+
+// The bare operations of a pair on a device of the backend's kind, `pairs` times; seconds.
+class BareOps {
+ public:
+  explicit BareOps(pfBackend_t backend) : backend_(backend) {
+    if (backend == pfBackendSim) {
+      pipefill::sim::World::create(1, nullptr, 1, &world_);
+      world_->create_stream(0, pipefill::sim::kHighestPriority, false, &stream_);
+      world_->create_event(&begin_);
+      world_->create_event(&end_);
+      world_->allocate_words(1, &gate_);
+    } else if (backend == pfBackendHost) {
+      pipefill::host::Engine::create(pipefill::host::EngineOptions{}, &engine_);
+      engine_->create_stream(pipefill::host::kHighestPriority, false, &stream_);
+      engine_->create_event(&begin_);
+      engine_->create_event(&end_);
+      engine_->allocate_words(1, &gate_);
+    }
+  }
+  ~BareOps() {
+    if (engine_) engine_->shutdown();
+  }
+  bool available() const { return world_ != nullptr || engine_ != nullptr; }
+  double run(int pairs, double bubble_us) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < pairs; ++i) {
+      if (world_) {
+        world_->record_event(begin_, stream_);
+        world_->delay(stream_, bubble_us);
+        world_->write_word(stream_, gate_, ++id_);
+        world_->record_event(end_, stream_);
+      } else {
+        engine_->record_event(begin_, stream_);
+        engine_->delay(stream_, bubble_us);
+        engine_->write_word(stream_, gate_, ++id_);
+        engine_->record_event(end_, stream_);
+      }
+    }
+    return seconds_since(t0);
+  }
+  void drain() {
+    if (world_) world_->run_until_idle();
+    if (engine_) engine_->synchronize_stream(stream_);
+  }
+
+ private:
+  pfBackend_t backend_;
+  std::unique_ptr<pipefill::sim::World> world_;
+  std::shared_ptr<pipefill::host::Engine> engine_;
+  void* stream_ = nullptr;
+  void* begin_ = nullptr;
+  void* end_ = nullptr;
+  uint64_t* gate_ = nullptr;
+  uint64_t id_ = 0;
+};
+
+void BM_PairCost(benchmark::State& state) {
+  const pfBackend_t backend = state.range(0) == 0   ? pfBackendSim
+                              : state.range(0) == 1 ? pfBackendHost
+                                                    : pfBackendCuda;
+  const int mode = static_cast<int>(state.range(1));
+  state.SetLabel(fmt::format("{} {}", backend == pfBackendSim    ? "sim"
+                                      : backend == pfBackendHost ? "host"
+                                                                 : "cuda",
+                             mode == pfLaunchInline ? "inline" : "executor"));
+  pfConfig_t config = PF_CONFIG_INITIALIZER;
+  config.backend = backend;
+  config.launch_mode = mode;
+  config.log_level = pfLogError;
+  config.safety_margin_us = 0.0;
+  config.safety_margin_fraction = 0.0;
+  config.arena_bytes = size_t{1} << 20;
+  pfRuntime_t rt = nullptr;
+  if (pfRuntimeCreate(&config, &rt) != pfSuccess) {
+    state.SkipWithError(pfGetLastErrorMessage());  // e.g. cuda without a GPU
+    return;
+  }
+  void* stream = nullptr;
+  pfStreamCreateHighPriority(rt, &stream);
+  pfSimWorld_t world = nullptr;
+  if (backend == pfBackendSim) pfRuntimeGetSimWorld(rt, &world);
+  pfJobDesc_t desc = PF_JOB_DESC_INITIALIZER;
+  desc.name = "empty-items";
+  desc.item_count = uint64_t{1} << 40;
+  desc.item_cost_hint_us = 1.0;
+  desc.launch = backend == pfBackendSim ? &pair_cost_launch_sim : &pair_cost_launch_host;
+  pfJob_t job = nullptr;
+  if (backend != pfBackendCuda && pfJobCreate(rt, &desc, &job) != pfSuccess) {
+    state.SkipWithError(pfGetLastErrorMessage());
+    pfRuntimeDestroy(rt);
+    return;
+  }
+  BareOps bare(backend);
+  // Each bubble lasts 50 µs on the device (a delay on the main stream between begin and end, as
+  // the recv wait would): the slices run inside it. The host calls do not wait for it; both loops
+  // time the delay's enqueue too.
+  constexpr double kBubbleUs = 50.0;
+  pfBubbleHint_t hint = PF_BUBBLE_HINT_INITIALIZER;
+  hint.label = "recv";              // one class: planned from measured history after the first
+  hint.expected_duration_us = kBubbleUs;
+  double ours_s = 0.0, bare_s = 0.0, ours_min = 1e30, bare_min = 1e30;
+  uint64_t pairs = 0;
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    for (int i = 0; i < kPairsPerBatch; ++i) {
+      pfBubbleBegin(rt, stream, &hint);
+      if (backend == pfBackendSim) pfSimStreamDelay(stream, kBubbleUs);
+      if (backend == pfBackendHost) pfHostStreamDelay(stream, kBubbleUs);
+      pfBubbleEnd(rt, stream);
+    }
+    const double ours = seconds_since(t0);
+    const double base = bare.available() ? bare.run(kPairsPerBatch, kBubbleUs) : 0.0;
+    state.SetIterationTime(ours);
+    ours_s += ours;
+    bare_s += base;
+    ours_min = std::min(ours_min, ours);
+    bare_min = std::min(bare_min, base);
+    pairs += kPairsPerBatch;
+    // Untimed: run what was enqueued, harvest it (frees the event pairs).
+    pfIterationEnd(rt);
+    if (world != nullptr) pfSimRunUntilIdle(world);
+    pfRuntimeSynchronize(rt);
+    bare.drain();
+  }
+  uint64_t deferred = 0;
+  {
+    pipefill::core::RuntimeRef ref;
+    if (pipefill::core::acquire_runtime(rt, "bench", &ref) == pfSuccess) {
+      deferred = ref->state_for_tests().inline_deferred.load();
+    }
+  }
+  pfStats_t stats{};
+  pfRuntimeGetStatsV2(rt, &stats, sizeof stats);
+  state.counters["pair_ns"] = ours_s * 1e9 / static_cast<double>(pairs);
+  state.counters["pair_best_batch_ns"] = ours_min * 1e9 / kPairsPerBatch;
+  state.counters["bare_ops_ns"] = bare_s * 1e9 / static_cast<double>(pairs);
+  state.counters["bare_best_batch_ns"] = bare_min * 1e9 / kPairsPerBatch;
+  state.counters["ratio_pair_over_bare"] = bare_s > 0 ? ours_s / bare_s : 0.0;
+  state.counters["filled_share"] =
+      stats.bubbles > 0 ? static_cast<double>(stats.bubbles_filled) / stats.bubbles : 0.0;
+  state.counters["inline_left_to_executor"] = static_cast<double>(deferred);
+  if (job != nullptr) pfJobDestroy(job);
+  pfStreamDestroy(rt, stream);
+  pfRuntimeDestroy(rt);
+}
+BENCHMARK(BM_PairCost)
+    ->ArgsProduct({{0, 1, 2}, {pfLaunchExecutor, pfLaunchInline}})
+    ->ArgNames({"backend", "mode"})
+    ->UseManualTime()
+    ->Iterations(40)
+    ->Unit(benchmark::kMicrosecond);
 
 struct PipelineOutcome {
   double virtual_us = 0.0;        // simulated time of the measured iterations

@@ -55,7 +55,7 @@ typedef enum pfResult_t {
   pfErrorCudaFailure = 6,      /* a CUDA runtime/driver call failed; message names it */
   pfErrorCuptiFailure = 7,     /* a CUPTI call failed; message names it */
   pfErrorNcclFailure = 8,      /* an NCCL call failed; message names it */
-  pfErrorJobFailed = 9,        /* a fill job's callback reported failure; the job is ended */
+  pfErrorJobFailed = 9,        /* a fill job's callback or item failed; the job is ended */
   pfErrorCancelled = 10,       /* the job was cancelled */
   pfErrorTimeout = 11,         /* a wait ran out of time */
   pfErrorBusy = 12,            /* resource in use (e.g. destroying a runtime with live jobs) */
@@ -125,6 +125,8 @@ typedef enum pfLogLevel_t {
  *   PIPEFILL_FILL_STREAMS=<1..64>       PIPEFILL_LAUNCH=auto|executor|inline   (version 3)
  *   PIPEFILL_GATED_QUANTILE=<0..1>      PIPEFILL_FILL_OPTIMIZER_BUBBLES=0|1   (version 4)
  *   PIPEFILL_TOO_SHORT_WARN_BUBBLES=<int >= 1>   (no config field; pfJobGetCostInfo)
+ *   PIPEFILL_BUBBLE_EVENT_PAIRS=<1..1048576>     (no config field; default 512: bubbles begun
+ *                                                and not yet harvested that can be timed)
  */
 /* Version 2 (0.2): the "unset" values below are ones no caller passes on purpose (in version 1
  * they were -1 / -1.0, so a margin of -1.0 silently meant "default"). A version 1 config (built
@@ -136,6 +138,10 @@ typedef enum pfLogLevel_t {
  * and fill_optimizer_bubbles; a version 3 layout (PF_CONFIG_V3_SIZE bytes, version 3) gets their
  * defaults. */
 #define PF_CONFIG_VERSION 4
+/* The largest `size` (config, stats, info structs) or byte count any call accepts: a later
+ * header's structs may grow, but not beyond this; a larger value is an uninitialised or corrupt
+ * size and is refused with pfErrorInvalidArgument naming it. */
+#define PF_MAX_STRUCT_SIZE 4096
 #define PF_UNSET_INT INT_MIN
 #define PF_UNSET_DOUBLE (-DBL_MAX)
 #define PF_UNSET_SIZE SIZE_MAX
@@ -228,7 +234,7 @@ PF_API pfResult_t pfRuntimeDestroy(pfRuntime_t runtime);
  * config->size first (start from PF_CONFIG_INITIALIZER): only that many bytes are written. */
 PF_API pfResult_t pfRuntimeGetConfig(pfRuntime_t runtime, pfConfig_t* config);
 
-/* Backend in force (pfBackendCuda or pfBackendSim). */
+/* Backend in force after auto was resolved: pfBackendCuda, pfBackendSim or pfBackendHost. */
 PF_API pfResult_t pfRuntimeGetBackend(pfRuntime_t runtime, pfBackend_t* backend);
 
 /* A stream for the main job at the highest priority the device offers, so that fill work at
@@ -271,7 +277,13 @@ typedef struct pfBubbleHint_t {
 
 /* Call right after enqueuing the communication the stage will wait on. Records the begin event
  * on `stream` (stream order) and hands the bubble to the executor; never blocks on the device.
- * hint may be NULL. Nested begin on the same runtime is pfErrorInvalidState. */
+ * hint may be NULL.
+ * Threads: a runtime has at most one open bubble. pfBubbleBegin, pfBubbleEnd and pfIterationEnd
+ * may be called from any thread (they are serialised inside the runtime), but a begin while a
+ * bubble is open - nested on the same thread, or from another thread or stream - is refused with
+ * pfErrorInvalidState naming the stream that holds the open bubble, and enqueues nothing. An
+ * engine that drives several streams (interleaved virtual stages) marks one of them at a time,
+ * or gives each its own runtime. */
 PF_API pfResult_t pfBubbleBegin(pfRuntime_t runtime, void* stream, const pfBubbleHint_t* hint);
 
 /* Call right after the wait. Closes the bubble's gate with a stream-ordered write on `stream`
@@ -296,7 +308,9 @@ typedef enum pfJobStatus_t {
   pfJobPending = 0,   /* created, not yet given bubble time */
   pfJobRunning = 1,   /* has completed some items */
   pfJobCompleted = 2, /* every item done exactly once */
-  pfJobFailed = 3,    /* a callback failed; see pfJobGetStatus's message */
+  pfJobFailed = 3,    /* a callback or an item failed (pfJobWait returns the message); a failed
+                         item never counts as completed. Late slices (the trainer's bubbles
+                         too short for them) never fail a job: it backs off (docs/api.md) */
   pfJobCancelled = 4
 } pfJobStatus_t;
 
@@ -534,9 +548,10 @@ PF_API pfResult_t pfGraphCaptureContextPop(pfRuntime_t runtime);
 
 typedef struct pfStats_t {
   uint64_t iterations;
-  uint64_t bubbles;            /* bubbles whose timings are harvested */
+  uint64_t bubbles;            /* bubbles harvested, timed or not (bubbles_skipped <= bubbles;
+                                  those not timed count as skipped, cause pfSkipUntimed) */
   uint64_t bubbles_filled;     /* bubbles that got at least one slice */
-  uint64_t bubbles_skipped;    /* not filled: no history, too short, no job, no memory */
+  uint64_t bubbles_skipped;    /* not filled: no history, too short, no job, no memory, untimed */
   double bubble_time_us;       /* sum of measured bubble durations */
   double filled_time_us;       /* fill execution time inside bubbles */
   double overrun_time_us;      /* fill execution time after bubble ends (sum) */
@@ -549,7 +564,7 @@ typedef struct pfStats_t {
   /* ---- Appended in 0.3: only pfRuntimeGetStatsV2 writes the fields below ---- */
   double filled_sm_us;         /* sum over slices of (overlap with the bubble) x (SMs granted) */
   double capacity_sm_us;       /* sum over timed bubbles of duration x fill SMs of the partition */
-  /* ---- Appended for issue 33 (bubble edges, from the slice and bubble events) ---- */
+  /* ---- Added in 0.4 (bubble edges, from the slice and bubble events) ---- */
   uint64_t bubbles_fill_started;  /* timed bubbles in which a slice ran fill work */
   double fill_start_delay_us;  /* sum over them of (first working slice's start - bubble begin) */
   double max_fill_start_delay_us; /* the largest of those delays */
@@ -609,13 +624,30 @@ typedef struct pfClassStats_t {
   uint64_t items_completed;             /* fill items completed by its bubbles' slices */
   uint64_t skips[PF_CLASS_SKIP_CAPACITY]; /* skipped bubbles by pfSkipCause_t (the entries from
                                            PF_SKIP_CAUSE_COUNT on are spare, 0) */
+  /* Added in 0.4, after the first layout (PF_CLASS_STATS_V1_SIZE bytes): a caller whose size
+   * ends before them is written the first layout only. The planner's view of the class now: */
+  double p50_us;                /* median of the predictor's kept window */
+  double gated_predicted_us;    /* the prediction gated work (ticket, graph) is planned to: the
+                                   gated_prediction_quantile of the window (default the median);
+                                   0 while the class has fewer than min_samples samples */
+  double ungated_predicted_us;  /* the prediction opaque work is planned to (prediction_quantile);
+                                   0 likewise */
+  uint64_t samples;             /* timed bubbles the predictor has seen for the class */
+  uint64_t late_backoffs;       /* times a job's slices kept starting after this class's bubbles
+                                   ended and the job was held out of the class until a measured
+                                   bubble fitted again (docs/api.md, "Late slices") */
 } pfClassStats_t;
+
+/* Bytes of the first pfClassStats_t layout (it ended at skips). */
+#define PF_CLASS_STATS_V1_SIZE (offsetof(pfClassStats_t, skips) + sizeof(uint64_t) * PF_CLASS_SKIP_CAPACITY)
 
 /* The number of bubble classes harvested so far. */
 PF_API pfResult_t pfRuntimeGetClassCount(pfRuntime_t runtime, size_t* count);
-/* Class `index` (0 .. count-1). Set stats->size first: a size below this (the first) layout's
- * sizeof(pfClassStats_t) is pfErrorInvalidArgument; a larger one (a later header) gets this
- * layout's bytes and zeroes after them. index out of range: pfErrorInvalidArgument. */
+/* Class `index` (0 .. count-1). Set stats->size first: a size below PF_CLASS_STATS_V1_SIZE is
+ * pfErrorInvalidArgument; a size between it and sizeof(pfClassStats_t) gets the fields it holds;
+ * a larger one (a later header) gets this layout's bytes and zeroes after them, up to
+ * PF_MAX_STRUCT_SIZE (above it: pfErrorInvalidArgument, an uninitialised size).
+ * index out of range: pfErrorInvalidArgument. */
 PF_API pfResult_t pfRuntimeGetClassStats(pfRuntime_t runtime, size_t index, pfClassStats_t* stats);
 
 /* The runtime's fill streams: cudaStream_t on CUDA (lowest priority, in the fill partition's green

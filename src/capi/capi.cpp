@@ -37,6 +37,16 @@ pfResult_t guarded(const char* function, Body&& body) noexcept {
   }
 }
 
+// A caller's struct size (or byte count) above PF_MAX_STRUCT_SIZE is not a later header's layout
+// but an uninitialised or corrupt value: refused before anything is written through it.
+pfResult_t check_plausible_size(const char* what, size_t size) {
+  if (size <= PF_MAX_STRUCT_SIZE) return pfSuccess;
+  return fail(pfErrorInvalidArgument,
+              "{} = {} is implausible (above PF_MAX_STRUCT_SIZE = {}): set it to the sizeof of "
+              "the struct (start from its initializer)",
+              what, size, PF_MAX_STRUCT_SIZE);
+}
+
 }  // namespace
 
 extern "C" {
@@ -57,7 +67,7 @@ PF_API const char* pfGetErrorString(pfResult_t result) {
     case pfErrorCuptiFailure: return "pfErrorCuptiFailure: a CUPTI call failed";
     case pfErrorNcclFailure: return "pfErrorNcclFailure: an NCCL call failed";
     case pfErrorJobFailed:
-      return "pfErrorJobFailed: a fill job's callback reported failure; the job is ended";
+      return "pfErrorJobFailed: a fill job's callback or item failed; the job is ended";
     case pfErrorCancelled: return "pfErrorCancelled: the job was cancelled";
     case pfErrorTimeout: return "pfErrorTimeout: a wait ran out of time";
     case pfErrorBusy: return "pfErrorBusy: resource in use (e.g. a runtime with live jobs)";
@@ -90,6 +100,7 @@ pfResult_t init_config(const char* function, pfConfig_t* config, size_t config_s
                 "bytes); pass sizeof(pfConfig_t)",
                 function, config_size, PF_CONFIG_V2_SIZE);
   }
+  PF_TRY(check_plausible_size(fmt::format("{}: config_size", function).c_str(), config_size));
   pfConfig_t c = PF_CONFIG_INITIALIZER;
   const size_t bytes = std::min(config_size, sizeof(pfConfig_t));
   c.size = bytes;
@@ -313,6 +324,7 @@ PF_API pfResult_t pfJobGetCostInfo(pfJob_t job, pfJobCostInfo_t* info) {
                   "it to sizeof(pfJobCostInfo_t)",
                   size, sizeof(pfJobCostInfo_t));
     }
+    PF_TRY(check_plausible_size("pfJobGetCostInfo: info->size", size));
     pfJobCostInfo_t one{};
     PF_TRY(j.runtime()->job_cost_info(j.get(), &one));
     std::memcpy(info, &one, sizeof one);
@@ -391,6 +403,7 @@ PF_API pfResult_t pfRuntimeGetStatsV2(pfRuntime_t runtime, pfStats_t* stats, siz
                   "pfRuntimeGetStatsV2: stats_size = {} is below the smallest layout ({} bytes)",
                   stats_size, PF_STATS_V1_SIZE);
     }
+    PF_TRY(check_plausible_size("pfRuntimeGetStatsV2: stats_size", stats_size));
     pfStats_t all{};
     PF_TRY(rt->get_stats(&all));
     const size_t known = std::min(stats_size, sizeof(pfStats_t));
@@ -407,6 +420,12 @@ PF_API pfResult_t pfRuntimeGetSkipCounts(pfRuntime_t runtime, uint64_t* counts, 
     PF_TRY(pipefill::core::acquire_runtime(runtime, "pfRuntimeGetSkipCounts", &rt));
     if (counts == nullptr || count == 0) {
       return fail(pfErrorInvalidArgument, "pfRuntimeGetSkipCounts: counts is NULL or count is 0");
+    }
+    if (count > PF_MAX_STRUCT_SIZE / sizeof(uint64_t)) {
+      return fail(pfErrorInvalidArgument,
+                  "pfRuntimeGetSkipCounts: count = {} is implausible (the library knows {} causes; "
+                  "at most {} entries are accepted)",
+                  count, PF_SKIP_CAUSE_COUNT, PF_MAX_STRUCT_SIZE / sizeof(uint64_t));
     }
     const auto all = rt->skip_counts();
     const size_t known = std::min(count, all.size());
@@ -432,21 +451,25 @@ PF_API pfResult_t pfRuntimeGetClassStats(pfRuntime_t runtime, size_t index, pfCl
     PF_TRY(pipefill::core::acquire_runtime(runtime, "pfRuntimeGetClassStats", &rt));
     if (stats == nullptr) return fail(pfErrorInvalidArgument, "pfRuntimeGetClassStats: stats is NULL");
     const size_t size = stats->size;
-    if (size < sizeof(pfClassStats_t)) {
+    if (size < PF_CLASS_STATS_V1_SIZE) {
       return fail(pfErrorInvalidArgument,
                   "pfRuntimeGetClassStats: stats->size = {} is below the first layout ({} bytes); "
                   "set it to sizeof(pfClassStats_t)",
-                  size, sizeof(pfClassStats_t));
+                  size, PF_CLASS_STATS_V1_SIZE);
     }
+    PF_TRY(check_plausible_size("pfRuntimeGetClassStats: stats->size", size));
     pfClassStats_t one{};
     if (!rt->class_stats(index, &one)) {
       return fail(pfErrorInvalidArgument,
                   "pfRuntimeGetClassStats: index {} is not below the class count {}", index,
                   rt->class_count());
     }
-    std::memcpy(stats, &one, sizeof one);
+    // A caller of the first layout gets that layout's bytes (and its size) only.
+    const size_t known = std::min(size, sizeof one);
+    one.size = known;
+    std::memcpy(stats, &one, known);
     // Fields of a newer header this library does not know read 0.
-    if (size > sizeof one) std::memset(reinterpret_cast<char*>(stats) + sizeof one, 0, size - sizeof one);
+    if (size > known) std::memset(reinterpret_cast<char*>(stats) + known, 0, size - known);
     return pfSuccess;
   });
 }
@@ -463,6 +486,7 @@ PF_API pfResult_t pfRuntimeGetMemoryInfo(pfRuntime_t runtime, pfMemoryInfo_t* in
                   "set it to sizeof(pfMemoryInfo_t)",
                   size, sizeof(pfMemoryInfo_t));
     }
+    PF_TRY(check_plausible_size("pfRuntimeGetMemoryInfo: info->size", size));
     pfMemoryInfo_t one{};
     PF_TRY(rt->memory_info(&one));
     std::memcpy(info, &one, sizeof one);

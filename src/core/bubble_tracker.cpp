@@ -13,6 +13,16 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 pfResult_t BubbleTracker::begin(void* stream, const pfBubbleHint_t* hint) {
+  MutexLock lock(calls_mu_);
+  return begin_locked(stream, hint);
+}
+
+pfResult_t BubbleTracker::end(void* stream) {
+  MutexLock lock(calls_mu_);
+  return end_locked(stream);
+}
+
+pfResult_t BubbleTracker::begin_locked(void* stream, const pfBubbleHint_t* hint) {
   // The clock read costs as much as the rest of the call on some machines (no vDSO TSC), so
   // only one pair in kTimingSample is timed; the mean is over the sampled pairs.
   const bool timed = (timing_counter_++ % kTimingSample) == 0;
@@ -26,10 +36,17 @@ pfResult_t BubbleTracker::begin(void* stream, const pfBubbleHint_t* hint) {
                 backend_name(options_.backend));
   }
   if (in_bubble()) {
+    // One open bubble per runtime (docs/api.md, "Threads"): whichever thread or stream asks.
+    const bool same_thread =
+        bubble_thread_.load(std::memory_order_acquire) == std::this_thread::get_id();
     return fail(pfErrorInvalidState,
-                "pfBubbleBegin: bubble {} is still open on stream {}; nested bubbles are not "
-                "allowed (call pfBubbleEnd first)",
-                next_bubble_id_ - 1, open_bubble_stream());
+                "pfBubbleBegin on stream {}: bubble {} is still open on stream {} ({}); a runtime "
+                "has one open bubble at a time (call pfBubbleEnd on stream {} first, or give "
+                "each stage its own runtime)",
+                stream, next_bubble_id_ - 1, open_bubble_stream(),
+                same_thread ? "begun on this thread: nested bubbles are not allowed"
+                            : "begun on another thread",
+                open_bubble_stream());
   }
   BubbleMessage m;
   m.type = BubbleMessage::Type::Begin;
@@ -85,14 +102,28 @@ pfResult_t BubbleTracker::begin(void* stream, const pfBubbleHint_t* hint) {
   const uint64_t id = next_bubble_id_;
   // The event pair of bubble `id` is reused from bubble id - (pool size), which must be
   // harvested. If the executor fell that far behind, the bubble is simply not tracked.
-  m.tracked = id <= harvested_upto_.load(std::memory_order_acquire) +
-                        resources_.bubble_begin_events.size();
+  const uint64_t harvested = harvested_upto_.load(std::memory_order_acquire);
+  m.tracked = id <= harvested + resources_.bubble_begin_events.size();
+  if (!m.tracked) {
+    ++untracked_bubbles_;
+    if (!untracked_warned_) {
+      untracked_warned_ = true;
+      log::warn("pfBubbleBegin: bubble {} is not timed: all {} bubble event pairs are in flight "
+                "(bubbles {}..{} begun, only those up to {} harvested), so it and every bubble "
+                "begun while the executor is that far behind are counted as skipped "
+                "(pfSkipUntimed) and not filled. Harvesting needs the bubbles' end events to "
+                "complete: synchronize now and then, or raise the bound with "
+                "PIPEFILL_BUBBLE_EVENT_PAIRS (now {}). Said once per runtime.",
+                id, resources_.bubble_begin_events.size(), harvested + 1, id, harvested,
+                resources_.bubble_begin_events.size());
+    }
+  }
   if (m.tracked) PF_TRY(device_.record_event(resources_.begin_event(id), stream));
   m.bubble_id = id;
   m.iteration = iterations_.load(std::memory_order_relaxed);
   m.index_in_iteration = index_in_iteration_;
   // Inline mode: the slices go on the fill streams now, before the caller enqueues the wait.
-  if (inline_fill_ != nullptr) inline_fill_->begin_bubble(m, &tails_);
+  if (inline_fill_ != nullptr) m.deferred = !inline_fill_->begin_bubble(m, &tails_);
   push(m);
   current_tracked_ = m.tracked;
   bubble_stream_identity_ = identity;
@@ -109,7 +140,7 @@ pfResult_t BubbleTracker::begin(void* stream, const pfBubbleHint_t* hint) {
   return pfSuccess;
 }
 
-pfResult_t BubbleTracker::end(void* stream) {
+pfResult_t BubbleTracker::end_locked(void* stream) {
   const auto t0 = current_timed_ ? Clock::now() : Clock::time_point{};
   if (stream == nullptr && options_.backend != pfBackendCuda) {
     return fail(pfErrorInvalidArgument,
@@ -182,6 +213,7 @@ pfResult_t BubbleTracker::end(void* stream) {
 }
 
 pfResult_t BubbleTracker::iteration_end() {
+  MutexLock lock(calls_mu_);
   if (in_bubble()) {
     return fail(pfErrorInvalidState,
                 "pfIterationEnd: bubble {} is still open (call pfBubbleEnd first)",
@@ -215,6 +247,7 @@ void BubbleTracker::abandon(uint64_t id) {
 }
 
 bool BubbleTracker::abandon_if_stream_died() {
+  MutexLock lock(calls_mu_);
   if (!in_bubble()) return true;
   if (device_.is_valid_main_stream(open_bubble_stream())) return false;
   log::warn("bubble {}'s stream {} died with the bubble open; abandoning it", next_bubble_id_ - 1,

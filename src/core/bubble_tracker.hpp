@@ -5,14 +5,21 @@
 // (inline_fill.hpp) begin also enqueues the bubble's fill slices, and end their read-backs after
 // the gate write.
 //
-// Thread affinity: one caller at a time per runtime (the engine's CPU thread), by contract. The
-// tracker's own state is therefore not locked; what other threads read of it is atomic.
+// Threads: one bubble open per runtime at a time. Begin, end and iteration end may come from any
+// thread (an engine with several virtual stages drives several streams from several threads):
+// they are serialised by the tracker's own mutex, which nothing else takes while it waits (the
+// state lock may be taken under it, never the other way round), so a second pfBubbleBegin while
+// a bubble is open - from any thread, on any stream - is refused with pfErrorInvalidState naming
+// the stream and thread that hold it, and its caller's pfBubbleEnd never meets a taken-over
+// bubble. What other threads read without the mutex (in_bubble, the open stream) is atomic.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <thread>
 
+#include "common/error.hpp"
+#include "common/mutex.hpp"
 #include "core/config.hpp"
 #include "core/fill_resources.hpp"
 #include "core/inline_fill.hpp"
@@ -42,13 +49,18 @@ class BubbleTracker {
   // it, end their tails after the gate write. nullptr: executor mode.
   void set_inline_fill(InlineFill* fill) { inline_fill_ = fill; }
 
-  pfResult_t begin(void* stream, const pfBubbleHint_t* hint);
-  pfResult_t end(void* stream);
-  pfResult_t iteration_end();
+  pfResult_t begin(void* stream, const pfBubbleHint_t* hint) EXCLUDES(calls_mu_);
+  pfResult_t end(void* stream) EXCLUDES(calls_mu_);
+  pfResult_t iteration_end() EXCLUDES(calls_mu_);
 
   // Shutdown with a bubble open: when the bubble's stream died meanwhile, the bubble is abandoned
   // (as pfBubbleEnd would) and true is returned; false when the bubble is still live.
-  bool abandon_if_stream_died();
+  bool abandon_if_stream_died() EXCLUDES(calls_mu_);
+  // pfStreamDestroy: refuses (pfErrorInvalidState naming the stream and bubble) to destroy the
+  // stream the open bubble began on, else destroys it with `destroy` while no begin or end can
+  // run, so a bubble cannot begin on the stream between the check and the destroy.
+  template <typename Destroy>
+  pfResult_t destroy_stream_unless_open(void* stream, Destroy destroy) EXCLUDES(calls_mu_);
 
   // Any thread.
   bool in_bubble() const { return in_bubble_.load(std::memory_order_acquire); }
@@ -66,6 +78,8 @@ class BubbleTracker {
   double host_ns_per_pair() const;
 
  private:
+  pfResult_t begin_locked(void* stream, const pfBubbleHint_t* hint) REQUIRES(calls_mu_);
+  pfResult_t end_locked(void* stream) REQUIRES(calls_mu_);
   void push(const BubbleMessage& message);
   // Closes the open bubble without its end event; the executor counts it as not timed.
   void abandon(uint64_t id);
@@ -80,7 +94,9 @@ class BubbleTracker {
   InlineFill* inline_fill_ = nullptr;
   SliceTails tails_;  // inline mode: the open bubble's slices whose tails pfBubbleEnd enqueues
 
-  // User-thread state (one caller at a time).
+  // Serialises begin, end, iteration end and the abandon path (see the header comment).
+  Mutex calls_mu_;
+  // Caller state (guarded by calls_mu_; the atomics are also read without it).
   std::atomic<bool> in_bubble_{false};
   bool current_tracked_ = false;
   uint64_t bubble_stream_identity_ = 0;  // Device::admit_main_stream's token of the open bubble's stream
@@ -96,6 +112,20 @@ class BubbleTracker {
   std::atomic<uint64_t> iterations_{0};
   std::atomic<uint64_t> host_ns_total_{0};
   std::atomic<uint64_t> host_pairs_{0};
+  bool untracked_warned_ = false;  // the event-pair bound was reported (once)
+  uint64_t untracked_bubbles_ = 0;
 };
+
+template <typename Destroy>
+pfResult_t BubbleTracker::destroy_stream_unless_open(void* stream, Destroy destroy) {
+  MutexLock lock(calls_mu_);
+  if (in_bubble() && open_bubble_stream() == stream) {
+    return fail(pfErrorInvalidState,
+                "pfStreamDestroy: bubble {} is open on stream {} (began on it); call pfBubbleEnd "
+                "on that stream first",
+                open_bubble_id(), stream);
+  }
+  return destroy();
+}
 
 }  // namespace pipefill::core

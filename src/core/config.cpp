@@ -225,6 +225,13 @@ pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out) {
                   config->version, PF_CONFIG_VERSION);
     }
     const size_t layout = kConfigSizeOfVersion[config->version];
+    if (config->size > PF_MAX_STRUCT_SIZE) {
+      return fail(pfErrorInvalidArgument,
+                  "config.size = {} is implausible (this library's pfConfig_t has {} bytes; a "
+                  "later header's may be larger, but not above PF_MAX_STRUCT_SIZE = {}): start "
+                  "from PF_CONFIG_INITIALIZER",
+                  config->size, sizeof(pfConfig_t), PF_MAX_STRUCT_SIZE);
+    }
     if (config->size < layout) {
       return fail(pfErrorInvalidArgument,
                   "config.size = {} is smaller than sizeof(pfConfig_t) version {} ({}); start "
@@ -254,6 +261,7 @@ pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out) {
 
   PF_TRY(resolve_int(c.device, "device", "PIPEFILL_DEVICE", &o.device));
   o.device_given = c.device != PF_UNSET_INT || env("PIPEFILL_DEVICE") != nullptr;
+  o.device_from_config = c.device != PF_UNSET_INT;
   if (o.device < 0) {
     return fail(pfErrorInvalidArgument, "{} = {} is negative",
                 source_of(c.device != PF_UNSET_INT, "device", "PIPEFILL_DEVICE"), o.device);
@@ -272,6 +280,11 @@ pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out) {
   }
   PF_TRY(resolve_int(c.reserved_sms, "reserved_sms", "PIPEFILL_RESERVED_SMS", &o.reserved_sms));
   const bool reserved_set = c.reserved_sms != PF_UNSET_INT || env("PIPEFILL_RESERVED_SMS");
+  if (c.reserved_sms != PF_UNSET_INT) {
+    o.reserved_sms_source = fmt::format("config.reserved_sms = {}", c.reserved_sms);
+  } else if (const char* text = env("PIPEFILL_RESERVED_SMS")) {
+    o.reserved_sms_source = fmt::format("PIPEFILL_RESERVED_SMS={}", text);
+  }
   if (reserved_set && o.reserved_sms < 0) {
     return fail(pfErrorInvalidArgument, "{} = {} is negative",
                 source_of(c.reserved_sms != PF_UNSET_INT, "reserved_sms", "PIPEFILL_RESERVED_SMS"),
@@ -294,6 +307,11 @@ pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out) {
                 o.safety_margin_fraction);
   }
   PF_TRY(resolve_size(c.arena_bytes, "arena_bytes", "PIPEFILL_ARENA_BYTES", &o.arena_bytes));
+  if (c.arena_bytes != PF_UNSET_SIZE) {
+    o.arena_bytes_source = fmt::format("config.arena_bytes = {}", c.arena_bytes);
+  } else if (const char* text = env("PIPEFILL_ARENA_BYTES")) {
+    o.arena_bytes_source = fmt::format("PIPEFILL_ARENA_BYTES={}", text);
+  }
   PF_TRY(resolve_double(c.prediction_quantile, "prediction_quantile", "PIPEFILL_QUANTILE",
                         &o.prediction_quantile));
   if (!(o.prediction_quantile > 0 && o.prediction_quantile <= 1)) {
@@ -315,6 +333,18 @@ pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out) {
     return fail(pfErrorInvalidArgument, "{} = {} is negative",
                 source_of(c.min_samples != PF_UNSET_INT, "min_samples", "PIPEFILL_MIN_SAMPLES"),
                 o.min_samples);
+  }
+
+  // Environment only: the bubble event pairs (bubbles begun and not yet harvested that are timed).
+  {
+    int pairs = static_cast<int>(o.bubble_event_slots);
+    PF_TRY(resolve_int(PF_UNSET_INT, "bubble_event_pairs", "PIPEFILL_BUBBLE_EVENT_PAIRS", &pairs));
+    if (pairs < 1 || pairs > (1 << 20)) {
+      return fail(pfErrorInvalidArgument,
+                  "environment variable PIPEFILL_BUBBLE_EVENT_PAIRS = {} is outside [1, 1048576]",
+                  pairs);
+    }
+    o.bubble_event_slots = static_cast<size_t>(pairs);
   }
 
   // Environment only (no pfConfig_t field): when a job skipped as too short is warned about.
@@ -377,7 +407,10 @@ pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out) {
   o.sim_world = c.sim_world;
   if (c.sim_seed != 0) {
     o.sim_seed = c.sim_seed;
+    o.sim_seed_from_config = true;
+    o.sim_seed_source = fmt::format("config.sim_seed = {}", c.sim_seed);
   } else if (const char* text = env("PIPEFILL_SIM_SEED")) {
+    o.sim_seed_source = fmt::format("PIPEFILL_SIM_SEED={}", text);
     errno = 0;
     char* end = nullptr;
     const unsigned long long v = std::strtoull(text, &end, 10);
@@ -432,6 +465,56 @@ pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out) {
   return pfSuccess;
 }
 
+pfResult_t check_backend_options(const RuntimeOptions& o, bool backend_was_auto) {
+  const std::string device_source =
+      o.device_given ? (env("PIPEFILL_DEVICE") != nullptr && !o.device_from_config
+                            ? fmt::format("PIPEFILL_DEVICE={}", env("PIPEFILL_DEVICE"))
+                            : fmt::format("config.device = {}", o.device))
+                     : std::string();
+  if (o.device_given && o.device != 0) {
+    if (o.backend == pfBackendHost) {
+      return fail(pfErrorInvalidArgument,
+                  "{}: the host backend has one device, index 0 (PIPEFILL_HOST_SMS sizes it)",
+                  device_source);
+    }
+    if (o.backend == pfBackendSim && o.sim_world == nullptr) {
+      return fail(pfErrorInvalidArgument,
+                  "{}: a private simulated world has one device, index 0; pass config.sim_world "
+                  "(pfSimWorldCreate) for a world of several devices",
+                  device_source);
+    }
+  }
+  if (o.sim_world != nullptr && o.backend != pfBackendSim) {
+    return fail(pfErrorInvalidArgument,
+                "config.sim_world = {} is set but the backend is {}: only the sim backend uses a "
+                "simulated world (set backend sim, or leave sim_world NULL)",
+                static_cast<const void*>(o.sim_world), backend_name(o.backend));
+  }
+  // The seed of a private simulated world only: a shared world got its seed at pfSimWorldCreate,
+  // and the other backends have no jitter to seed.
+  const char* ignored_by = nullptr;
+  if (!o.sim_seed_source.empty()) {
+    if (o.backend != pfBackendSim) {
+      ignored_by = o.backend == pfBackendHost ? "the host backend" : "the cuda backend";
+    } else if (o.sim_world != nullptr) {
+      ignored_by = "a shared simulated world (config.sim_world: its seed is pfSimWorldCreate's)";
+    }
+  }
+  if (ignored_by != nullptr) {
+    // A caller's field, on a backend it chose, is an error; a variable set for every rank (or a
+    // backend that auto resolved) is only warned about.
+    if (o.sim_seed_from_config && !(backend_was_auto && o.backend != pfBackendSim)) {
+      return fail(pfErrorInvalidArgument,
+                  "{} seeds a private simulated world only and would be ignored by {}; leave "
+                  "config.sim_seed 0",
+                  o.sim_seed_source, ignored_by);
+    }
+    log::warn("{} is ignored: it seeds a private simulated world only, and this runtime uses {}",
+              o.sim_seed_source, ignored_by);
+  }
+  return pfSuccess;
+}
+
 pfResult_t export_config(const RuntimeOptions& o, pfConfig_t* out) {
   if (out->size < kConfigHeaderBytes) {
     return fail(pfErrorInvalidArgument,
@@ -458,7 +541,9 @@ pfResult_t export_config(const RuntimeOptions& o, pfConfig_t* out) {
   c.log_level = o.log_level;
   c.enable_cupti = o.enable_cupti ? 1 : 0;
   c.sim_world = o.sim_world;
-  c.sim_seed = o.sim_seed;
+  // The seed applies to a private simulated world only; elsewhere it reads unset (0), so the
+  // struct is valid input again (a seed there is refused, check_backend_options).
+  c.sim_seed = (o.backend == pfBackendSim && o.sim_world == nullptr) ? o.sim_seed : 0;
   c.sim_sm_count = o.sim_sm_count;
   c.sim_memory_bytes = o.sim_memory_bytes;
   c.fill_streams = o.fill_streams;

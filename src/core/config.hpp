@@ -16,6 +16,7 @@ struct RuntimeOptions {
   // sit on GPU 0); the simulated and host backends take 0.
   int device = 0;
   bool device_given = false;
+  bool device_from_config = false;  // config.device set (else PIPEFILL_DEVICE, when given)
   int stage_id = 0;
   int stage_count = 1;
   int reserved_sms = -1;                 // -1: backend default (NCCL CTA count, rounded)
@@ -50,7 +51,15 @@ struct RuntimeOptions {
   // bubbles in a row is warned about, once (PIPEFILL_TOO_SHORT_WARN_BUBBLES; not in pfConfig_t;
   // core/cost_model.hpp).
   int too_short_warn_bubbles = 32;
-  // Pool sizes (not in pfConfig_t: tests shrink them to reach exhaustion quickly).
+  // Where a value came from, for messages that find it wrong later (creating the device):
+  // "config.reserved_sms = 8" or "PIPEFILL_RESERVED_SMS=8"; empty: the default.
+  std::string reserved_sms_source;
+  std::string arena_bytes_source;
+  std::string sim_seed_source;  // empty unless the caller or PIPEFILL_SIM_SEED gave a seed
+  bool sim_seed_from_config = false;
+  // Pool sizes (not in pfConfig_t: tests shrink them to reach exhaustion quickly). The bubble
+  // event pairs bound the bubbles begun but not yet harvested that can be timed
+  // (PIPEFILL_BUBBLE_EVENT_PAIRS; a bubble beyond them is untimed and unfilled, warned once).
   size_t bubble_event_slots = 512;  // begin/end event pairs
   size_t slice_slots = 1024;        // slice start/end event pairs and read-back words
 };
@@ -59,6 +68,11 @@ struct RuntimeOptions {
 // Validates every value; on a bad value returns pfErrorInvalidArgument with a message naming
 // the field (or variable) and the value.
 pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out);
+// The checks that need the backend resolved (Runtime::init, after auto): a device index the
+// backend does not have, simulator-only fields given to a backend or world that ignores them.
+// pfErrorInvalidArgument naming the field or variable; warns where the value came from the
+// environment only (a variable set for every rank of a mixed job is not an error).
+pfResult_t check_backend_options(const RuntimeOptions& options, bool backend_was_auto);
 // Writes the resolved options back as a pfConfig_t (pfRuntimeGetConfig).
 pfResult_t export_config(const RuntimeOptions& options, pfConfig_t* out);
 // The newest config version whose whole layout fits `bytes` (2 below the version-3 layout):

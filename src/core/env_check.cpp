@@ -14,7 +14,7 @@ const std::vector<std::string_view>& known_environment_variables() {
   // The library (config.cpp, log.cpp, host/, cuda/), then the variables of the example engine,
   // the tools, the build and test scripts: set by users running those, not typos.
   static const std::vector<std::string_view> names = {
-      "PIPEFILL_ARENA_BYTES", "PIPEFILL_BACKEND", "PIPEFILL_CUPTI", "PIPEFILL_DEBUG",
+      "PIPEFILL_ARENA_BYTES", "PIPEFILL_BACKEND", "PIPEFILL_BUBBLE_EVENT_PAIRS", "PIPEFILL_CUPTI", "PIPEFILL_DEBUG",
       "PIPEFILL_DEVICE", "PIPEFILL_FILL_OPTIMIZER_BUBBLES", "PIPEFILL_FILL_STREAMS",
       "PIPEFILL_GATED_QUANTILE", "PIPEFILL_GREEN_CONTEXT", "PIPEFILL_HOST_MEMORY_BYTES",
       "PIPEFILL_HOST_SMS", "PIPEFILL_LAUNCH", "PIPEFILL_MIN_SAMPLES", "PIPEFILL_POLICY",

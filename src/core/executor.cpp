@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <exception>
+#include <iterator>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "core/harvester.hpp"
 #include "core/job_registry.hpp"
+#include "core/late_slices.hpp"
 
 namespace pipefill::core {
 
@@ -18,47 +21,6 @@ void record_async_error(RuntimeState& s, pfResult_t code, const std::string& mes
 }
 
 namespace {
-
-// A gated slice's lateness (harvest): a job whose slices keep starting after their bubble ended
-// runs no item at all, yet takes a slice of every bubble - it must end FAILED, naming the cause,
-// rather than spin silently.
-void note_late_slices(RuntimeState& s, JobState& job, bool late, uint64_t items_done,
-                      bool enqueued_after_end, pfLaunchMode_t launch_mode) REQUIRES(s.mu) {
-  if (items_done > 0 || !late) {
-    job.late_slices_without_progress = 0;
-    job.late_slices_enqueued_after_end = 0;
-    return;
-  }
-  ++job.late_slices_without_progress;
-  if (enqueued_after_end) ++job.late_slices_enqueued_after_end;
-  // A job that already ended (completed, cancelled) has nothing left to fail.
-  if (job.late_slices_without_progress < kMaxLateSlicesWithoutProgress || is_terminal(job.status))
-    return;
-  const uint32_t late_count = job.late_slices_without_progress;
-  const uint32_t by_executor = job.late_slices_enqueued_after_end;
-  std::string cause;
-  if (by_executor == late_count) {
-    cause = "the executor enqueued every one of them only after its bubble had ended (the "
-            "bubbles are shorter than the executor's reaction time; launch mode inline enqueues "
-            "slices in pfBubbleBegin)";
-  } else if (launch_mode == pfLaunchInline) {
-    cause = "the fill stream reached them only after the main stream had closed the gate, although "
-            "they were enqueued in pfBubbleBegin (other work queued ahead of them on the fill "
-            "stream, or a hardware queue the fill stream shares)";
-  } else {
-    cause = "the fill stream reached them only after the main stream had closed the gate: fill "
-            "and main work share one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1) or the fill "
-            "stream is held behind other work; launch mode inline (PIPEFILL_LAUNCH=inline) "
-            "enqueues slices before the main stream's wait";
-  }
-  const std::string message = fmt::format(
-      "job '{}': {} slices in a row started after their bubble had ended and ran no item ({} "
-      "enqueued after the end): {}",
-      job.name, late_count, by_executor, cause);
-  log::warn("{}", message);
-  end_job(s, job, pfJobFailed, pfErrorJobFailed, message);
-  record_async_error(s, pfErrorJobFailed, message);
-}
 
 // A harvested slice's measurement of its job's item cost (cost_model.hpp): only timed slices
 // that ran items inside an open bubble measure it (a late slice ran nothing; an untimed one has
@@ -196,8 +158,11 @@ bool Executor::left_unfilled_by_kind(BubbleRecord& bubble) const {
 
 BubbleRecord& Executor::open_bubble_record(RuntimeState& s, const BubbleMessage& m) {
   // The record of a begun bubble, until it is harvested (both launch modes make it the same way).
-  s.pending.emplace_back();
-  BubbleRecord& bubble = s.pending.back();
+  // In bubble order: in inline mode a bubble left to the executor (deferred) gets its record when
+  // the executor handles its Begin, possibly after the next bubble's pfBubbleBegin made that one's.
+  auto at = s.pending.end();
+  while (at != s.pending.begin() && std::prev(at)->id > m.bubble_id) --at;
+  BubbleRecord& bubble = *s.pending.emplace(at);
   bubble.id = m.bubble_id;
   bubble.iteration = m.iteration;
   bubble.index_in_iteration = m.index_in_iteration;
@@ -209,62 +174,6 @@ BubbleRecord& Executor::open_bubble_record(RuntimeState& s, const BubbleMessage&
     bubble.skip_cause = pfSkipUntimed;
   }
   return bubble;
-}
-
-void Executor::begin_bubble(const BubbleMessage& m, SliceTails* tails) {
-  RuntimeState& s = state_;
-  MutexLock lock(s.mu);
-  tails->bubble_id = m.bubble_id;
-  tails->count = 0;
-  try {
-    // On a driven clock (the simulator) harvest what completed and plan from it, as the executor
-    // would when handling the begin: same-seed runs stay identical. Elsewhere the plan the
-    // executor prepared after its last harvest is used as it is (a stale one is re-checked
-    // against the jobs when enqueued), keeping pfBubbleBegin's host cost small.
-    if (device_.driven_clock() != nullptr) {
-      harvest(s);
-      refresh_plans(s);
-    }
-    BubbleRecord& bubble = open_bubble_record(s, m);
-    if (!bubble.tracked || left_unfilled_by_kind(bubble)) return;
-    for (const PreparedPlan& prepared : s.prepared_plans) {
-      if (prepared.class_key != bubble.class_key) continue;
-      bubble.predicted_us = prepared.gated_predicted_us;
-      bubble.skip_reason = prepared.plan.skip_reason;
-      bubble.skip_cause = prepared.plan.skip_cause;
-      FillRequest request;
-      request.gated_predicted_us = prepared.gated_predicted_us;
-      request.ungated_predicted_us = prepared.ungated_predicted_us;
-      launcher_.fill_packed(s, bubble, request, prepared.plan, /*observed=*/false, tails);
-      return;
-    }
-    // No measured history yet (a hint, or nothing): plan here.
-    std::string why;
-    const FillRequest request = request_for(s, bubble.class_key, m.expected_us, &why);
-    bubble.predicted_us = request.gated_predicted_us;
-    if (bubble.predicted_us <= 0) {
-      bubble.skip_reason = why;
-      bubble.skip_cause = pfSkipNoHistory;
-      return;
-    }
-    const BubblePlan packed = launcher_.plan(s, request, /*observed=*/nullptr);
-    bubble.skip_reason = packed.skip_reason;
-    bubble.skip_cause = packed.skip_cause;
-    launcher_.fill_packed(s, bubble, request, packed, /*observed=*/false, tails);
-  } catch (const std::exception& e) {
-    record_async_error(s, pfErrorInternal, fmt::format("inline launch: {}", e.what()));
-  } catch (...) {
-    record_async_error(s, pfErrorInternal, "inline launch: unknown exception");
-  }
-}
-
-void Executor::end_bubble(SliceTails* tails) {
-  if (tails->count == 0) return;
-  const std::vector<FailedTail> failed = launcher_.enqueue_tails(*tails);
-  tails->count = 0;
-  if (failed.empty()) return;
-  MutexLock lock(state_.mu);
-  for (const FailedTail& f : failed) quarantine_slice(state_, tails->bubble_id, f.slot, f.why);
 }
 
 void Executor::quarantine_slice(RuntimeState& s, uint64_t bubble_id, size_t slot,
@@ -289,8 +198,9 @@ void Executor::handle_begin(RuntimeState& s, const BubbleMessage& m) {
   // Harvest first: on the simulated device this makes the prediction for this bubble depend
   // only on what completed before it was begun, hence deterministic.
   harvest(s);
-  // Inline mode: pfBubbleBegin made the bubble's record and enqueued its slices.
-  if (options_.launch_mode == pfLaunchInline) return;
+  // Inline mode: pfBubbleBegin made the bubble's record and enqueued its slices, unless it left
+  // the bubble to the executor (deferred): then it is filled here, as in executor mode.
+  if (options_.launch_mode == pfLaunchInline && !m.deferred) return;
   BubbleRecord& bubble = open_bubble_record(s, m);
   if (!bubble.tracked || left_unfilled_by_kind(bubble)) return;
   std::string why;
@@ -357,6 +267,9 @@ void Executor::harvest(RuntimeState& s) {
   while (!s.pending.empty()) {
     BubbleRecord& bubble = s.pending.front();
     if (!bubble.ended) return;
+    // Bubble ids are consecutive; a gap is a deferred bubble (inline mode) whose record the
+    // executor has not made yet: the harvest stays in bubble order and waits for it.
+    if (bubble.id != s.harvested_upto.load(std::memory_order_relaxed) + 1) return;
     double begin_us = 0.0, end_us = 0.0;
     auto completed = [&](Event e, double* t) {
       s.mu.assert_held();
@@ -429,9 +342,11 @@ void Executor::harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begi
   }
   const BubbleAccounting accounting = account_bubble(begin_us, end_us, observations);
   s.plans_dirty = true;  // the predictor and the jobs' counts change
+  // Every harvested bubble counts, timed or not, so bubbles_skipped (which counts the untimed
+  // ones under pfSkipUntimed) never exceeds bubbles; only timed ones have a duration.
+  ++s.stats.bubbles;
   if (timed) {
     s.predictor.add_sample(bubble.class_key, accounting.duration_us);
-    ++s.stats.bubbles;
     s.stats.bubble_time_us += accounting.duration_us;
   }
   // The jobs whose estimated item fitted no budget of this bubble (counted once per bubble,
@@ -446,30 +361,63 @@ void Executor::harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begi
   }
   size_t launched = 0;
   uint64_t class_items = 0;
+  uint64_t late_backoffs = 0;
+  // Jobs held out by late slices (note_late_slices) that got no slice of this timed bubble: one
+  // more bubble towards their next retry.
+  if (timed) {
+    for (const std::shared_ptr<JobState>& job : s.jobs) {
+      if (job->late_hold_us <= 0 || job->detached || is_terminal(job->status)) continue;
+      const bool had_slice =
+          std::any_of(bubble.slices.begin(), bubble.slices.end(),
+                      [&](const SliceRecord& slice) { return slice.job == job; });
+      if (!had_slice && bubble.predicted_us > 0 && bubble.predicted_us <= job->late_hold_us) {
+        ++job->late_hold_skipped;
+      }
+    }
+  }
   for (size_t i = 0; i < bubble.slices.size(); ++i) {
     SliceRecord& slice = bubble.slices[i];
     const SliceAccounting& a = accounting.slices[i];
     JobState& job = *slice.job;
     --job.slices_in_flight;
     job.items_in_flight -= std::min(job.items_in_flight, slice.planned_items);
-    job.items_completed = a.items_completed_after;
+    // Items whose function failed (the host device: it threw) were claimed, so the read-back
+    // counts them: they are not completed, and they fail the job (below).
+    std::string item_failure;
+    uint64_t not_run = 0;
+    const uint64_t failed_items =
+        slice.launch_failed ? 0
+                            : device_.item_failures(resources_.slice_start_events[slice.event_slot],
+                                                    &not_run, &item_failure);
+    const uint64_t not_done = std::min(a.items_done, failed_items + not_run);
+    const uint64_t items_done = a.items_done - not_done;
+    job.items_completed = a.items_completed_after - not_done;
     // Slices of detached (destroyed) jobs count towards filled time and overrun too: their work
     // ran on the device all the same.
     if (timed) job.busy_time_us += a.busy_us;
     if (!job.detached) {
-      s.stats.items_completed += a.items_done;
-      class_items += a.items_done;
+      s.stats.items_completed += items_done;
+      class_items += items_done;
+    }
+    if (failed_items > 0 && !job.detached && !is_terminal(job.status)) {
+      const std::string message = fmt::format(
+          "job '{}': {} item(s) failed in bubble {} ({} of the slice's items completed): {}",
+          job.name, failed_items, bubble.id, items_done, item_failure);
+      end_job(s, job, pfJobFailed, pfErrorJobFailed, message);
+      record_async_error(s, pfErrorJobFailed, message);
     }
     if (!slice.launch_failed) {
       ++launched;
-      learn_item_cost(s, job, slice, a, timed);
+      if (failed_items == 0) learn_item_cost(s, job, slice, a, timed);
       // A ticket slice that started while its bubble was open and still claimed nothing: its
       // launch callback enqueued nothing (or no block ever got an SM). Many in a row end the job
       // instead of letting it take bubble time forever.
       const bool late = a.late || slice.enqueued_after_end;
-      if (is_gated(job.kind) && timed && !job.detached) note_late_slices(s, job, late, a.items_done,
-                                                                      slice.enqueued_after_end,
-                                                                      options_.launch_mode);
+      if (is_gated(job.kind) && timed && !job.detached &&
+          note_late_slices(s, job, late, a.items_done, slice.enqueued_after_end,
+                           options_.launch_mode, observations[i].start_us - begin_us, bubble)) {
+        ++late_backoffs;
+      }
       if (is_gated(job.kind) && timed && !late && !job.detached) {
         job.slices_without_progress = a.items_done > 0 ? 0 : job.slices_without_progress + 1;
         if (job.slices_without_progress >= kMaxSlicesWithoutProgress) {
@@ -497,6 +445,7 @@ void Executor::harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begi
   if (added) s.classes.push_back(ClassCounters{.key = bubble.class_key});
   ClassCounters& counters = s.classes[slot->second];
   ++counters.bubbles;
+  counters.late_backoffs += late_backoffs;
   counters.kind = bubble.kind;
   counters.items_completed += class_items;
   if (!timed) {

@@ -5,8 +5,10 @@
 // (harvester.hpp) and applies it to the statistics, the predictor, the jobs and the trace.
 //
 // Inline launch mode: the executor launches nothing; pfBubbleBegin makes the bubble's record and
-// enqueues its slices through begin_bubble (InlineFill), from the class's plan the executor
-// prepared after the last harvest (refresh_plans), and pfBubbleEnd enqueues their tails.
+// enqueues its slices through begin_bubble (InlineFill, executor_inline.cpp), from the class's
+// plan the executor prepared after the last harvest (refresh_plans), and pfBubbleEnd enqueues
+// their tails. A begin that finds the state lock taken leaves the bubble to the executor
+// (deferred) rather than wait.
 //
 // Thread affinity: handle_messages on the pump's thread (executor thread or the thread running
 // the simulated world); poll_completions on the executor/poller thread; harvest also from
@@ -14,6 +16,7 @@
 // hold the state lock.
 #pragma once
 
+#include <chrono>
 #include <span>
 
 #include "core/config.hpp"
@@ -40,7 +43,10 @@ class Executor final : public MessageHandler, public InlineFill {
   void poll_completions() override EXCLUDES(state_.mu);
 
   // InlineFill (inline launch mode, the user thread).
-  void begin_bubble(const BubbleMessage& begin, SliceTails* tails) override EXCLUDES(state_.mu);
+  bool begin_bubble(const BubbleMessage& begin, SliceTails* tails) override EXCLUDES(state_.mu);
+  // How long pfBubbleBegin (inline mode) tries for the state lock before it leaves the bubble to
+  // the executor: about one uncontended handover, far below a harvest.
+  static constexpr std::chrono::nanoseconds kInlineLockPatience{2000};
   void end_bubble(SliceTails* tails) override EXCLUDES(state_.mu);
 
   // pfJobCreate's warm-up on every fill stream (no lock held).
@@ -64,6 +70,12 @@ class Executor final : public MessageHandler, public InlineFill {
 
  private:
   static BubbleRecord& open_bubble_record(RuntimeState& s, const BubbleMessage& m)
+      REQUIRES(s.mu);
+  // Inline mode: the state lock for pfBubbleBegin (false: not within kInlineLockPatience; the
+  // simulator always waits for it).
+  bool lock_for_inline_begin(RuntimeState& s, uint64_t bubble_id) TRY_ACQUIRE(true, s.mu)
+      NO_THREAD_SAFETY_ANALYSIS;
+  bool begin_bubble_locked(RuntimeState& s, const BubbleMessage& m, SliceTails* tails)
       REQUIRES(s.mu);
   // True (with the skip reason set) for a bubble whose kind the options leave unfilled: the
   // optimizer (all-reduce) window unless fill_optimizer_bubbles.

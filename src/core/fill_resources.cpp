@@ -110,9 +110,12 @@ pfResult_t create_fill_resources(Device& device, RuntimeOptions* options, FillRe
   int reserved = options->reserved_sms;
   if (reserved < 0 && options->backend != pfBackendCuda) reserved = 0;
   if (reserved >= sms) {
-    return fail(pfErrorInvalidArgument,
-                "reserved_sms = {} leaves no SM for fill work (the device has {} SMs)", reserved,
-                sms);
+    // Named as the caller gave it (the variable or the field), not as the resolved number.
+    return fail(pfErrorInvalidArgument, "{} leaves no SM for fill work (the {} has {} SMs)",
+                options->reserved_sms_source.empty()
+                    ? fmt::format("reserved_sms = {}", reserved)
+                    : options->reserved_sms_source,
+                device.name(), sms);
   }
   if (options->bubble_event_slots == 0 || options->slice_slots == 0) {
     return fail(pfErrorInvalidArgument, "event pools of {} bubble and {} slice slots are empty",
@@ -144,7 +147,17 @@ pfResult_t create_fill_resources(Device& device, RuntimeOptions* options, FillRe
     PF_TRY(device.memory_info(&free_bytes, &total_bytes));
     arena_bytes = default_arena_bytes(options->backend, free_bytes, total_bytes);
   }
-  if (arena_bytes > 0) PF_TRY(device.allocate_arena(arena_bytes, &out->arena_base));
+  if (arena_bytes > 0) {
+    if (const pfResult_t r = device.allocate_arena(arena_bytes, &out->arena_base);
+        r != pfSuccess) {
+      const std::string source = options->arena_bytes_source.empty()
+                                     ? fmt::format("the default fill arena ({} bytes)", arena_bytes)
+                                     : fmt::format("{} ({} bytes)", options->arena_bytes_source,
+                                                   arena_bytes);
+      return fail(r, "{}: the fill arena cannot be reserved on the {}: {}", source, device.name(),
+                  last_error_message());
+    }
+  }
   options->arena_bytes = arena_bytes;
   out->arena_bytes = arena_bytes;
   return pfSuccess;

@@ -13,6 +13,12 @@ pfResult_t graph_job_from_desc(const pfGraphJobDesc_t* desc, JobState* job, Grap
                 "start from PF_GRAPH_JOB_DESC_INITIALIZER",
                 desc->size, kGraphJobDescSizeV1);
   }
+  if (desc->size > PF_MAX_STRUCT_SIZE) {
+    return fail(pfErrorInvalidArgument,
+                "pfJobCreateGraph: desc->size = {} is implausible (above PF_MAX_STRUCT_SIZE = {}); "
+                "start from PF_GRAPH_JOB_DESC_INITIALIZER",
+                desc->size, PF_MAX_STRUCT_SIZE);
+  }
   const std::string name = desc->name != nullptr ? desc->name : "graph-job";
   if (desc->item_count == 0) {
     return fail(pfErrorInvalidArgument,

@@ -41,8 +41,11 @@ class InlineFill {
   // pfBubbleBegin, user thread, after the begin event was recorded and before the Begin message
   // is pushed: makes the bubble's record, enqueues its slices from the class's prepared plan
   // (or plans them on the spot when there is none) and leaves their tails in *tails. Takes the
-  // state lock; never fails the call (problems become the runtime's async error).
-  virtual void begin_bubble(const BubbleMessage& begin, SliceTails* tails) = 0;
+  // state lock; never fails the call (problems become the runtime's async error). Returns false
+  // when it left the bubble to the executor instead (the state lock was held by the executor's
+  // harvest and pfBubbleBegin must not wait for it): the Begin message then says `deferred`, and
+  // the executor makes the record and fills the bubble as in the executor launch mode.
+  virtual bool begin_bubble(const BubbleMessage& begin, SliceTails* tails) = 0;
   // pfBubbleEnd (or an abandoned bubble), user thread, after the gate write and before the End
   // message: enqueues the tails. No lock unless one fails (the slice is then quarantined).
   virtual void end_bubble(SliceTails* tails) = 0;

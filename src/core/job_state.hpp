@@ -93,6 +93,15 @@ struct JobState {
   // taking a slice of every bubble forever without progress. Reset by any slice completing an item.
   uint32_t late_slices_without_progress = 0;
   uint32_t late_slices_enqueued_after_end = 0;  // of those, enqueued after the bubble had ended
+  // Backoff after kMaxLateSlicesWithoutProgress late slices in a row (executor.cpp): the job is
+  // not planned into bubbles predicted no longer than late_hold_us (the longest start delay and
+  // prediction of its late slices' bubbles) - except one retry after late_hold_retry_after such
+  // bubbles, which doubles on every late retry (at most kMaxLateHoldRetryAfter). A slice that
+  // completes an item ends the hold. 0: not held.
+  double late_hold_us = 0.0;
+  uint32_t late_hold_skipped = 0;       // bubbles it was held out of since the hold or last retry
+  uint32_t late_hold_retry_after = 0;
+  uint64_t late_holds = 0;              // holds of the job's life (the first one is warned)
   bool torn_down = false;              // teardown taken (queued or run): it runs exactly once
   // pfJobCancel from the job's own launch callback, which runs with the state lock held: the
   // request is only noted here (no lock), and the launcher ends the job Cancelled once the
@@ -105,6 +114,17 @@ inline constexpr uint32_t kMaxSlicesWithoutProgress = 8;
 // Larger than kMaxSlicesWithoutProgress: an occasional late slice (a bubble shorter than the
 // executor's reaction, a late begin) is normal; a run of this many with no item in between is not.
 inline constexpr uint32_t kMaxLateSlicesWithoutProgress = 16;
+// Held bubbles between two retries of a job held out by late slices: from 16, doubling, at most.
+inline constexpr uint32_t kFirstLateHoldRetryAfter = 16;
+inline constexpr uint32_t kMaxLateHoldRetryAfter = 1024;
+
+// Whether the planner leaves `job` out of a bubble predicted at `predicted_us` because its slices
+// kept starting after their bubbles had ended (the late-slice backoff above). Read under the
+// state lock.
+inline bool held_out_by_late_slices(const JobState& job, double predicted_us) {
+  return job.late_hold_us > 0 && predicted_us <= job.late_hold_us &&
+         job.late_hold_skipped < job.late_hold_retry_after;
+}
 
 // Ticket and graph jobs are gated and report their progress through the cursor; opaque jobs are
 // neither (their planned items count as done).

@@ -20,6 +20,9 @@ struct BubbleMessage {
   Type type = Type::Begin;
   bool tracked = false;  // events recorded for it (an event pair was free)
   bool abandoned = false;  // End: the stream died; no end event was recorded
+  // Begin, inline launch mode: pfBubbleBegin found the state lock taken (the executor harvesting)
+  // and left the bubble to the executor rather than wait for it (Executor::begin_bubble).
+  bool deferred = false;
   int kind = pfBubbleOther;
   uint64_t bubble_id = 0;
   uint64_t iteration = 0;

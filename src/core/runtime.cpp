@@ -39,6 +39,9 @@ pfResult_t Runtime::create(const RuntimeOptions& options, std::unique_ptr<Device
 pfResult_t Runtime::init(const RuntimeOptions& requested, std::unique_ptr<Device> device) {
   options_ = requested;
   warn_unknown_environment_once();
+  const bool backend_was_auto = options_.backend == pfBackendAuto;
+  // A simulated world given: auto means that world's simulator.
+  if (backend_was_auto && options_.sim_world != nullptr) options_.backend = pfBackendSim;
   if (options_.backend == pfBackendAuto) {
     const int gpus = cuda_device_count();
     options_.backend = gpus > 0 ? pfBackendCuda : pfBackendSim;
@@ -51,6 +54,7 @@ pfResult_t Runtime::init(const RuntimeOptions& requested, std::unique_ptr<Device
                 "sim|host (PIPEFILL_BACKEND) to choose explicitly");
     }
   }
+  PF_TRY(check_backend_options(options_, backend_was_auto));
   if (device != nullptr) {
     device_ = std::move(device);
   } else {
@@ -204,6 +208,18 @@ bool Runtime::class_stats(size_t index, pfClassStats_t* out) {
   out->bubbles_timed = c.bubbles_timed;
   out->bubble_time_us = c.bubble_time_us;
   out->p10_us = state_.predictor.predict(c.key, 0.1).quantile_us;
+  // The planner's view (executor.cpp, request_for): gated work to the gated quantile, opaque
+  // work to the conservative one, both only once the class has min_samples samples.
+  const BubblePrediction median = state_.predictor.predict(c.key, 0.5);
+  out->p50_us = median.quantile_us;
+  out->samples = median.count;
+  if (median.ready && median.count > 0) {
+    out->gated_predicted_us =
+        state_.predictor.predict(c.key, options_.gated_prediction_quantile).quantile_us;
+    out->ungated_predicted_us =
+        state_.predictor.predict(c.key, options_.prediction_quantile).quantile_us;
+  }
+  out->late_backoffs = c.late_backoffs;
   out->filled_time_us = c.filled_time_us;
   out->items_completed = c.items_completed;
   static_assert(PF_SKIP_CAUSE_COUNT <= PF_CLASS_SKIP_CAPACITY);
@@ -266,12 +282,8 @@ pfResult_t Runtime::destroy_stream(void* stream) {
     return fail(pfErrorInvalidArgument,
                 "pfStreamDestroy: stream {} is not a main-job stream of this runtime", stream);
   }
-  if (tracker_->in_bubble() && tracker_->open_bubble_stream() == stream) {
-    return fail(pfErrorInvalidState,
-                "pfStreamDestroy: bubble {} is open on stream {} (call pfBubbleEnd first)",
-                tracker_->open_bubble_id(), stream);
-  }
-  return device_->destroy_stream(stream);
+  return tracker_->destroy_stream_unless_open(
+      stream, [&] { return device_->destroy_stream(stream); });
 }
 
 pfResult_t Runtime::create_job(const pfJobDesc_t* desc, JobState** out) {

@@ -105,6 +105,9 @@ class Runtime {
   // use it). Never call it from the executor thread.
   void wait_for_executor();
 
+  // Tests only: the state the executor shares (e.g. to hold its lock as a harvest would).
+  RuntimeState& state_for_tests() { return state_; }
+
  private:
   Runtime() = default;
   pfResult_t init(const RuntimeOptions& options, std::unique_ptr<Device> device);

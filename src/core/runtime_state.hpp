@@ -101,6 +101,7 @@ struct ClassCounters {
   double filled_time_us = 0.0;
   uint64_t items_completed = 0;
   std::array<uint64_t, PF_SKIP_CAUSE_COUNT> skips{};
+  uint64_t late_backoffs = 0;  // jobs held out of the class after late slices (executor.cpp)
 };
 
 // pfRuntimeSetSliceObserver's observer, and what one of its calls passes (slice_launcher.cpp).
@@ -162,6 +163,8 @@ struct RuntimeState {
   // Jobs whose teardown is due, run outside the lock by run_pending_teardowns().
   std::vector<std::shared_ptr<JobState>> teardowns GUARDED_BY(mu);
   std::atomic<bool> teardowns_pending{false};
+  // Inline launch mode: bubbles pfBubbleBegin left to the executor rather than wait for the lock.
+  std::atomic<uint64_t> inline_deferred{0};
 
   // Statistics and trace (harvest).
   pfStats_t stats GUARDED_BY(mu){};

@@ -109,6 +109,13 @@ BubblePlan SliceLauncher::plan(RuntimeState& s, const FillRequest& in,
                                  so_far->jobs.end()) {
       continue;  // already holds (or was refused) a slice of this bubble
     }
+    if (held_out_by_late_slices(*job, in.gated_predicted_us)) {  // executor.cpp, late slices
+      note(pfSkipLate,
+           fmt::format("job '{}' is held out of bubbles predicted at {:.1f} us or less: its slices "
+                       "kept starting after their bubbles had ended",
+                       job->name, job->late_hold_us));
+      continue;
+    }
     if (static_cast<size_t>(std::popcount(streams_taken)) >= streams) {
       note(pfSkipNoResources,
            fmt::format("job '{}': all {} fill streams hold a slice of this bubble", job->name,

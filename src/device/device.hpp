@@ -255,6 +255,19 @@ class Device {
   // Non-null for a device whose clock is driven by the caller (the simulator).
   virtual DrivenClock* driven_clock() { return nullptr; }
 
+  // Fill items that failed (an item function threw) in the launches that followed `slice_start`
+  // - a slice's start event, recorded on its fill stream right before the slice's launch - up to
+  // that stream's next record; *not_run: items of opaque launches left unrun because every block
+  // had stopped at a failure; *first gets the first failure's message. Read at harvest, after the
+  // slice's end event completed. Devices whose items cannot fail on the host (CUDA: a fault is a
+  // sticky context error, reported as such) report none.
+  virtual uint64_t item_failures(Event slice_start, uint64_t* not_run, std::string* first) {
+    (void)slice_start;
+    (void)first;
+    *not_run = 0;
+    return 0;
+  }
+
   // ---- Calibration (optional) ---------------------------------------------------------------
   // Activity records (kernels, copies, memsets, memory) completed since the last call, appended
   // to *out; meant to be called once per iteration, outside bubbles. CUDA: from the CUPTI

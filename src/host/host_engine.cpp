@@ -263,6 +263,7 @@ void Engine::execute(Stream* stream, Op& op) {
     case OpType::Record:
       op.record->done = true;
       op.record->time_us = now_us();
+      stream->last_record = op.record;
       progress_.notify_all();
       return;
     case OpType::Wait:
@@ -286,6 +287,7 @@ void Engine::execute(Stream* stream, Op& op) {
       // launch's blocks wait for one: the slice's first items start without waking an SM thread
       // (a hop the GPU's block scheduler does not have), and when that block stops last the
       // stream moves on without being woken either.
+      launch.failures_to = stream->last_record;
       const bool run_one = block_queue_.empty() && fill_running_ < fill_sms_;
       const int queued = launch.blocks - (run_one ? 1 : 0);
       for (int i = 0; i < queued; ++i) block_queue_.push_back(op.launch);
@@ -337,6 +339,12 @@ void Engine::run_block_here(Launch& launch) {
   ThreadRole::block = was_block;
   --fill_running_;
   ++launch.exited;
+  // An opaque launch whose blocks all stopped at failed items leaves the rest of its items
+  // unrun: they are not completed either (the runtime counts opaque items as planned).
+  if (launch.exited == launch.blocks && !launch.ticket && launch.failures_to != nullptr &&
+      launch.failures_to->item_failures > 0) {
+    launch.failures_to->items_not_run += launch.items - std::min(launch.next.load(), launch.items);
+  }
   // Only the launch's stream waits for its blocks, and only for the last one; a freed fill slot
   // is for one queued block. (Broadcasting both woke every idle SM thread and the stream at
   // every block's exit.)
@@ -358,12 +366,24 @@ void Engine::run_block(Launch& launch) {
       item = launch.first_item + index;
     }
     if (launch.item_fn == nullptr) continue;
+    std::string what;
     try {
       launch.item_fn(launch.user, item);
+      continue;
+    } catch (const std::exception& error) {
+      what = fmt::format("item {} threw: {}", item, error.what());
     } catch (...) {
-      log::warn("host device: an item function threw at item {}; the block stops", item);
-      return;
+      what = fmt::format("item {} threw an exception that is not a std::exception", item);
     }
+    // The item failed: the block stops, and the failure is kept with the stream's last record
+    // (the slice's start event), where the runtime's harvest reads it (item_failures): it ends the
+    // job Failed, and the item does not count as completed.
+    log::warn("host device: {}; the block stops", what);
+    MutexLock lock(mutex_);
+    if (launch.failures_to != nullptr) {
+      if (launch.failures_to->item_failures++ == 0) launch.failures_to->first_item_failure = what;
+    }
+    return;
   }
 }
 

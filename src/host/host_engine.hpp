@@ -21,6 +21,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -98,6 +99,11 @@ class Engine {
   pfResult_t event_state(void* event, bool* recorded, bool* done, double* time_us) const
       EXCLUDES(mutex_);
   pfResult_t synchronize_event(void* event) EXCLUDES(mutex_);
+  // Item functions that threw in the fill launches executed after the event's latest record on
+  // its stream (before that stream's next record); *first: the first one's message.
+  // *not_run: items of opaque launches no block took because every block had stopped.
+  pfResult_t event_item_failures(void* event, uint64_t* count, uint64_t* not_run,
+                                 std::string* first) const EXCLUDES(mutex_);
 
   // ---- Words and memory -------------------------------------------------------------------
   // Zeroed, 256-byte aligned words. A free while queued operations still use the words is

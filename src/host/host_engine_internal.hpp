@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "host/host_engine.hpp"
@@ -32,6 +33,12 @@ struct ThreadRole {
 struct Engine::Record {
   bool done = false;       // guarded by the engine mutex
   double time_us = -1.0;
+  // Item functions that threw in the fill launches executed on the record's stream after it and
+  // before the stream's next record (guarded by the engine mutex): the runtime records a slice's
+  // start event right before the slice's launch, so it reads them through that event.
+  uint64_t item_failures = 0;
+  uint64_t items_not_run = 0;  // opaque launches: items no block took (every block had stopped)
+  std::string first_item_failure;
 };
 
 struct Engine::Event {
@@ -49,6 +56,8 @@ struct Engine::Launch {
   void* user = nullptr;
   int blocks = 0;
   int exited = 0;  // guarded by the engine mutex
+  // The stream's last record when the launch started executing (item failures go there).
+  std::shared_ptr<Record> failures_to;  // guarded by the engine mutex
 };
 
 enum class OpType : uint8_t { Delay, HostFunc, Record, Wait, WriteWord, CopyWord, Fill };
@@ -76,6 +85,7 @@ struct Engine::Stream {
   uint64_t enqueued = 0;
   uint64_t executed = 0;
   std::deque<Op> ops;  // the head op stays in place while it executes
+  std::shared_ptr<Record> last_record;  // the latest record this stream executed
   CondVar wake;
   std::thread thread;
 };

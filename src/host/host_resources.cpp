@@ -154,6 +154,17 @@ pfResult_t Engine::event_state(void* handle, bool* recorded, bool* done, double*
   return pfSuccess;
 }
 
+pfResult_t Engine::event_item_failures(void* handle, uint64_t* count, uint64_t* not_run,
+                                       std::string* first) const {
+  MutexLock lock(mutex_);
+  PF_HOST_LOOKUP_EVENT(event, handle);
+  const Record* record = event->latest.get();
+  *count = record != nullptr ? record->item_failures : 0;
+  *not_run = record != nullptr ? record->items_not_run : 0;
+  if (first != nullptr) *first = record != nullptr ? record->first_item_failure : std::string();
+  return pfSuccess;
+}
+
 pfResult_t Engine::synchronize_event(void* handle) {
   MutexLock lock(mutex_);
   PF_HOST_LOOKUP_EVENT(event, handle);

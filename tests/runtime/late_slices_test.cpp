@@ -2,8 +2,9 @@
 // with CUDA_DEVICE_MAX_CONNECTIONS=1, a slice enqueued behind the main stream's wait reaches the
 // hardware only once the gate is closed, runs no item, and is classed late - which the
 // no-progress check (it counts slices that ran in open bubbles) never saw, so the job took a
-// slice of every bubble forever without progress. It must end FAILED naming the cause. The
-// simulated stand-in: the test device delays every fill slice past its bubble's end.
+// slice of every bubble forever without progress. Since issue 34 it backs off instead of failing
+// (the trainer's schedule is not the job's error). The simulated stand-in: the test device delays
+// every fill slice past its bubble's end.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -34,7 +35,11 @@ struct LateStage {
   }
 };
 
-TEST(LateSlices, AJobWhoseEverySliceIsLateEndsFailedNamingTheCause) {
+// Issue 34: a run of late slices is the trainer's schedule (too short or mis-hinted bubbles, one
+// hardware queue), not the job's error. Old behaviour: the job ended FAILED after 16. Now it backs
+// off: held out of such bubbles (one warning naming the cause), retried after 16 held bubbles, and
+// it resumes as soon as a slice can run again.
+TEST(LateSlices, AJobWhoseSlicesAreLateBacksOffAndResumes) {
   for (const int mode : {pfLaunchExecutor, pfLaunchInline}) {
     SCOPED_TRACE(mode == pfLaunchExecutor ? "executor launch mode" : "inline launch mode");
     LateStage s;
@@ -46,29 +51,35 @@ TEST(LateSlices, AJobWhoseEverySliceIsLateEndsFailedNamingTheCause) {
     PF_ASSERT_OK(pfJobCreate(s.rt, &d, &handle));
     // Each slice starts 200 µs after its bubble began: 100 µs after the bubble ended.
     s.device->fill_wait_delay_us = 200.0;
-    int steps = 0;
-    for (; steps < 60 && info_of(handle).status != pfJobFailed; ++steps) s.step();
-    const pfJobInfo_t info = info_of(handle);
-    ASSERT_EQ(info.status, pfJobFailed) << "the job spun for " << steps << " bubbles";
-    EXPECT_EQ(info.error, pfErrorJobFailed);
+    for (int i = 0; i < 40; ++i) s.step();
+    pfJobInfo_t info = info_of(handle);
+    EXPECT_NE(info.status, pfJobFailed) << "late slices are not the job's error";
+    EXPECT_EQ(info.error, pfSuccess);
     EXPECT_EQ(info.items_completed, 0u);
     EXPECT_EQ(job.items_run(), 0u);
-    EXPECT_GE(info.slices_launched, core::kMaxLateSlicesWithoutProgress);
-    // It failed as soon as the run was long enough, not later.
-    EXPECT_EQ(info.slices_launched, core::kMaxLateSlicesWithoutProgress);
-    EXPECT_EQ(pfJobWait(handle, 0.0), pfErrorJobFailed);
-    const std::string message = pfGetLastErrorMessage();
-    EXPECT_NE(message.find("started after their bubble had ended"), std::string::npos) << message;
-    EXPECT_NE(message.find("gate"), std::string::npos) << message;
-    if (mode == pfLaunchExecutor)
-      EXPECT_NE(message.find("CUDA_DEVICE_MAX_CONNECTIONS=1"), std::string::npos) << message;
+    // 16 late slices, then held out for 16 bubbles, then one late retry (the backoff doubles).
+    EXPECT_EQ(info.slices_launched, core::kMaxLateSlicesWithoutProgress + 1);
+    EXPECT_EQ(pfJobWait(handle, 0.0), pfErrorTimeout);
     pfResult_t async = pfSuccess;
     PF_ASSERT_OK(pfRuntimeGetAsyncError(s.rt, &async));
-    EXPECT_EQ(async, pfErrorJobFailed);
-    // A failed job gets no further slice.
-    const uint64_t launched = info.slices_launched;
-    s.step();
-    EXPECT_EQ(info_of(handle).slices_launched, launched);
+    EXPECT_EQ(async, pfSuccess);
+    pfClassStats_t c{};
+    c.size = sizeof c;
+    PF_ASSERT_OK(pfRuntimeGetClassStats(s.rt, 0, &c));
+    EXPECT_EQ(c.late_backoffs, 2u) << "the hold and the late retry";
+    uint64_t counts[PF_SKIP_CAUSE_COUNT] = {};
+    PF_ASSERT_OK(pfRuntimeGetSkipCounts(s.rt, counts, PF_SKIP_CAUSE_COUNT));
+    EXPECT_GE(counts[pfSkipLate], 16u) << "the held bubbles are skipped as late";
+    // The schedule recovers: at the next retry (after 32 held bubbles) the slice runs items and
+    // the job resumes for good.
+    s.device->fill_wait_delay_us = 0.0;
+    int steps = 0;
+    for (; steps < 40 && info_of(handle).items_completed == 0; ++steps) s.step();
+    EXPECT_GT(info_of(handle).items_completed, 0u) << "never resumed";
+    const uint64_t before = info_of(handle).items_completed;
+    for (int i = 0; i < 3; ++i) s.step();
+    EXPECT_GT(info_of(handle).items_completed, before) << "every bubble filled again";
+    EXPECT_EQ(info_of(handle).status, pfJobRunning);
     PF_ASSERT_OK(pfJobDestroy(handle));
     PF_ASSERT_OK(pfRuntimeDestroy(s.rt));
   }

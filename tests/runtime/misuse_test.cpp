@@ -357,8 +357,11 @@ TEST(Misuse, DestroyingTheStreamOfAnOpenBubble) {
   PF_ASSERT_OK(pfRuntimeSynchronize(rt));
   pfStats_t s;
   PF_ASSERT_OK(pfRuntimeGetStats(rt, &s));
-  EXPECT_EQ(s.bubbles, 3u) << "the abandoned bubble is not timed";
-  EXPECT_EQ(s.bubbles_skipped, s.bubbles + 1 - s.bubbles_filled);
+  EXPECT_EQ(s.bubbles, 4u) << "the abandoned bubble counts, untimed (issue 34)";
+  EXPECT_EQ(s.bubbles_skipped, s.bubbles - s.bubbles_filled);
+  uint64_t counts[PF_SKIP_CAUSE_COUNT] = {};
+  PF_ASSERT_OK(pfRuntimeGetSkipCounts(rt, counts, PF_SKIP_CAUSE_COUNT));
+  EXPECT_EQ(counts[pfSkipUntimed], 1u) << "the abandoned bubble is not timed";
   // Destroy with a bubble open on a stream that died meanwhile.
   PF_ASSERT_OK(pfStreamCreateHighPriority(rt, &doomed));
   PF_ASSERT_OK(pfBubbleBegin(rt, doomed, nullptr));
@@ -400,7 +403,8 @@ TEST(Misuse, AStreamReplacedWhileItsBubbleWasOpenIsReportedAtTheEnd) {
   PF_ASSERT_OK(pfRuntimeSynchronize(rt));
   pfStats_t s;
   PF_ASSERT_OK(pfRuntimeGetStats(rt, &s));
-  EXPECT_EQ(s.bubbles, 2u) << "the abandoned bubble is not timed";
+  EXPECT_EQ(s.bubbles, 3u) << "the abandoned bubble counts, untimed (issue 34)";
+  EXPECT_NEAR(s.bubble_time_us, 2 * 100.0, 1e-6) << "the abandoned bubble is not timed";
   PF_ASSERT_OK(pfRuntimeDestroy(rt));
 }
 
