@@ -175,6 +175,13 @@ class Job:
             if status == JobStatus.FAILED:
                 return  # it failed natively before: that failure is its outcome, counted already
             completed = status == JobStatus.COMPLETED  # its items ran, its sink or item failed
+            if status in (JobStatus.PENDING, JobStatus.RUNNING) and self._fails_itself():
+                # A Python item raised on the host backend: the device fails the native job
+                # with the item's message when its slice is harvested (pfJobWait, the native
+                # status and jobs_failed then say it); cancelling now would make it read
+                # CANCELLED to C callers, and counting it here would count it twice.
+                self._failure = message
+                return
             try:
                 self._native.cancel()
             except PipeFillError:
@@ -182,6 +189,15 @@ class Job:
         self._failure = message
         self.runtime._python_failed_jobs += 1
         self.runtime._python_failed_completed += int(completed)
+
+    def _fails_itself(self) -> bool:
+        """A Python item of this job raised on the host backend (see _fail_once)."""
+        if self.runtime.backend != Backend.HOST:
+            return False
+        try:
+            return self._native.item_error() is not None
+        except PipeFillError:
+            return False  # not an item job
 
     @property
     def status(self) -> JobStatus:
@@ -215,8 +231,10 @@ class Job:
             self._native.wait(timeout_us)
         except PipeFillError as error:
             failure = self._python_failure()
-            if failure is not None and error.code == Result.CANCELLED:
+            if failure is not None and error.code in (Result.CANCELLED, Result.JOB_FAILED):
                 raise FillJobError(failure) from None
+            if error.code == Result.JOB_FAILED and not isinstance(error, FillJobError):
+                raise FillJobError(error.message) from None  # one exception for a failed job
             raise
         return self.info()
 

@@ -41,6 +41,17 @@ class ClassStats:
     filled_time_us: float
     items_completed: int
     skips: Dict[SkipCause, int] = dataclasses.field(default_factory=dict)
+    p50_us: float = 0.0
+    """Median of the durations the predictor keeps for the class."""
+    gated_predicted_us: float = 0.0
+    """What gated work (ticket, graph items) is planned to: the gated_prediction_quantile of
+    the window (0 before min_samples)."""
+    ungated_predicted_us: float = 0.0
+    """What opaque work is planned to (prediction_quantile; 0 before min_samples)."""
+    samples: int = 0
+    """Timed bubbles the predictor has seen for the class."""
+    late_backoffs: int = 0
+    """Times a job was held out of the class after its slices kept starting late."""
 
     @property
     def mean_us(self) -> float:
@@ -86,6 +97,15 @@ class Stats:
     """Skipped bubbles by cause (pfRuntimeGetSkipCounts); the counts sum to bubbles_skipped."""
     classes: Tuple[ClassStats, ...] = ()
     """Every bubble class's counters, in the order their first bubble was harvested."""
+    bubbles_fill_started: int = 0
+    """Timed bubbles in which a slice ran fill work."""
+    fill_start_delay_us: float = 0.0
+    """Sum over those bubbles of (first working slice's start - bubble begin)."""
+    max_fill_start_delay_us: float = 0.0
+    """The largest of those delays."""
+    slices_past_end: int = 0
+    """Working slices that ended after their bubble's end (how long they took to drain:
+    overrun_time_us / max_overrun_us)."""
     bubble_failures: int = 0
     """Bubble instructions that failed inside an adapter (pipefill.torch, .deepspeed,
     .megatron), which went on without them; each distinct message was warned once

@@ -197,6 +197,10 @@ class Runtime {
     d["host_begin_end_ns"] = s.host_begin_end_ns;
     d["filled_sm_us"] = s.filled_sm_us;
     d["capacity_sm_us"] = s.capacity_sm_us;
+    d["bubbles_fill_started"] = s.bubbles_fill_started;
+    d["fill_start_delay_us"] = s.fill_start_delay_us;
+    d["max_fill_start_delay_us"] = s.max_fill_start_delay_us;
+    d["slices_past_end"] = s.slices_past_end;
     return d;
   }
   // pfRuntimeGetFillStreams: the fill stream handles as ints.
@@ -250,6 +254,11 @@ class Runtime {
       d["p10_us"] = c.p10_us;
       d["filled_time_us"] = c.filled_time_us;
       d["items_completed"] = c.items_completed;
+      d["p50_us"] = c.p50_us;
+      d["gated_predicted_us"] = c.gated_predicted_us;
+      d["ungated_predicted_us"] = c.ungated_predicted_us;
+      d["samples"] = c.samples;
+      d["late_backoffs"] = c.late_backoffs;
       nb::list skips;
       for (int i = 0; i < PF_SKIP_CAUSE_COUNT; ++i) skips.append(c.skips[i]);
       d["skips"] = skips;

@@ -5,6 +5,7 @@
 #include "streaming.hpp"
 
 #include <chrono>
+#include <stdexcept>
 
 #include "runtime.hpp"
 
@@ -47,7 +48,14 @@ class ItemGil {
 }  // namespace
 
 void PyItemRecord::run(uint64_t item, int config) {
-  if (failed.load() || stopped.load() || interpreter_finalizing()) return;
+  if (stopped.load() || interpreter_finalizing()) return;
+  if (failed.load()) {
+    // On the host backend an item that did not run must not count as completed: the device
+    // counts an item whose function returned (pipefill.h: a throwing item fails its job).
+    if (backend == pfBackendHost)
+      throw std::runtime_error("item " + std::to_string(item) + " not run: an earlier item failed");
+    return;
+  }
   std::string why;
   {
     ItemGil gil;
@@ -66,13 +74,22 @@ void PyItemRecord::run(uint64_t item, int config) {
       why = error.what();
     }
   }
+  std::string message;
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (error.empty()) error = "item " + std::to_string(item) + ": " + why;
+    message = error;
     failed.store(true);
   }
-  std::lock_guard<std::mutex> lock(wait_mutex);  // a drainer waiting for items wakes up
-  ran.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(wait_mutex);  // a drainer waiting for items wakes up
+    ran.notify_all();
+  }
+  // The host device fails the job with this message at harvest (status Failed, pfJobWait and
+  // the runtime's jobs_failed say so, as for a C++ item that throws); the simulator runs items
+  // inside pfSimRunUntilIdle, where an exception would end the world's run, so there the Python
+  // side ends the job (Job._fail).
+  if (backend == pfBackendHost) throw std::runtime_error(message);
 }
 
 void PyItemRecord::item_ran() {
