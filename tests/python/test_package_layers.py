@@ -3,7 +3,7 @@
 Layers, lowest first (a module imports only its own layer's lower modules or lower layers):
 
 0. the binding core: the extension (_pipefill) and _enums, _errors, _config, _sim, _profiler,
-   _stats, _extensions, _runtime, jobs;
+   _stats, _extensions, _job, _runtime, jobs;
 1. _bubbles (the bubble emitter the adapters share);
 2. the pipefill.torch subpackage, in this order: _streams, _schedule, _graph_contexts,
    _fill_capture, _graph_jobs, _job_common, _sinks, _streaming, _batch_sizes, _cuda_ring, _training_state,
@@ -27,7 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2] / "python"
 PACKAGE = ROOT / "pipefill"
 
 CORE = ["_enums", "_errors", "_config", "_sim", "_profiler", "_stats", "_extensions",
-        "_runtime", "jobs"]
+        "_job", "_runtime", "jobs"]
 TORCH_ORDER = ["_streams", "_schedule", "_graph_contexts", "_fill_capture", "_graph_jobs",
                "_job_common", "_sinks", "_streaming", "_batch_sizes",
                "_cuda_ring", "_training_state",
