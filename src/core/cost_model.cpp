@@ -46,6 +46,15 @@ double CostWindow::rounds_slope() const {
   return slopes[index];
 }
 
+double CostWindow::tail_at(double slope) const {
+  std::array<double, kCapacity> rest{};
+  for (size_t i = 0; i < kept_; ++i) rest[i] = busy_[i] - slope * rounds_[i];
+  const size_t index = (kept_ + 1) / 2 - 1;
+  std::nth_element(rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(index),
+                   rest.begin() + static_cast<std::ptrdiff_t>(kept_));
+  return std::max(0.0, rest[index]);
+}
+
 void JobCostModel::init(bool gated_kind) {
   gated = gated_kind;
   probe_interval = gated ? kFirstProbeAfterGated : kFirstProbeAfterOpaque;
@@ -66,6 +75,16 @@ double JobCostModel::estimate(size_t config, double prior_us) const {
     if (slope >= 0.5 * learned && slope < learned) learned = slope;
   }
   return w.kept() < kGatedSamplesToRaise ? std::min(learned, prior_us) : learned;
+}
+
+double JobCostModel::slice_tail(size_t config) const {
+  if (fixed || !gated || fastest || config >= windows.size()) return 0.0;
+  const CostWindow& w = windows[config];
+  if (w.kept() == 0) return 0.0;
+  const double median = w.quantile(kGatedCostQuantile);
+  const double slope = w.rounds_slope();
+  if (!(slope >= 0.5 * median && slope < median)) return 0.0;
+  return w.tail_at(slope);
 }
 
 double JobCostModel::add_slice(size_t config, double busy_us, uint64_t items_done, int workers,

@@ -11,8 +11,10 @@
 // then overstates the cost by tail / rounds (issue 32: 14.1-14.7 us learned for a 13.98 us item,
 // one round lost in many bubbles). A gated job's estimate is therefore the slope of busy time
 // against rounds over the window (Theil-Sen: the median of the pairwise slopes, robust to a few
-// slow slices) once its slices differ in rounds; the tail is the intercept and stays out of the
-// per-item cost (the gate bounds the overrun it causes to one item per worker). A job skipped as too short in a row gets an occasional one-item probe so that a
+// slow slices) once its slices differ in rounds; the tail is the intercept (slice_tail: the
+// median of busy - slope x rounds), which the planner takes from a slice's budget before it
+// counts rounds (JobConfigModel::slice_tail_us), so a long slice is not charged a short one's
+// tail per round and no slice plans its tail past the budget. A job skipped as too short in a row gets an occasional one-item probe so that a
 // too-large prior gets measured at all, and a warning (once) when the streak reaches
 // warn_after_bubbles.
 //
@@ -45,6 +47,8 @@ class CostWindow {
   // kept samples whose rounds differ. 0 when fewer than kMinSlopePairs such pairs are kept.
   double rounds_slope() const;
   static constexpr size_t kMinSlopePairs = 3;
+  // The median of busy - slope x rounds over the kept samples (floored at 0).
+  double tail_at(double slope) const;
   size_t kept() const { return kept_; }
   uint64_t total() const { return total_; }
 
@@ -124,6 +128,9 @@ struct JobCostModel {
   // (not `fastest`) whose window has slices of different rounds takes the slope of busy time
   // against rounds instead (the per-item cost without the slice's tail), at most the median.
   double estimate(size_t config, double prior_us) const;
+  // The slice's tail of `config`: the median of busy - slope x rounds over the window when the
+  // estimate is the slope, else 0.
+  double slice_tail(size_t config) const;
   // Samples measured for `config` over the job's life (0 beyond kMaxConfigs: not learned).
   uint64_t samples(size_t config) const {
     return config < windows.size() ? windows[config].total() : 0;

@@ -111,6 +111,8 @@ TEST(JobCostModel, GatedEstimateWithoutVaryingRoundsIsTheMedianPerRoundTime) {
   line.add_slice(0, 45.0, 4, 1, 250.0);
   line.add_slice(0, 65.0, 6, 1, 250.0);
   EXPECT_DOUBLE_EQ(line.estimate(0, 250.0), 10.0);
+  EXPECT_DOUBLE_EQ(line.slice_tail(0), 5.0);  // the intercept: what the planner keeps free
+  EXPECT_DOUBLE_EQ(m.slice_tail(0), 0.0);     // no slope, no tail: busy / rounds holds it
   // A job whose items are a host thread's own work keeps the fastest sample (no slope).
   JobCostModel host;
   host.init(true);
@@ -119,6 +121,26 @@ TEST(JobCostModel, GatedEstimateWithoutVaryingRoundsIsTheMedianPerRoundTime) {
   host.add_slice(0, 45.0, 4, 1, 250.0);
   host.add_slice(0, 65.0, 6, 1, 250.0);
   EXPECT_DOUBLE_EQ(host.estimate(0, 250.0), 65.0 / 6.0);
+  EXPECT_DOUBLE_EQ(host.slice_tail(0), 0.0);
+}
+
+// The planner counts rounds in the budget left after the learned tail: a 100 us budget of 10 us
+// items is 10 rounds, 9 when the slice's last round spreads 5 us past rounds x cost.
+TEST(PlanSlice, TheLearnedTailComesOutOfTheBudgetBeforeTheRounds) {
+  std::vector<JobConfigModel> configs(1);
+  configs[0].item_cost_us = 10.0;
+  PlanRequest r;
+  r.predicted_us = 100.0;
+  r.fill_sms = 4;
+  r.free_bytes = 1024;
+  r.remaining_items = 1000;
+  SlicePlan p = plan_slice(r, configs);
+  ASSERT_TRUE(p.fill) << p.reason;
+  EXPECT_EQ(p.items, 40u);  // 4 workers x 10 rounds
+  configs[0].slice_tail_us = 5.0;
+  p = plan_slice(r, configs);
+  ASSERT_TRUE(p.fill) << p.reason;
+  EXPECT_EQ(p.items, 36u);  // 4 workers x floor(95 / 10) rounds
 }
 
 TEST(JobCostModel, OneSlowFirstSliceDoesNotRaiseAGatedEstimate) {
