@@ -1,10 +1,20 @@
 // Item costs learned online. The cost a job was created with (pfJobConfig_t.item_cost_us, or
 // item_cost_hint_us) is a prior, often timed once on a busy rank and far off; the planner trusts
 // whatever cost it is given, so a prior 25x too large makes every bubble "too short" forever.
-// Here each configuration of a job keeps a small window of measured per-worker item times, taken
-// at harvest from its timed slices (busy time / rounds, the rounds the planner models:
-// ceil(items done / workers)), and the planner uses a quantile of that window once it has a
-// sample. A job skipped as too short in a row gets an occasional one-item probe so that a
+// Here each configuration of a job keeps a small window of its timed slices' measurements (busy
+// time and the rounds the planner models: ceil(items done / workers)), and the planner uses an
+// estimate from that window once it has a sample.
+//
+// A slice's busy time is not rounds x the item cost: its workers claim items from one cursor and
+// the slice ends when the slowest finishes, so busy = rounds x cost + a tail (the spread of the
+// workers' last items; with 124 workers of jittered items the largest of 124 draws). busy / rounds
+// then overstates the cost by tail / rounds (issue 32: 14.1-14.7 us learned for a 13.98 us item,
+// one round lost in many bubbles). A gated job's estimate is therefore the slope of busy time
+// against rounds over the window (Theil-Sen: the median of the pairwise slopes, robust to a few
+// slow slices) once its slices differ in rounds; the tail is the intercept (slice_tail: the
+// median of busy - slope x rounds), which the planner takes from a slice's budget before it
+// counts rounds (JobConfigModel::slice_tail_us), so a long slice is not charged a short one's
+// tail per round and no slice plans its tail past the budget. A job skipped as too short in a row gets an occasional one-item probe so that a
 // too-large prior gets measured at all, and a warning (once) when the streak reaches
 // warn_after_bubbles.
 //
@@ -29,14 +39,23 @@ class CostWindow {
   // window's median once full. 15 samples tolerate up to 7 outliers for the median.
   static constexpr size_t kCapacity = 15;
 
-  void add(double sample_us);
+  // A per-round time (busy_us / rounds); `rounds` (>= 1) and `busy_us` are kept for the slope.
+  void add(double sample_us, uint64_t rounds = 1, double busy_us = 0.0);
   // The q-quantile (nearest rank, q in (0, 1]) of the kept samples; 0 when there are none.
   double quantile(double q) const;
+  // The Theil-Sen slope of busy time against rounds: the median of the slopes between every two
+  // kept samples whose rounds differ. 0 when fewer than kMinSlopePairs such pairs are kept.
+  double rounds_slope() const;
+  static constexpr size_t kMinSlopePairs = 3;
+  // The median of busy - slope x rounds over the kept samples (floored at 0).
+  double tail_at(double slope) const;
   size_t kept() const { return kept_; }
   uint64_t total() const { return total_; }
 
  private:
   std::array<double, kCapacity> samples_{};
+  std::array<double, kCapacity> rounds_{};  // the sample's rounds (as double: slope arithmetic)
+  std::array<double, kCapacity> busy_{};    // the sample's busy time
   size_t next_ = 0;   // ring position of the next sample
   size_t kept_ = 0;   // valid samples (<= kCapacity)
   uint64_t total_ = 0;
@@ -105,8 +124,13 @@ struct JobCostModel {
 
   void init(bool gated_kind);
   // The estimate of configuration `config`: the kind's quantile of its window, `prior_us` until
-  // it has a sample (gated: at most `prior_us` until kGatedSamplesToRaise samples).
+  // it has a sample (gated: at most `prior_us` until kGatedSamplesToRaise samples). A gated job
+  // (not `fastest`) whose window has slices of different rounds takes the slope of busy time
+  // against rounds instead (the per-item cost without the slice's tail), at most the median.
   double estimate(size_t config, double prior_us) const;
+  // The slice's tail of `config`: the median of busy - slope x rounds over the window when the
+  // estimate is the slope, else 0.
+  double slice_tail(size_t config) const;
   // Samples measured for `config` over the job's life (0 beyond kMaxConfigs: not learned).
   uint64_t samples(size_t config) const {
     return config < windows.size() ? windows[config].total() : 0;

@@ -35,6 +35,7 @@ void learn_item_cost(RuntimeState& s, JobState& job, const SliceRecord& slice,
   const size_t index = static_cast<size_t>(slice.config_index);
   job.planned_configs[index].item_cost_us = job.cost.add_slice(
       index, a.busy_us, a.items_done, slice.workers, job.configs[index].item_cost_us);
+  job.planned_configs[index].slice_tail_us = job.cost.slice_tail(index);
   if (!slice.probe) job.cost.note_fitted();
 }
 

@@ -65,7 +65,8 @@ SlicePlan plan_slice(const PlanRequest& r, std::span<const JobConfigModel> confi
     // items; for gated work this is the item budget of the slice and the gate only catches
     // mispredictions, for opaque work it is a hard promise (nothing stops it).
     // The epsilon keeps an exact fit (budget == k * cost) from losing an item to rounding.
-    const double per_worker_d = std::floor(budget / c.item_cost_us + 1e-9);
+    const double per_worker_d =
+        std::floor(std::max(0.0, budget - c.slice_tail_us) / c.item_cost_us + 1e-9);
     if (per_worker_d < 1) {
       too_long = true;
       continue;

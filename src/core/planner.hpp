@@ -13,6 +13,9 @@ namespace pipefill {
 
 struct JobConfigModel {
   double item_cost_us = 0.0;           // time one worker needs for one item
+  // A slice's time beyond rounds x item_cost_us (the spread of its workers' last items, learned:
+  // cost_model.hpp); taken from the budget before the rounds are counted.
+  double slice_tail_us = 0.0;
   int parallelism = 0;                 // items in flight; 0 = as many as fill SMs allow
   size_t resident_bytes = 0;           // stays in the arena for the job's life
   size_t workspace_bytes_per_item = 0; // per in-flight item, from the bubble's memory
