@@ -436,6 +436,20 @@ typedef struct pfJobCostInfo_t {
  * them). Safe from any thread, also inside a bubble; it takes the runtime's state lock. */
 PF_API pfResult_t pfJobGetCostInfo(pfJob_t job, pfJobCostInfo_t* info);
 
+/* Added in 0.4. How the planner estimates the item cost of each of the job's configurations
+ * (a call, not a pfJobDesc_t field: pfJobDesc_t carries no size, so an appended field would be
+ * read past an older caller's struct). The values are pfGraphJobDesc_t.on_item_is_work's:
+ * 0 (every job's default): learned, the window's median (opaque jobs: its 90th percentile);
+ * 1: learned, the window's fastest sample (gated jobs), for items that are a host thread's own
+ *    work (e.g. Python functions), which run slower whenever the thread waits for the CPU or a
+ *    lock (the GIL) and would otherwise raise the estimate past the bubbles;
+ * 2: stated: each configuration keeps the item cost it was created with (pfJobConfig_t.item_cost_us
+ *    or item_cost_hint_us), whatever its slices measure.
+ * It applies from the next slice planned, to samples measured before too. Any other value is
+ * pfErrorInvalidArgument naming it, nothing changed. Safe from any thread outside the job's own
+ * callbacks; it takes the runtime's state lock. */
+PF_API pfResult_t pfJobSetCostPolicy(pfJob_t job, int policy);
+
 /* ---- Streaming jobs: input staged while the job runs ---------------------------------------- */
 /* A job may grow while it runs: only items < available may be claimed (the gate and budget rules
  * are unchanged). The bound is kept by the host and applied when a slice is planned: a slice's

@@ -101,9 +101,10 @@ void bind_runtime(nb::module_& m) {
            "pfJobCreateGraph with Python items fn(item) (sim/host backends); fixed_cost: "
            "item_cost_us is kept, not learned.")
       .def("create_config_item_job", &Runtime::create_config_item_job, "name"_a, "priority"_a,
-           "items"_a, "configs"_a, "fn"_a, "available"_a,
+           "items"_a, "configs"_a, "fn"_a, "available"_a, "fixed_cost"_a = false,
            "pfJobCreate (ticket, one worker) with configurations (name, item_cost_us, "
-           "items_per_item) and Python items fn(item, config) (sim/host backends).")
+           "items_per_item) and Python items fn(item, config) (sim/host backends); fixed_cost: "
+           "the item_cost_us are kept, not learned (else the fastest measured sample).")
       .def("create_fill_job", &Runtime::create_fill_job, "params"_a,
            "fjJobCreate + pfJobCreate of an example fill job.")
       .def("jobs", &Runtime::jobs, "The jobs still attached.");

@@ -343,10 +343,12 @@ class Runtime {
   Job create_item_job(const std::string& name, int priority, uint64_t items, double item_cost_us,
                       nb::object fn, uint64_t available, bool fixed_cost);
   // An item job with several configurations (streaming.cpp): a ticket job whose items call
-  // fn(item, config) with the configuration the planner chose for their slice.
+  // fn(item, config) with the configuration the planner chose for their slice. fixed_cost: the
+  // configurations' item_cost_us are their known costs (pfJobSetCostPolicy 2: not learned);
+  // otherwise each is learned as its fastest measured sample (policy 1).
   Job create_config_item_job(const std::string& name, int priority, uint64_t items,
                              const std::vector<nb::tuple>& configs, nb::object fn,
-                             uint64_t available);
+                             uint64_t available, bool fixed_cost);
   Job create_fill_job(const fjParams_t& given);
 
   std::vector<Job> jobs() {

@@ -196,7 +196,7 @@ Job Runtime::create_item_job(const std::string& name, int priority, uint64_t ite
 // with one worker: its items run one after another in claim order, like a graph job's.
 Job Runtime::create_config_item_job(const std::string& name, int priority, uint64_t items,
                                     const std::vector<nb::tuple>& configs, nb::object fn,
-                                    uint64_t available) {
+                                    uint64_t available, bool fixed_cost) {
   const std::string who = "Runtime.create_config_item_job";
   refuse_off_host(core_->backend, who, name);
   require_callable(fn, who, name);
@@ -244,8 +244,13 @@ Job Runtime::create_config_item_job(const std::string& name, int priority, uint6
   return without_gil([&] {
     Use use(core_->life, "Runtime");
     check(pfJobCreate(core_->runtime, &desc, &job->job));
+    // The Python function is the item's work, slower inside bubbles than alone (thread hops,
+    // the GIL): the planner takes each configuration's fastest sample (1), or keeps the costs
+    // the caller stated (2), as create_item_job's on_item_is_work does (issue 32).
+    const pfResult_t costed = pfJobSetCostPolicy(job->job, fixed_cost ? 2 : 1);
     // Ticket jobs start unbounded: the bound applies before the first bubble can run an item.
-    const pfResult_t bounded = pfJobSetAvailable(job->job, available);
+    const pfResult_t bounded =
+        costed != pfSuccess ? costed : pfJobSetAvailable(job->job, available);
     if (bounded != pfSuccess) {
       const std::string message = pfGetLastErrorMessage();
       pfJobDestroy(job->job);

@@ -334,6 +334,20 @@ PF_API pfResult_t pfJobGetCostInfo(pfJob_t job, pfJobCostInfo_t* info) {
   });
 }
 
+PF_API pfResult_t pfJobSetCostPolicy(pfJob_t job, int policy) {
+  return guarded(__func__, [&] {
+    JobRef j;
+    PF_TRY(pipefill::core::acquire_job(job, "pfJobSetCostPolicy", &j));
+    if (policy < 0 || policy > 2) {
+      return fail(pfErrorInvalidArgument,
+                  "pfJobSetCostPolicy: policy = {} (0 learned median, 1 learned fastest sample, "
+                  "2 stated cost kept)",
+                  policy);
+    }
+    return j.runtime()->set_job_cost_policy(j.get(), policy);
+  });
+}
+
 PF_API pfResult_t pfJobCancel(pfJob_t job) {
   return guarded(__func__, [&] {
     if (pipefill::CallbackScope::active()) return pipefill::core::cancel_from_callback(job);

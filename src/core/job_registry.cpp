@@ -400,6 +400,17 @@ pfResult_t JobRegistry::cost_info(RuntimeState& s, JobState& job, pfJobCostInfo_
   return pfSuccess;
 }
 
+pfResult_t JobRegistry::set_cost_policy(RuntimeState& s, JobState& job, int policy) {
+  MutexLock lock(s.mu);
+  job.cost.fixed = policy == 2;
+  job.cost.fastest = policy != 0;
+  const size_t n = std::min(job.configs.size(), job.planned_configs.size());
+  for (size_t i = 0; i < n; ++i) {
+    job.planned_configs[i].item_cost_us = job.cost.estimate(i, job.configs[i].item_cost_us);
+  }
+  return pfSuccess;
+}
+
 pfResult_t JobRegistry::cancel(RuntimeState& s, JobState& job) {
   MutexLock lock(s.mu);
   end_job(s, job, pfJobCancelled, pfSuccess, "");

@@ -38,6 +38,10 @@ class JobRegistry {
   // pfJobGetCostInfo: the item cost of the configuration in use, given and learned
   // (cost_model.hpp). Writes a whole pfJobCostInfo_t (the C API copies the caller's size of it).
   pfResult_t cost_info(RuntimeState& s, JobState& job, pfJobCostInfo_t* out) EXCLUDES(s.mu);
+  // pfJobSetCostPolicy: how the planner estimates each configuration's item cost (0 median,
+  // 1 fastest sample, 2 the stated cost kept; the caller checked the value). Every
+  // configuration's planned cost is recomputed from its window under the new policy.
+  pfResult_t set_cost_policy(RuntimeState& s, JobState& job, int policy) EXCLUDES(s.mu);
   pfResult_t cancel(RuntimeState& s, JobState& job) EXCLUDES(s.mu);
   // pfJobSetAvailable / pfJobEndInput (streaming jobs; the rules are in pipefill.h). A refused
   // call changes nothing.

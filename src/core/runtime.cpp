@@ -314,6 +314,10 @@ pfResult_t Runtime::job_cost_info(JobState* job, pfJobCostInfo_t* info) {
   return jobs_->cost_info(state_, *job, info);
 }
 
+pfResult_t Runtime::set_job_cost_policy(JobState* job, int policy) {
+  return jobs_->set_cost_policy(state_, *job, policy);
+}
+
 pfResult_t Runtime::cancel_job(JobState* job) { return jobs_->cancel(state_, *job); }
 
 pfResult_t Runtime::set_job_available(JobState* job, uint64_t available) {

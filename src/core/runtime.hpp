@@ -95,6 +95,7 @@ class Runtime {
   pfResult_t pop_capture_context();
   pfResult_t job_info(JobState* job, pfJobInfo_t* info);
   pfResult_t job_cost_info(JobState* job, pfJobCostInfo_t* info);
+  pfResult_t set_job_cost_policy(JobState* job, int policy);
   pfResult_t cancel_job(JobState* job);
   pfResult_t set_job_available(JobState* job, uint64_t available);
   pfResult_t end_job_input(JobState* job);

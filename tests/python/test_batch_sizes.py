@@ -190,6 +190,25 @@ def test_host_outputs_equal_the_plain_loop_whatever_sizes_ran():
     rt.close()
 
 
+def test_host_stated_costs_are_kept_per_size():
+    """Host backend with item_cost_us given per size: the planner keeps each configuration's
+    stated cost (pfJobSetCostPolicy 2) whatever the measured slices take."""
+    data = Samples(1201)  # enough claims for several timed slices of the configuration in use
+    stated = [300.0, 500.0, 900.0]
+    rt = host_runtime()
+    job = pft.inference_job(rt, model(5).eval(), data, batch_size=None, batch_sizes=SIZES,
+                            item_cost_us=stated, sink=lambda i, y: None)
+    host_bubbles(rt, lambda: job.progress().finished or job.error is not None)
+    job.wait(timeout=30)
+    assert job.error is None
+    cost = job.job.cost_info()
+    assert cost.samples >= 3  # measured (enough to move a learned cost), not used
+    assert cost.prior_cost_us == stated[cost.config_index]
+    assert cost.learned_cost_us == cost.prior_cost_us
+    job.close()
+    rt.close()
+
+
 @pytest.mark.parametrize("how", ["close", "failure"])
 def test_resume_mid_run_with_mixed_sizes_is_exact(tmp_path, how):
     """The first attempt stops mid-run (closed after 13 units, or its sink raises at unit 13)

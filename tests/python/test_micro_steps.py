@@ -70,6 +70,24 @@ def test_micro_steps_equal_the_plain_accumulation_loop_bit_identically():
     rt.close()
 
 
+def test_micro_steps_keep_the_stated_item_cost():
+    """A whole step given as item_cost_us: each configuration's cost (g micro-batches of a
+    quarter step) is kept, not learned from the measured slices (pfJobSetCostPolicy 2), however
+    long the Python items really take on the host."""
+    steps, k, batches = 4, 4, data(3)
+    rt = host_runtime()
+    job, _ = new_job(rt, steps, batches, k, item_cost_us=8000.0)
+    run_bubbles(rt, lambda: job.progress().finished or job.error is not None, max_bubbles=2000)
+    job.wait(timeout=30)
+    assert job.error is None
+    cost = job.job.cost_info()
+    assert cost.samples >= 3  # measured (enough to move a learned cost), not used
+    assert cost.prior_cost_us == 2000.0 * job._micro.groups[cost.config_index]
+    assert cost.learned_cost_us == cost.prior_cost_us
+    job.close()
+    rt.close()
+
+
 def test_micro_steps_resume_mid_step_bit_identically(tmp_path):
     """The first attempt dies in the middle of step 5 (its loss raises in the 3rd micro-batch,
     2 micro-batches accumulated, no optimizer step): resumed from its last checkpoint (step 4),

@@ -2,7 +2,8 @@
 // a job created with a cost 25x too large is probed and then filled within a few bubbles and its
 // learned cost converges to the true one; a few slow slices barely move it; a job whose item
 // really fits no bubble is warned about once (with the numbers) and never overruns by more than
-// one item; pfJobGetCostInfo's argument and size checks.
+// one item; pfJobSetCostPolicy's policies (median, fastest sample, stated cost kept) and bad
+// values; pfJobGetCostInfo's argument and size checks.
 #include <gtest/gtest.h>
 
 #include <spdlog/sinks/ostream_sink.h>
@@ -152,6 +153,106 @@ TEST_F(StageRuntimeTest, AFewSlowSlicesBarelyMoveTheLearnedCost) {
   EXPECT_NEAR(info.learned_cost_us, 10.0, 1.0);
   EXPECT_EQ(info.too_short_bubbles, 0u);
   PF_ASSERT_OK(pfJobDestroy(handle));
+  PF_ASSERT_OK(pfRuntimeDestroy(rt));
+}
+
+// pfJobSetCostPolicy on a job with two configurations whose items all run 3x slower than stated
+// (30 us against 10 us): policy 0 (the default) learns the median, 30 us; 2 keeps config 0's
+// stated 10 us, also over the samples measured before it was set; 1 takes the window's fastest
+// sample, the one slice that ran at the stated speed.
+struct TwoConfigJob : MisjudgedJob {
+  pfJobConfig_t configs[2] = {};
+  pfJobDesc_t two_config_desc() {
+    configs[0].name = "small";
+    configs[0].item_cost_us = 10.0;  // the planner's choice: 10 us per unit of work
+    configs[1].name = "large";
+    configs[1].item_cost_us = 100.0;  // 50 us per unit
+    configs[1].items_per_item = 2.0;
+    pfJobDesc_t d = desc_with_cost(0.0);
+    d.configs = configs;
+    d.config_count = 2;
+    return d;
+  }
+};
+
+TEST_F(StageRuntimeTest, StatedCostPolicyKeepsEachConfigurationsCost) {
+  TwoConfigJob job;
+  job.name = "stated";
+  job.true_cost_us = 10.0;
+  job.slow_factor = 3.0;
+  job.items = 1000000;
+  for (int i = 0; i < 40; ++i) job.slow_launches.push_back(i);
+  const pfJobDesc_t desc = job.two_config_desc();
+  pfJob_t handle = nullptr;
+  PF_ASSERT_OK(pfJobCreate(rt, &desc, &handle));
+  for (int i = 0; i < 6; ++i) bubble(stage, rt);
+  const pfJobCostInfo_t learned = cost_of(handle);
+  EXPECT_EQ(learned.config_index, 0);
+  EXPECT_EQ(learned.samples, 6u);
+  EXPECT_NEAR(learned.learned_cost_us, 30.0, 1.0);  // policy 0: the slow slices' median
+
+  PF_ASSERT_OK(pfJobSetCostPolicy(handle, 2));
+  EXPECT_DOUBLE_EQ(cost_of(handle).learned_cost_us, 10.0);  // at once, over the old samples
+  for (int i = 0; i < 6; ++i) bubble(stage, rt);
+  const pfJobCostInfo_t stated = cost_of(handle);
+  EXPECT_EQ(stated.config_index, 0);
+  EXPECT_EQ(stated.samples, 12u);  // still measured, not used
+  EXPECT_DOUBLE_EQ(stated.prior_cost_us, 10.0);
+  EXPECT_DOUBLE_EQ(stated.learned_cost_us, 10.0);
+
+  PF_ASSERT_OK(pfJobSetCostPolicy(handle, 0));  // back to the median of the slow window
+  EXPECT_NEAR(cost_of(handle).learned_cost_us, 30.0, 1.0);
+  PF_ASSERT_OK(pfJobDestroy(handle));
+  PF_ASSERT_OK(pfRuntimeDestroy(rt));
+}
+
+TEST_F(StageRuntimeTest, FastestCostPolicyTakesTheWindowsFastestSample) {
+  TwoConfigJob job;
+  job.name = "fastest";
+  job.true_cost_us = 10.0;
+  job.slow_factor = 3.0;
+  job.items = 1000000;
+  for (int i = 1; i < 40; ++i) job.slow_launches.push_back(i);  // only the first at 10 us
+  const pfJobDesc_t desc = job.two_config_desc();
+  pfJob_t handle = nullptr;
+  PF_ASSERT_OK(pfJobCreate(rt, &desc, &handle));
+  PF_ASSERT_OK(pfJobSetCostPolicy(handle, 1));
+  for (int i = 0; i < 8; ++i) bubble(stage, rt);
+  const pfJobCostInfo_t fastest = cost_of(handle);
+  EXPECT_EQ(fastest.config_index, 0);
+  EXPECT_EQ(fastest.samples, 8u);
+  EXPECT_NEAR(fastest.learned_cost_us, 10.0, 1.0);
+  PF_ASSERT_OK(pfJobSetCostPolicy(handle, 0));  // the same window's median: the slow slices
+  EXPECT_NEAR(cost_of(handle).learned_cost_us, 30.0, 1.0);
+  PF_ASSERT_OK(pfJobDestroy(handle));
+  PF_ASSERT_OK(pfRuntimeDestroy(rt));
+}
+
+TEST_F(StageRuntimeTest, CostPolicyRefusesBadValuesAndChangesNothing) {
+  TwoConfigJob job;
+  job.name = "bad-policy";
+  job.true_cost_us = 10.0;
+  job.slow_factor = 3.0;
+  job.items = 1000000;
+  for (int i = 0; i < 40; ++i) job.slow_launches.push_back(i);
+  const pfJobDesc_t desc = job.two_config_desc();
+  pfJob_t handle = nullptr;
+  PF_ASSERT_OK(pfJobCreate(rt, &desc, &handle));
+  PF_ASSERT_OK(pfJobSetCostPolicy(handle, 2));
+  for (int value : {3, -1, 1000}) {
+    EXPECT_EQ(pfJobSetCostPolicy(handle, value), pfErrorInvalidArgument);
+    EXPECT_NE(std::string(pfGetLastErrorMessage()).find("policy = " + std::to_string(value)),
+              std::string::npos)
+        << pfGetLastErrorMessage();
+  }
+  EXPECT_EQ(pfJobSetCostPolicy(nullptr, 1), pfErrorInvalidArgument);
+  EXPECT_NE(std::string(pfGetLastErrorMessage()).find("pfJobSetCostPolicy"), std::string::npos);
+  // The refused calls left policy 2 in place: slow slices do not move the stated cost.
+  for (int i = 0; i < 6; ++i) bubble(stage, rt);
+  EXPECT_EQ(cost_of(handle).samples, 6u);
+  EXPECT_DOUBLE_EQ(cost_of(handle).learned_cost_us, 10.0);
+  PF_ASSERT_OK(pfJobDestroy(handle));
+  EXPECT_EQ(pfJobSetCostPolicy(handle, 1), pfErrorInvalidArgument);  // a destroyed job's handle
   PF_ASSERT_OK(pfRuntimeDestroy(rt));
 }
 

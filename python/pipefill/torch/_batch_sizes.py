@@ -148,8 +148,10 @@ class SizedInferenceJob(InferenceJob):
         self.item_cost_us = costs[0]
         configs = [(f"batch{g * self.unit_rows}", max(1.0, cost), float(g))
                    for g, cost in zip(self.groups, costs)]
+        # Costs the caller gave are kept; timed ones are learned (the fastest sample).
         native = runtime._native.create_config_item_job(self.name, priority, items, configs,
-                                                        self._run_claim, 0)
+                                                        self._run_claim, 0,
+                                                        self._given_costs is not None)
         job = Job(runtime, None, native)
         self._hold_gil_interval()
         return job

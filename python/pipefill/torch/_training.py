@@ -241,7 +241,7 @@ class TrainingJob(_Checkpoints, _StreamingJob):
         bound = claims if self.checkpoint is None else micro.claims_bound(self._due - self.step)
         native = self.runtime._native.create_config_item_job(
             self.name, priority, claims, micro.configs(micro_us, optimizer_us), micro.run_item,
-            bound)
+            bound, item_cost_us is not None)  # a given cost is kept, a timed one learned
         self.job = Job(self.runtime, None, native)
         self._hold_gil_interval()
 
