@@ -178,7 +178,6 @@ class Engine {
       pfConfig_t config = PF_CONFIG_INITIALIZER;
       config.stage_id = s;
       config.stage_count = options_.pipeline.stages;
-      config.sim_seed = options_.seed;
       const double margin = engine_margin_us(options_, costs_);
       if (margin >= 0) config.safety_margin_us = margin;
       config.safety_margin_fraction = options_.margin_fraction;
