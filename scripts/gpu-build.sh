@@ -33,6 +33,11 @@ export PATH=/usr/local/cuda/bin:$PATH
 venv=$root/build-py312/venv
 if [ ! -x "$venv/bin/python" ]; then
   base=${GPU_BUILD_PYTHON:-$(command -v python3.12 || true)}
+  # A pyenv shim names python3.12 without running it unless a 3.12 version is selected: take the
+  # installed 3.12 interpreter itself then.
+  if [ -n "$base" ] && ! "$base" -c '' 2>/dev/null; then
+    base=$(ls -d "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12 2>/dev/null | tail -1 || true)
+  fi
   [ -n "$base" ] || die "no Python 3.12 here (set GPU_BUILD_PYTHON): the GPU image's torch is for 3.12"
   "$base" -m venv "$venv"
   "$venv/bin/python" -m pip install -q nanobind==3.1.0 scikit-build-core==1.1.2 ||
