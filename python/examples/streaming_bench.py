@@ -1,21 +1,22 @@
 """Throughput and memory of pipefill.torch.inference_job on the real-time host backend.
 
-  python python/examples/streaming_bench.py [--items 400] [--bubble-us 4000] [--compute-us 4000]
-      [--runs 5] [--slots 16] [--item-cost-us C] [--memory-items 100 | --no-memory]
+  python python/examples/streaming_bench.py [--items 1500] [--bubble-us 4000] [--compute-us 4000]
+      [--runs 5] [--block 10] [--skip 2] [--slots 64] [--item-cost-us C]
+      [--memory-items 100 | --no-memory]
 
-Prints, from one process on this machine:
-  1. items/s of the job alone: the same module over the same batches in a plain loop (no
-     runtime, no threads);
-  2. items/s of the job inside bubbles: a trainer loop of bubbles (bubble-us of waiting, the
-     fill work runs) and the trainer's own CPU compute between them (torch matmuls on the main
-     thread calibrated to compute-us, no bubble open); the ratio to 1, the bubble share of the
-     trainer's time, and the ratio divided by that share (the fraction of the bubble time that
-     became items at the alone rate);
-  3. side by side: the trainer's step time (median) with host filling on vs the plain step (the
-     same loop, same runtime settings, no fill job), and the job's items per bubble-second vs
-     the job alone, each as a ratio; the job's item cost as timed at creation and as learned
-     from its measured slices (Job.cost_info). --item-cost-us gives the job its cost (kept by
-     the planner, not learned);
+Prints, from one process on this machine, the trainer (a loop of bubbles: bubble-us of waiting
+in which the fill work runs, then its own CPU compute, torch matmuls on the main thread
+calibrated to compute-us, no bubble open) in alternating blocks of --block steps, plain (a
+runtime without fill jobs) and filling (a runtime whose inference_job fills its bubbles), with
+the job alone (the same module over the same batches in a plain loop: no runtime, no threads)
+timed between the blocks, until the job is done; so the machine's drift over the run hits every
+side alike:
+  1. the job's items per bubble-second vs its items/s alone, as a ratio;
+  2. the trainer's median step filling vs plain, as a ratio (the first --skip steps of each
+     block not counted: a filling block's first steps follow plain ones, a plain block's follow
+     filling ones);
+  3. the job's item cost as timed at creation (or given: --item-cost-us, kept by the planner)
+     and as learned from its measured slices (Job.cost_info);
   1-3 are repeated --runs times (default 5), each run side by side, and the medians of the two
      ratios printed against the goals (issue 32: >= 0.6 of alone, trainer step <= 1.03x);
   4. peak RSS growth (ru_maxrss, from before the job) while streaming 1x, 4x and 16x the items,
@@ -49,17 +50,6 @@ def model() -> torch.nn.Module:
 def samples(count: int):
     for i in range(count):
         yield torch.full((DIM,), float(i % 13) / 13.0)
-
-
-def alone(items: int) -> float:
-    module = model()
-    batches = [torch.stack(list(samples(BATCH)))] * 4
-    with torch.no_grad():
-        module(batches[0])
-        t0 = time.perf_counter()
-        for k in range(items):
-            module(batches[k % 4])
-        return items / (time.perf_counter() - t0)
 
 
 # The trainer's own compute: CPU matmuls on the main thread (the host backend's "GPU" is the
@@ -99,34 +89,57 @@ def trainer_step(rt: pf.Runtime, stream, bubble_us: float, reps: int) -> float:
     return time.perf_counter() - t0
 
 
-def plain_steps(steps: int, bubble_us: float, reps: int) -> List[float]:
-    rt = host_runtime()
-    stream = rt.high_priority_stream()
-    times = [trainer_step(rt, stream, bubble_us, reps) for _ in range(steps)]
-    rt.close()
-    return times
-
-
-def in_bubbles(items: int, bubble_us: float, reps: int, slots: int = 16,
-               item_cost_us: Optional[float] = None):
-    rt = host_runtime()
+def interleaved(items: int, bubble_us: float, reps: int, slots: int, item_cost_us: Optional[float],
+                block: int, skip: int):
+    """The trainer in alternating blocks of `block` steps: plain (a runtime without fill jobs)
+    and filling (a runtime whose job fills its bubbles), with `block` items of the job alone
+    (a plain loop) between them, until the job is done. The first `skip` steps of each block are
+    not counted (a filling step's last item, which may run past its bubble, falls into the next
+    step: counted in the filling blocks, kept out of the plain ones). Drift of the machine over
+    the run (this one's load changes by 5-10% in a second) hits both sides alike."""
+    plain_rt, fill_rt = host_runtime(), host_runtime()
     done = [0]
 
     def sink(i, y):
         done[0] += 1
 
-    job = pft.inference_job(rt, model(), samples(items * BATCH), batch_size=BATCH, slots=slots,
-                            sink=sink, item_cost_us=item_cost_us)
-    stream = rt.high_priority_stream()
-    times: List[float] = []
-    while not job.progress().finished and job.error is None and len(times) < 100000:
-        times.append(trainer_step(rt, stream, bubble_us, reps))
+    job = pft.inference_job(fill_rt, model(), samples(items * BATCH), batch_size=BATCH,
+                            slots=slots, sink=sink, item_cost_us=item_cost_us)
+    module = model()
+    batches = [torch.stack(list(samples(BATCH)))] * 4
+    plain_stream, fill_stream = plain_rt.high_priority_stream(), fill_rt.high_priority_stream()
+    plain: List[float] = []
+    filled: List[float] = []
+    filled_bubbles = 0
+    alone_items, alone_s = 0, 0.0
+    with torch.no_grad():
+        module(batches[0])
+    while not job.progress().finished and job.error is None and filled_bubbles < 100000:
+        for k in range(block):
+            t = trainer_step(plain_rt, plain_stream, bubble_us, reps)
+            if k >= skip:
+                plain.append(t)
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            for k in range(block):
+                module(batches[k % 4])
+            alone_s += time.perf_counter() - t0
+            alone_items += block
+        for k in range(block):
+            t = trainer_step(fill_rt, fill_stream, bubble_us, reps)
+            filled_bubbles += 1
+            if k >= skip or job.progress().finished:
+                filled.append(t)
+            if job.progress().finished:
+                break
     job.wait(timeout=60)
     cost = job.item_cost_us
     learned = job.job.cost_info()
     job.close()
-    rt.close()
-    return done[0], times, cost, learned
+    fill_rt.close()
+    plain_rt.close()
+    return dict(done=done[0], plain=plain, filled=filled, bubbles=filled_bubbles, cost=cost,
+                learned=learned, alone=alone_items / alone_s)
 
 
 MEMORY = r"""
@@ -161,25 +174,23 @@ def memory(items: int, data: str = "streamed") -> int:
 
 
 def one_run(args: argparse.Namespace, reps: int) -> dict:
-    """One side-by-side run: the job alone, the plain trainer, the trainer with the job filling
-    its bubbles, the plain trainer again (drift shows)."""
-    rate_alone = alone(args.items)
-    plain_before = plain_steps(30, args.bubble_us, reps)
-    done, filled, cost, learned = in_bubbles(args.items, args.bubble_us, reps, args.slots,
-                                             args.item_cost_us)
-    plain_after = plain_steps(30, args.bubble_us, reps)
-    plain = plain_before + plain_after
-    per_bubble_s = done / (len(filled) * args.bubble_us * 1e-6)
-    return dict(alone=rate_alone, rate=done / sum(filled), per_bubble_s=per_bubble_s,
-                fill_ratio=per_bubble_s / rate_alone, bubbles=len(filled),
-                step_plain=statistics.median(plain), step_filled=statistics.median(filled),
-                step_ratio=statistics.median(filled) / statistics.median(plain), cost=cost,
-                learned=learned, seconds=sum(filled), plain_steps=len(plain))
+    """One side-by-side run: plain and filling trainer blocks and the job alone, interleaved."""
+    r = interleaved(args.items, args.bubble_us, reps, args.slots, args.item_cost_us, args.block,
+                    args.skip)
+    per_bubble_s = r["done"] / (r["bubbles"] * args.bubble_us * 1e-6)
+    step_plain, step_filled = statistics.median(r["plain"]), statistics.median(r["filled"])
+    return dict(alone=r["alone"], per_bubble_s=per_bubble_s, fill_ratio=per_bubble_s / r["alone"],
+                bubbles=r["bubbles"], step_plain=step_plain, step_filled=step_filled,
+                step_ratio=step_filled / step_plain, cost=r["cost"], learned=r["learned"])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--items", type=int, default=400)
+    parser.add_argument("--items", type=int, default=1500)
+    parser.add_argument("--block", type=int, default=10,
+                        help="trainer steps per block (plain and filling blocks alternate)")
+    parser.add_argument("--skip", type=int, default=2,
+                        help="steps not counted at the start of each block")
     parser.add_argument("--bubble-us", type=float, default=4000.0)
     parser.add_argument("--compute-us", type=float, default=4000.0)
     parser.add_argument("--runs", type=int, default=5, help="side-by-side runs (median printed)")

@@ -79,6 +79,13 @@ void bind_runtime(nb::module_& m) {
       .def("set_slice_observer", &Runtime::set_slice_observer, "fn"_a.none(),
            "pfRuntimeSetSliceObserver: fn(phase, job_name, bubble_id, fill_stream, first_item, "
            "max_items) on the fill stream's thread (host backend); None removes it.")
+      .def("fill_window_open", &Runtime::fill_window_open,
+           "host backend: a fill slice is in progress now (False on other backends)")
+      .def("wait_fill_window", &Runtime::wait_fill_window, "timeout_s"_a,
+           "host backend: waits (GIL released) until a fill slice is in progress or timeout_s "
+           "passed; returns whether one is (False at once on other backends)")
+      .def("fill_windows", &Runtime::fill_windows,
+           "host backend: times the fill window opened (no slice -> a slice in progress)")
       .def("slice_observer_error", &Runtime::slice_observer_error,
            "The current slice observer's first exception (later calls skipped), or None.")
       .def("slice_observer_calls", &Runtime::slice_observer_calls,

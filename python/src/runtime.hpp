@@ -24,6 +24,9 @@ struct RuntimeCore {
   // open; close() checks first so that a refused close changes nothing).
   std::atomic<bool> in_bubble{false};
   std::atomic<uintptr_t> bubble_stream{0};
+  // Host backend: the native slice observer, always set (the fill window; it forwards to the
+  // Python observer of set_slice_observer).
+  SliceEvents slice_events;
 };
 
 class Runtime {
@@ -44,6 +47,11 @@ class Runtime {
     pfBackend_t backend = pfBackendAuto;
     check(pfRuntimeGetBackend(core_->runtime, &backend));
     core_->backend = backend;
+    if (backend == pfBackendHost) {
+      nb::gil_scoped_release release;
+      check(pfRuntimeSetSliceObserver(core_->runtime, &SliceEvents::observe,
+                                      &core_->slice_events));
+    }
   }
   ~Runtime() {
     // Garbage-collected without close(): destroy quietly (nothing can be raised here).
@@ -289,31 +297,51 @@ class Runtime {
     check(pfTraceWrite(core_->runtime, path.c_str()));
   }
   // pfRuntimeSetSliceObserver with a Python callable (None removes it). Every observer set is
-  // kept until the runtime object goes (calls already queued on a fill stream may still run).
+  // kept until the runtime object goes (a call may be running on a fill stream). On the host
+  // backend the native observer stays set and forwards to the current one.
   void set_slice_observer(nb::object fn) {
-    if (fn.is_none()) {
-      without_gil([&] {
-        Use use(core_->life, "Runtime");
-        check(pfRuntimeSetSliceObserver(core_->runtime, nullptr, nullptr));
-      });
-      current_observer_ = nullptr;
-      return;
-    }
-    if (!PyCallable_Check(fn.ptr())) {
+    if (!fn.is_none() && !PyCallable_Check(fn.ptr())) {
       throw CallError{static_cast<int>(pfErrorInvalidArgument),
                       "Runtime.set_slice_observer: fn is not callable (a " +
                           std::string(nb::type_name(fn.type()).c_str()) + ")"};
     }
-    auto observer = std::make_shared<PySliceObserver>();
-    observer->fn = std::move(fn);
+    std::shared_ptr<PySliceObserver> observer;
+    if (!fn.is_none()) {
+      observer = std::make_shared<PySliceObserver>();
+      observer->fn = std::move(fn);
+    }
     PySliceObserver* raw = observer.get();  // the shared_ptr (it holds fn) stays on the GIL side
     without_gil([&] {
       Use use(core_->life, "Runtime");
-      check(pfRuntimeSetSliceObserver(core_->runtime, &PySliceObserver::observe, raw));
+      if (core_->backend == pfBackendHost) {
+        core_->slice_events.forward.store(raw, std::memory_order_release);
+      } else {  // refused, naming the backend
+        check(pfRuntimeSetSliceObserver(core_->runtime,
+                                        raw != nullptr ? &PySliceObserver::observe : nullptr, raw));
+      }
     });
-    observers_.push_back(observer);
+    if (observer != nullptr) observers_.push_back(observer);
     current_observer_ = std::move(observer);
   }
+  // Host backend: whether a fill slice is in progress now (the trainer's bubble is running fill
+  // work), and a wait for it, GIL released (False when timeout_s passed first). Other backends:
+  // always False at once (no window: their fill work is not on the trainer's CPU).
+  bool fill_window_open() {
+    return core_->backend == pfBackendHost && core_->slice_events.is_open();
+  }
+  bool wait_fill_window(double timeout_s) {
+    if (!std::isfinite(timeout_s) || timeout_s < 0.0) {
+      throw CallError{static_cast<int>(pfErrorInvalidArgument),
+                      "Runtime.wait_fill_window: timeout_s = " + std::to_string(timeout_s) +
+                          " (must be finite and >= 0)"};
+    }
+    if (core_->backend != pfBackendHost) return false;
+    return without_gil([&] {
+      { Use use(core_->life, "Runtime"); }  // a closed runtime raises; the wait holds no lock
+      return core_->slice_events.wait_open(timeout_s);  // (a close is not held up by it)
+    });
+  }
+  uint64_t fill_windows() { return core_->slice_events.windows.load(); }
   // The first exception of the current observer (its later calls were skipped), or None.
   std::optional<std::string> slice_observer_error() {
     if (current_observer_ == nullptr || !current_observer_->failed.load()) return std::nullopt;

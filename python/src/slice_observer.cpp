@@ -1,5 +1,7 @@
-// The slice observer's trampoline (slice_observer.hpp).
+// The slice observer's trampoline and the host backend's fill window (slice_observer.hpp).
 #include "slice_observer.hpp"
+
+#include <chrono>
 
 namespace pfpy {
 
@@ -24,6 +26,39 @@ void PySliceObserver::observe(void* user, const pfSliceEvent_t* event) {
   std::lock_guard<std::mutex> lock(self->mutex);
   if (self->error.empty()) self->error = why;
   self->failed.store(true);
+}
+
+void SliceEvents::observe(void* user, const pfSliceEvent_t* event) {
+  auto* self = static_cast<SliceEvents*>(user);
+  if (event->phase == pfSliceStart) {
+    if (self->open_slices.fetch_add(1, std::memory_order_acq_rel) == 0) {
+      self->windows.fetch_add(1, std::memory_order_relaxed);
+      // Under the mutex: a waiter that saw the window closed is then inside wait, not between
+      // its check and its wait (no lost wake-up). Only the 0 -> 1 edge wakes anyone.
+      { std::lock_guard<std::mutex> lock(self->mutex); }
+      self->opened.notify_all();
+    }
+  } else {
+    // A slice's end without its start cannot happen (both are queued with the slice), but a
+    // count never goes below 0 whatever the order.
+    int open = self->open_slices.load(std::memory_order_acquire);
+    while (open > 0 && !self->open_slices.compare_exchange_weak(open, open - 1,
+                                                                 std::memory_order_acq_rel)) {
+    }
+  }
+  if (PySliceObserver* forward = self->forward.load(std::memory_order_acquire)) {
+    PySliceObserver::observe(forward, event);
+  }
+}
+
+bool SliceEvents::wait_open(double timeout_s) {
+  if (is_open()) return true;
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(std::max(0.0, timeout_s)));
+  std::unique_lock<std::mutex> lock(mutex);
+  opened.wait_until(lock, deadline, [&] { return is_open(); });
+  return is_open();
 }
 
 }  // namespace pfpy

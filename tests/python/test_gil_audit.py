@@ -42,6 +42,8 @@ HOLDS_GIL = {
     "Runtime.slice_observer_error": "the observer record's mutex: taken by fill threads only "
                                     "after releasing the GIL",
     "Runtime.slice_observer_calls": "one atomic load",
+    "Runtime.fill_window_open": "one atomic load (the host backend's slices in progress)",
+    "Runtime.fill_windows": "one atomic load",
 }
 
 RELEASES = re.compile(r"without_gil\(|gil_scoped_release")

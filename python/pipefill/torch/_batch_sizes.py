@@ -35,7 +35,7 @@ import torch
 
 from .._errors import PipeFillError
 from .._runtime import Job, Runtime
-from ._job_common import _describe, _measure_us, _write_atomically
+from ._job_common import _describe, _in_fill_thread, _measure_us, _write_atomically
 from ._streaming import InferenceJob
 
 MAX_SIZES = 16
@@ -150,7 +150,7 @@ class SizedInferenceJob(InferenceJob):
                    for g, cost in zip(self.groups, costs)]
         # Costs the caller gave are kept; timed ones are learned (the fastest sample).
         native = runtime._native.create_config_item_job(self.name, priority, items, configs,
-                                                        self._run_claim, 0,
+                                                        _in_fill_thread(self._run_claim), 0,
                                                         self._given_costs is not None)
         job = Job(runtime, None, native)
         self._hold_gil_interval()

@@ -172,14 +172,33 @@ def _release_switch_interval() -> None:
             _SWITCH_SAVED = None
 
 
+_FILL_THREAD = threading.local()
+
+
+def _in_fill_thread(fn: Callable[..., None]) -> Callable[..., None]:
+    """An item function that first gives the thread running it (the host device's fill and SM
+    threads, the simulated world's thread) the process's torch intra-op thread count, once per
+    thread: OpenMP keeps that count per thread, and a thread the process did not start has
+    OpenMP's default (the core count) until torch initialises it, so a fill thread's matmul ran
+    a team of every core whose idle member spun at the barrier against the trainer: trainer step
+    1.2-1.4x, single 67 us matmuls taking 20-30 ms, 6-11 ms of them on the CPU (issue 32).
+    ``torch.set_num_threads(torch.get_num_threads())`` changes nothing for any other thread."""
+    def item(*args: Any) -> None:
+        if not getattr(_FILL_THREAD, "torch_threads_set", False):
+            torch.set_num_threads(torch.get_num_threads())
+            _FILL_THREAD.torch_threads_set = True
+        fn(*args)
+    return item
+
+
 def _create_item_job(runtime: Runtime, name: str, items: int, item_cost_us: float,
                      fn: Callable[[int], None], available: int, priority: int,
                      fixed_cost: bool = False) -> Any:
     """The native item job. ``fixed_cost``: the caller gave ``item_cost_us`` explicitly, so the
     planner keeps it instead of learning it from the slices (items inside bubbles run slower
     than alone on a shared CPU; a learned cost above the bubbles starved such jobs, issue 32)."""
-    native = runtime._native.create_item_job(name, priority, items, max(1.0, item_cost_us), fn,
-                                             available, fixed_cost)
+    native = runtime._native.create_item_job(name, priority, items, max(1.0, item_cost_us),
+                                             _in_fill_thread(fn), available, fixed_cost)
     return Job(runtime, None, native)
 
 

@@ -38,7 +38,7 @@ from .._errors import PipeFillError
 from .._runtime import Job, Runtime
 from ._job_common import (UNBOUNDED_ITEMS, FillJobError, PathLike, Progress, _StreamingJob,
                           _check_fits_module, _check_writable, _create_item_job, _describe,
-                          _measure_us)
+                          _in_fill_thread, _measure_us)
 from ._cuda_ring import TrainingCapture, check_capturable, check_full_batches, job_failure
 from ._training_state import Snapshot, _Batches
 from ._checkpoints import _Checkpoints
@@ -240,7 +240,7 @@ class TrainingJob(_Checkpoints, _StreamingJob):
         claims = micro.claims_bound(items)
         bound = claims if self.checkpoint is None else micro.claims_bound(self._due - self.step)
         native = self.runtime._native.create_config_item_job(
-            self.name, priority, claims, micro.configs(micro_us, optimizer_us), micro.run_item,
+            self.name, priority, claims, micro.configs(micro_us, optimizer_us), _in_fill_thread(micro.run_item),
             bound, item_cost_us is not None)  # a given cost is kept, a timed one learned
         self.job = Job(self.runtime, None, native)
         self._hold_gil_interval()

@@ -1,0 +1,151 @@
+"""The host backend's fill window and the fill threads' torch threads (issue 32 item 1: the
+trainer's step while a Python job fills its bubbles).
+
+- Runtime.fill_window_open / wait_fill_window / fill_windows: a fill slice in progress (the
+  extension's native slice observer counts them); an item always sees the window open.
+- inference_job's feeder (the dataset) and drainer (the sink) run inside the windows once the
+  ring's first fill is staged: outside them they would hold the GIL the trainer needs.
+- an item's thread has the process's torch intra-op thread count (OpenMP keeps it per thread: a
+  fill thread had the core count, and its matmuls' spinning team slowed the trainer).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+
+import pytest
+import torch
+from torch import nn
+
+import pipefill as pf
+import pipefill.torch as pft
+from test_torch_jobs import host_runtime
+
+ALL = (1 << 64) - 1
+
+
+def trainer(rt: pf.Runtime, done, bubble_us: float = 3000.0, compute_s: float = 0.003,
+            max_steps: int = 2000) -> int:
+    """Bubbles, and between them the trainer's compute (here a sleep: the GIL is free for any
+    fill thread that would run outside the bubbles)."""
+    stream = rt.high_priority_stream()
+    steps = 0
+    while not done() and steps < max_steps:
+        with rt.bubble(stream, expected_us=bubble_us):
+            pf.host_stream_delay(stream, bubble_us)
+        pf.host_stream_synchronize(stream)
+        time.sleep(compute_s)
+        rt.iteration_end()
+        steps += 1
+    return steps
+
+
+def test_the_window_is_open_exactly_while_slices_run():
+    rt = host_runtime()
+    native = rt._native
+    assert not native.fill_window_open()
+    assert native.fill_windows() == 0
+    t0 = time.monotonic()
+    assert native.wait_fill_window(0.02) is False  # no bubble: the wait times out
+    assert time.monotonic() - t0 >= 0.015
+    with pytest.raises(pf.PipeFillError, match="timeout_s = -1"):
+        native.wait_fill_window(-1.0)
+    seen = []
+    job = native.create_item_job("window", 0, 40, 100.0,
+                                 lambda item: seen.append(native.fill_window_open()), ALL, True)
+    steps = trainer(rt, lambda: len(seen) >= 40)
+    assert len(seen) == 40 and all(seen)  # every item ran inside a window
+    assert 1 <= native.fill_windows() <= steps
+    assert not native.fill_window_open()  # the last slice ended with its bubble
+    del job
+    rt.close()
+
+
+def test_other_backends_have_no_window():
+    rt = pf.Runtime(backend="sim")
+    assert rt._native.fill_window_open() is False
+    assert rt._native.wait_fill_window(1.0) is False  # at once: no window to wait for
+    rt.close()
+
+
+class SleepyIdentity(nn.Module):
+    """An item of ~200 us that leaves the GIL free (a sleep), so the window lasts a while."""
+
+    def forward(self, x):
+        time.sleep(0.0002)
+        return x
+
+
+def test_feeder_and_sink_run_inside_the_windows():
+    rt = host_runtime()
+    native = rt._native
+    batches, slots = 150, 32
+    produced, sunk = [], []
+
+    def data():
+        for i in range(batches):
+            produced.append(native.fill_window_open())
+            yield torch.full((2, 4), float(i))
+
+    job = pft.inference_job(rt, SleepyIdentity().eval(), data(), batch_size=None, slots=slots,
+                            sink=lambda i, y: sunk.append(native.fill_window_open()),
+                            item_cost_us=300.0)
+    # Compute phases longer than the drainer's longest sleep (10 ms): an ungated drainer would
+    # wake in them, free slots, and the feeder would fill them there.
+    trainer(rt, lambda: job.progress().finished or job.error is not None, compute_s=0.015)
+    job.wait(timeout=30)
+    assert len(produced) == batches and len(sunk) == batches
+    # The first ring is staged at once; after it, a batch is produced outside a window only
+    # when the job has nothing staged left to run (then its next slice needs it), and ~10
+    # items a bubble never empty a ring of 32. (A batch started as its window closes may be
+    # seen closed: a few are allowed.)
+    outside = produced[slots:].count(False)
+    assert outside <= 3, f"{outside} of {batches - slots} batches were produced outside windows"
+    # The sink: inside the windows, but for the outputs drained once every staged item ran.
+    assert sunk.count(False) <= batches // 5, f"{sunk.count(False)} sink calls outside windows"
+    job.close()
+    rt.close()
+
+
+def _omp_max_threads():
+    """omp_get_max_threads of the OpenMP runtime torch loaded (None when there is none)."""
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "omp" in line.rsplit("/", 1)[-1]
+                 and line.split()[-1].startswith("/")}
+    for path in sorted(paths):
+        try:
+            fn = ctypes.CDLL(path).omp_get_max_threads
+        except (OSError, AttributeError):
+            continue
+        fn.restype = ctypes.c_int
+        return fn
+    return None
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: OpenMP's default is 1 anyway")
+def test_an_items_thread_has_the_processes_torch_threads():
+    omp_max_threads = _omp_max_threads()
+    if omp_max_threads is None or not torch.__config__.parallel_info().count("OpenMP"):
+        pytest.skip("torch here does not use OpenMP")
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rt = host_runtime()
+        seen = []
+
+        class Record(nn.Module):
+            def forward(self, x):
+                seen.append(omp_max_threads())  # before any torch call of the item
+                return x
+
+        job = pft.inference_job(rt, Record().eval(), [torch.ones(1, 4)] * 6, batch_size=None,
+                                sink=lambda i, y: None, item_cost_us=100.0)
+        seen.clear()  # the call at creation ran on this thread
+        trainer(rt, lambda: job.progress().finished or job.error is not None)
+        job.wait(timeout=30)
+        assert seen and set(seen) == {1}, seen
+        job.close()
+        rt.close()
+    finally:
+        torch.set_num_threads(saved)
