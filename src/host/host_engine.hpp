@@ -45,9 +45,16 @@ using HostFn = void (*)(void* user);
 struct EngineOptions {
   int sm_count = 8;                    // PIPEFILL_HOST_SMS
   size_t memory_bytes = size_t{64} << 20;  // PIPEFILL_HOST_MEMORY_BYTES
+  // PIPEFILL_HOST_FILL_NICE: added to the nice value of the threads that run fill work (the fill
+  // streams' and the SM threads), so that the main job's threads win the cores - the host
+  // device's low-priority fill streams. 0 leaves them at the process's. With 8 SM threads per
+  // device on 2 cores, 10 took the main job's slowdown from +15-24% to +5% at the same fill
+  // (docs/results.md, "C++ items on the host device").
+  int fill_nice = 10;
 };
-// Reads PIPEFILL_HOST_SMS and PIPEFILL_HOST_MEMORY_BYTES over the defaults; a malformed or
-// out-of-range value is pfErrorInvalidArgument naming the variable and the value.
+// Reads PIPEFILL_HOST_SMS, PIPEFILL_HOST_MEMORY_BYTES and PIPEFILL_HOST_FILL_NICE over the
+// defaults; a malformed or out-of-range value is pfErrorInvalidArgument naming the variable and
+// the value.
 pfResult_t engine_options_from_env(EngineOptions* out);
 
 class Engine {
@@ -156,6 +163,7 @@ class Engine {
   void run_block(Launch& launch);
 
   const int sm_count_;
+  const int fill_nice_;
   const size_t memory_bytes_;
   const std::chrono::steady_clock::time_point origin_;
 

@@ -76,6 +76,16 @@ pfResult_t engine_options_from_env(EngineOptions* out) {
     }
     out->memory_bytes = bytes;
   }
+  if (const char* text = std::getenv("PIPEFILL_HOST_FILL_NICE")) {
+    char* end = nullptr;
+    const long value = std::strtol(text, &end, 10);
+    if (end == text || *end != '\0' || value < 0 || value > 19) {
+      return fail(pfErrorInvalidArgument,
+                  "environment variable PIPEFILL_HOST_FILL_NICE='{}' is not an integer in [0, 19]",
+                  text);
+    }
+    out->fill_nice = static_cast<int>(value);
+  }
   return pfSuccess;
 }
 
