@@ -68,6 +68,18 @@ double engine_margin_us(const EngineOptions& options, const StageCosts& costs) {
   return std::max(20.0, costs.p2p_us);
 }
 
+std::vector<double> engine_class_margins_us(const EngineOptions& options, const StageCosts& costs,
+                                            const std::vector<Instruction>& program) {
+  const std::vector<bool> collective = bubbles_ending_in_collective(program);
+  std::vector<double> out(collective.size(), -1.0);
+  if (!options.class_margins || options.margin_us >= 0 || options.transport == "host" ||
+      options.pipeline.model.allreduce_us > 0 || engine_margin_us(options, costs) < 0)
+    return out;
+  for (size_t b = 0; b < collective.size(); ++b)
+    if (collective[b]) out[b] = 0.0;
+  return out;
+}
+
 int parse_fill_kind(const std::string& name) {
   if (name == "none") return -1;
   if (name == "mlp") return fjMlpInference;
@@ -127,6 +139,7 @@ struct Stage {
   pfJob_t job = nullptr;
   double item_cost_us = 0.0;
   double margin_us = 0.0, margin_fraction = 0.0;  // the runtime's resolved safety margins
+  std::vector<double> class_margins_us;  // per bubble index (engine_class_margins_us)
   pfStats_t stats_before{};
   StageSnapshot counted_from;  // at the start of the first counted iteration
 };
@@ -191,8 +204,14 @@ class Engine {
         st.margin_us = resolved.safety_margin_us;
         st.margin_fraction = resolved.safety_margin_fraction;
       }
+      st.class_margins_us =
+          engine_class_margins_us(options_, costs_, programs_.stages[static_cast<size_t>(s)]);
       stages_.push_back(st);
       if (got != pfSuccess) return pf_status(got, "pfRuntimeGetConfig");
+      for (size_t b = 0; b < st.class_margins_us.size(); ++b)
+        if (st.class_margins_us[b] >= 0)
+          ENGINE_PF(pfRuntimeSetClassMargin(st.runtime, fmt::format("#{}", b).c_str(),
+                                            st.class_margins_us[b]));
       ENGINE_TRY(transport_.attach(s, stages_.back().runtime));
       if (kind >= 0 && mode_ != FillMode::None) ENGINE_TRY(create_fill_job(stages_.back(), kind));
     }
@@ -373,7 +392,10 @@ class Engine {
           fill.mode = static_cast<int>(mode_);
           fill.bubble_index = in.bubble_index;
           fill.item_cost_us = st.item_cost_us;
-          fill.margin_us = st.margin_us;
+          const size_t b = static_cast<size_t>(std::max(0, in.bubble_index));
+          fill.margin_us = b < st.class_margins_us.size() && st.class_margins_us[b] >= 0
+                               ? st.class_margins_us[b]
+                               : st.margin_us;
           fill.margin_fraction = st.margin_fraction;
           fill.knob = options_.mode_knob;
           ENGINE_TRY(transport_.peer_fill(st.index, fill));

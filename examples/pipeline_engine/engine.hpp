@@ -50,6 +50,12 @@ struct EngineOptions {
   // tail of each bubble (the receive's transfer) and the gated prediction quantile covers the
   // spread of a class's durations; the paper-style baseline fits its pieces with the same margins.
   double margin_fraction = 0.0;
+  // Per bubble class (pfRuntimeSetClassMargin): a bubble that ends in the end-of-iteration
+  // collective moving no bytes (allreduce_us 0: a wait for the other stages) gets margin 0 - no
+  // transfer at its end for fill to slow, and the gate stops the fill at its end - instead of
+  // the receive's p2p time; the paper-style baseline fits its pieces with the same margins. Only
+  // where the engine resolves the margin itself (margin_us < 0, not the host transport).
+  bool class_margins = true;
   // The fill mode's own knob, for its slowdown-vs-filled frontier (frontier.hpp); < 0: the mode's
   // default. PipeFill: gated_prediction_quantile (0.5); naive: share of the expected bubble its
   // ungated work is sized to (1); FreeRide-style: the admission pad, a step starts while
@@ -127,6 +133,10 @@ Status choose_transport(const EngineOptions& options, std::unique_ptr<Transport>
 // The safety margin the engine gives each stage's runtime (options.margin_us, resolved); -1 on
 // the host transport unless set: the runtime's own default.
 double engine_margin_us(const EngineOptions& options, const StageCosts& costs);
+// Per bubble index of a stage's program: the margin the engine gives that bubble's class, or -1
+// for the stage's margin (engine_margin_us); see EngineOptions::class_margins.
+std::vector<double> engine_class_margins_us(const EngineOptions& options, const StageCosts& costs,
+                                            const std::vector<Instruction>& program);
 
 // Runs `options.iterations` iterations with the given fill mode on a fresh transport.
 Status run_engine(const EngineOptions& options, FillMode mode, RunResult* result);

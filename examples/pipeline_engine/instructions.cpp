@@ -290,4 +290,17 @@ bool build_programs(const PipelineSpec& spec, Programs* out, std::string* error)
   return true;
 }
 
+std::vector<bool> bubbles_ending_in_collective(const std::vector<Instruction>& program) {
+  std::vector<bool> out;
+  bool collective = false;  // the last communication posted was the collective
+  for (const Instruction& in : program) {
+    if (in.type == InstrType::RecvActivation || in.type == InstrType::RecvGradient) collective = false;
+    if (in.type == InstrType::ReduceGradients) collective = true;
+    if (in.type != InstrType::BubbleBegin || in.bubble_index < 0) continue;
+    if (out.size() <= static_cast<size_t>(in.bubble_index)) out.resize(static_cast<size_t>(in.bubble_index) + 1);
+    out[static_cast<size_t>(in.bubble_index)] = collective;
+  }
+  return out;
+}
+
 }  // namespace engine

@@ -123,4 +123,8 @@ bool build_programs(const PipelineSpec& spec, Programs* programs, std::string* e
 // Key of a point-to-point message: (gradient?, micro-batch, receiving virtual stage).
 uint64_t message_key(bool gradient, int microbatch, int receiver_virtual_stage);
 
+// Per bubble of a stage's program (by bubble_index): true when the wait it marks is the
+// end-of-iteration collective (ReduceGradients) rather than a p2p receive.
+std::vector<bool> bubbles_ending_in_collective(const std::vector<Instruction>& program);
+
 }  // namespace engine

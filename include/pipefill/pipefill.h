@@ -664,6 +664,18 @@ PF_API pfResult_t pfRuntimeGetClassCount(pfRuntime_t runtime, size_t* count);
  * index out of range: pfErrorInvalidArgument. */
 PF_API pfResult_t pfRuntimeGetClassStats(pfRuntime_t runtime, size_t index, pfClassStats_t* stats);
 
+/* The safety margin of one bubble class, in place of safety_margin_us for its bubbles: the tail
+ * of the bubble that fill must leave free, i.e. the time the communication that ends it moves
+ * bytes (a p2p receive's transfer, slowed by fill beside it). A bubble that ends in a collective
+ * that moves no bytes (a wait for the other stages) needs none: 0 fills it up to its predicted
+ * end, and the gate still stops the fill there. class_key is the class's key as
+ * pfRuntimeGetClassStats prints it: the hint's label, or "#<index in iteration>" for unlabeled
+ * bubbles; the class need not exist yet. margin_us < 0 removes the class's margin (the
+ * runtime's safety_margin_us applies again); NaN or infinite: pfErrorInvalidArgument. The
+ * margin fraction still applies. Takes effect from the next bubble planned. */
+PF_API pfResult_t pfRuntimeSetClassMargin(pfRuntime_t runtime, const char* class_key,
+                                          double margin_us);
+
 /* The runtime's fill streams: cudaStream_t on CUDA (lowest priority, in the fill partition's green
  * context when there is one), the simulated / host stream handles otherwise. For observing fill
  * work from a framework (e.g. torch.cuda.ExternalStream, events, profilers): never enqueue

@@ -3,8 +3,8 @@
 // job callbacks, looks its handles up in the live-handle tables (core/handles.hpp) and catches
 // every exception, so nothing throws across the boundary and no freed object is ever touched.
 #include <algorithm>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <new>
@@ -484,6 +484,21 @@ PF_API pfResult_t pfRuntimeGetClassStats(pfRuntime_t runtime, size_t index, pfCl
     std::memcpy(stats, &one, known);
     // Fields of a newer header this library does not know read 0.
     if (size > known) std::memset(reinterpret_cast<char*>(stats) + known, 0, size - known);
+    return pfSuccess;
+  });
+}
+
+PF_API pfResult_t pfRuntimeSetClassMargin(pfRuntime_t runtime, const char* class_key,
+                                          double margin_us) {
+  return guarded(__func__, [&] {
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfRuntimeSetClassMargin", &rt));
+    if (class_key == nullptr || *class_key == '\0')
+      return fail(pfErrorInvalidArgument, "pfRuntimeSetClassMargin: class_key is NULL or empty");
+    if (!std::isfinite(margin_us))
+      return fail(pfErrorInvalidArgument, "pfRuntimeSetClassMargin: margin_us = {} is not finite",
+                  margin_us);
+    rt->set_class_margin(class_key, margin_us);
     return pfSuccess;
   });
 }

@@ -96,6 +96,11 @@ void Executor::poll_completions() {
   }
 }
 
+double Executor::class_margin(const RuntimeState& s, const std::string& class_key) const {
+  const auto it = s.class_margins.find(class_key);
+  return it != s.class_margins.end() ? it->second : -1.0;
+}
+
 FillRequest Executor::request_for(RuntimeState& s, const std::string& class_key,
                                   double expected_us, std::string* why) {
   // Two quantiles of one history: the gate bounds a too-long prediction to one item of overrun,
@@ -104,6 +109,7 @@ FillRequest Executor::request_for(RuntimeState& s, const std::string& class_key,
   const BubblePrediction prediction =
       s.predictor.predict(class_key, options_.gated_prediction_quantile);
   FillRequest request;
+  request.margin_us = class_margin(s, class_key);
   const bool measured = prediction.ready && prediction.count > 0;
   if (measured) {
     request.gated_predicted_us = prediction.quantile_us;
@@ -138,6 +144,7 @@ void Executor::refresh_plans(RuntimeState& s) {
     FillRequest request;
     request.gated_predicted_us = prepared.gated_predicted_us;
     request.ungated_predicted_us = prepared.ungated_predicted_us;
+    request.margin_us = class_margin(s, key);
     // Made before the bubble begins: nothing of it has gone yet (observed = none).
     prepared.plan = launcher_.plan(s, request, /*observed=*/nullptr);
     s.prepared_plans.push_back(std::move(prepared));

@@ -84,6 +84,8 @@ class Executor final : public MessageHandler, public InlineFill {
   void handle_end(RuntimeState& s, const BubbleMessage& m) REQUIRES(s.mu);
   void harvest_bubble(RuntimeState& s, BubbleRecord& bubble, double begin_us, double end_us)
       REQUIRES(s.mu);
+  // The class's margin (pfRuntimeSetClassMargin), -1 when it has none.
+  double class_margin(const RuntimeState& s, const std::string& class_key) const REQUIRES(s.mu);
   // The prediction of a bubble class as a fill request (measured history, else the hint for
   // gated work only); *why says why there is none.
   FillRequest request_for(RuntimeState& s, const std::string& class_key, double expected_us,

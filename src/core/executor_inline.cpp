@@ -64,6 +64,7 @@ bool Executor::begin_bubble_locked(RuntimeState& s, const BubbleMessage& m, Slic
       FillRequest request;
       request.gated_predicted_us = prepared.gated_predicted_us;
       request.ungated_predicted_us = prepared.ungated_predicted_us;
+      request.margin_us = class_margin(s, bubble.class_key);
       launcher_.fill_packed(s, bubble, request, prepared.plan, /*observed=*/false, tails);
       return true;
     }

@@ -252,6 +252,16 @@ pfResult_t Runtime::write_trace(const char* path) {
   return write_text_file(path, text);
 }
 
+void Runtime::set_class_margin(const std::string& class_key, double margin_us) {
+  MutexLock lock(state_.mu);
+  if (margin_us < 0) {
+    state_.class_margins.erase(class_key);
+  } else {
+    state_.class_margins[class_key] = margin_us;
+  }
+  state_.plans_dirty = true;  // prepared plans carry the old margin
+}
+
 pfResult_t Runtime::set_slice_observer(pfSliceObserverFn fn, void* user) {
   // Other backends have no thread a slice runs on in real time that an observer could annotate:
   // CUDA's fill kernels reach profilers through CUPTI, the simulator's run in virtual time.

@@ -83,6 +83,8 @@ class Runtime {
   pfResult_t write_trace(const char* path);
   // pfRuntimeSetSliceObserver (host backend only; fn nullptr removes).
   pfResult_t set_slice_observer(pfSliceObserverFn fn, void* user);
+  // pfRuntimeSetClassMargin: margin_us >= 0 replaces safety_margin_us for the class, < 0 removes it.
+  void set_class_margin(const std::string& class_key, double margin_us);
   pfResult_t async_error() const { return state_.async_error.load(); }
   pfResult_t create_high_priority_stream(void** stream);
   pfResult_t destroy_stream(void* stream);

@@ -146,6 +146,8 @@ struct RuntimeState {
   CondVar job_changed;
 
   BubblePredictor predictor GUARDED_BY(mu);
+  // pfRuntimeSetClassMargin: per class key, the margin that replaces safety_margin_us.
+  std::unordered_map<std::string, double> class_margins GUARDED_BY(mu);
   std::deque<BubbleRecord> pending GUARDED_BY(mu);  // in bubble order
   std::vector<size_t> free_slice_slots GUARDED_BY(mu);
   std::vector<QuarantinedSlice> quarantined GUARDED_BY(mu);

@@ -66,7 +66,8 @@ BubblePlan SliceLauncher::plan(RuntimeState& s, const FillRequest& in,
                                const BubbleRecord* observed, const Packed* so_far) {
   BubblePlan out;
   const auto usable = [&](double predicted) {
-    return predicted * (1.0 - options_.safety_margin_fraction) - options_.safety_margin_us;
+    const double margin = in.margin_us >= 0 ? in.margin_us : options_.safety_margin_us;
+    return predicted * (1.0 - options_.safety_margin_fraction) - margin;
   };
   const double gated_budget = usable(in.gated_predicted_us);
   const double ungated_budget = in.ungated_predicted_us > 0 ? usable(in.ungated_predicted_us) : 0.0;

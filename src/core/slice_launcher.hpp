@@ -48,6 +48,7 @@ struct FillRequest {
                                       // (0: do not fill)
   double ungated_predicted_us = 0.0;  // prediction_quantile of the measured history only (0: no
                                       // opaque work)
+  double margin_us = -1.0;  // the class's margin (pfRuntimeSetClassMargin); < 0: safety_margin_us
 };
 
 // A tail that could not be enqueued (inline mode): its slice is quarantined under the lock.
