@@ -256,6 +256,10 @@ class Runtime {
     for (size_t i = 0; i < classes.size(); ++i) classes[i] = class_stats(i);
     return classes;
   }
+  // pfRuntimeSetClassMargin: the class's margin in place of safety_margin_us (< 0 removes it).
+  void set_class_margin(const std::string& class_key, double margin_us) {
+    check(pfRuntimeSetClassMargin(get(), class_key.c_str(), margin_us));
+  }
   // May synchronise with the device: refused (pfErrorInvalidState) inside an open bubble.
   pfMemoryInfo_t memory_info() const {
     pfMemoryInfo_t m{};

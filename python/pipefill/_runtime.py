@@ -410,6 +410,14 @@ class Runtime:
         """A main-job stream at the device's highest priority (pfStreamCreateHighPriority)."""
         return Stream(self, self._native.create_high_priority_stream())
 
+    def set_class_margin(self, class_key: str, margin_us: float) -> None:
+        """pfRuntimeSetClassMargin: the safety margin of one bubble class (its key as in
+        ``stats().classes``: the label, or ``"#k"``), in place of ``safety_margin_us`` for its
+        bubbles from the next one planned; ``margin_us < 0`` removes it. For a bubble that ends in
+        a wait moving no bytes (a collective of the other stages) 0 fills up to its predicted
+        end; the gate still stops the fill there."""
+        self._native.set_class_margin(class_key, float(margin_us))
+
     # ---- results ----
     def stats(self) -> Stats:
         """pfRuntimeGetStatsV2 (every field, SM x us included), the skipped bubbles by cause

@@ -71,6 +71,8 @@ void bind_runtime(nb::module_& m) {
       .def("stats", &Runtime::stats, "pfRuntimeGetStatsV2 as a dict.")
       .def("fill_streams", &Runtime::fill_streams, "pfRuntimeGetFillStreams: handles as ints.")
       .def("skip_counts", &Runtime::skip_counts, "pfRuntimeGetSkipCounts: a list by pfSkipCause_t.")
+      .def("set_class_margin", &Runtime::set_class_margin, "class_key"_a, "margin_us"_a,
+           "pfRuntimeSetClassMargin")
       .def("class_stats", &Runtime::class_stats,
            "pfRuntimeGetClassStats of every class: a list of dicts.")
       .def("memory_info", &Runtime::memory_info,

@@ -238,6 +238,12 @@ class Runtime {
   }
   // pfRuntimeGetClassCount + pfRuntimeGetClassStats: one dict per bubble class, in the order
   // the classes were first harvested.
+  void set_class_margin(const std::string& class_key, double margin_us) {
+    without_gil([&] {
+      Use use(core_->life, "Runtime");
+      check(pfRuntimeSetClassMargin(core_->runtime, class_key.c_str(), margin_us));
+    });
+  }
   nb::list class_stats() {
     std::vector<pfClassStats_t> classes;
     without_gil([&] {

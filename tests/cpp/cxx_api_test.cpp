@@ -1,6 +1,7 @@
 // The header-only C++ layer: RAII lifetimes, exceptions carrying code and message, BubbleScope.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 
 #include "runtime/fixtures.hpp"
@@ -53,6 +54,24 @@ TEST(CxxApi, RuntimeJobAndBubbleScope) {
   }
   EXPECT_EQ(counting.teardowns, 1);
   rt.destroy_stream(main);
+}
+
+// Runtime::set_class_margin reaches pfRuntimeSetClassMargin: accepted for a class that does not
+// exist yet and removable, refused (an exception naming the value) for a non-finite margin.
+TEST(CxxApi, ClassMarginsAreSetRemovedAndChecked) {
+  pfConfig_t config = default_config();
+  config.backend = pfBackendSim;
+  Runtime rt(config);
+  EXPECT_NO_THROW(rt.set_class_margin("#3", 0.0));
+  EXPECT_NO_THROW(rt.set_class_margin("#3", -1.0));  // removes it
+  try {
+    rt.set_class_margin("#3", std::numeric_limits<double>::quiet_NaN());
+    FAIL() << "expected pipefill::Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), pfErrorInvalidArgument);
+    EXPECT_NE(e.message().find("margin_us = nan"), std::string::npos) << e.message();
+  }
+  EXPECT_THROW(rt.set_class_margin("", 10.0), Error);
 }
 
 TEST(CxxApi, ErrorsCarryCodeAndMessage) {

@@ -403,3 +403,15 @@ def test_the_package_ships_type_stubs_and_docstrings():
     for obj in (pf.Runtime, pf.Runtime.bubble, pf.Config, pf.Job.wait, pf.SimWorld,
                 pf.PipeFillError, pf.jobs.SimTicketJob):
         assert obj.__doc__ and len(obj.__doc__) > 20, obj
+
+
+def test_class_margins_are_set_removed_and_checked():
+    """Runtime.set_class_margin (pfRuntimeSetClassMargin): accepted for a class not seen yet,
+    removable with a negative margin, refused for a NaN margin or an empty key."""
+    with pf.Runtime(backend="sim") as rt:
+        rt.set_class_margin("#0", 0.0)
+        rt.set_class_margin("#0", -1.0)
+        with pytest.raises(pf.PipeFillError, match="margin_us = nan"):
+            rt.set_class_margin("#0", float("nan"))
+        with pytest.raises(pf.PipeFillError, match="class_key"):
+            rt.set_class_margin("", 5.0)
