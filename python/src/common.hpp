@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -134,6 +136,21 @@ inline bool interpreter_finalizing() {
 #else
   return _Py_IsFinalizing() != 0;
 #endif
+}
+
+// A timed wait that pipefill.torch's daemon threads (feeder, drainer) call in a loop, GIL
+// released. If the interpreter began to finalize meanwhile, taking the GIL back would end the
+// thread inside nanobind's (noexcept) GIL guard - CPython ends daemon threads that ask for the
+// GIL at exit with a forced unwind, and a noexcept frame turns that into std::terminate ("a
+// script that leaves a job open aborted at exit", issue 32) - so the thread parks instead: the
+// process is ending. `wait` must not throw.
+template <class F>
+auto waiting_without_gil(F&& wait) noexcept -> decltype(wait()) {
+  PyThreadState* state = PyEval_SaveThread();
+  auto result = std::forward<F>(wait)();
+  while (interpreter_finalizing()) std::this_thread::sleep_for(std::chrono::seconds(1));
+  PyEval_RestoreThread(state);
+  return result;
 }
 
 inline void* as_pointer(uintptr_t handle) { return reinterpret_cast<void*>(handle); }

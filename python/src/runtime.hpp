@@ -342,10 +342,11 @@ class Runtime {
                           " (must be finite and >= 0)"};
     }
     if (core_->backend != pfBackendHost) return false;
-    return without_gil([&] {
-      { Use use(core_->life, "Runtime"); }  // a closed runtime raises; the wait holds no lock
-      return core_->slice_events.wait_open(timeout_s);  // (a close is not held up by it)
-    });
+    without_gil([&] { Use use(core_->life, "Runtime"); });  // a closed runtime raises
+    // The wait holds no lock (a close is not held up by it); a daemon thread's wait (the
+    // feeder's, the drainer's) may end at interpreter exit: waiting_without_gil parks it then.
+    std::shared_ptr<RuntimeCore> core = core_;
+    return waiting_without_gil([&] { return core->slice_events.wait_open(timeout_s); });
   }
   uint64_t fill_windows() { return core_->slice_events.windows.load(); }
   // The first exception of the current observer (its later calls were skipped), or None.

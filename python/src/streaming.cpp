@@ -299,7 +299,7 @@ uint64_t Job::wait_items_run(uint64_t target, double timeout_s) {
                         " (must be finite and >= 0)"};
   }
   std::shared_ptr<PyItemRecord> record = core_->py_items;  // kept alive across the wait
-  return without_gil([&] { return record->wait_items_run(target, timeout_s); });
+  return waiting_without_gil([&] { return record->wait_items_run(target, timeout_s); });
 }
 
 void Job::release_item_fn() {
