@@ -117,6 +117,15 @@ class SimDevice final : public EngineDevice<SimDevice, WorldPort>, public Driven
   pfResult_t launch_graph_items(GraphItems& items, const pfSliceDesc_t& slice,
                                 Stream stream) override;
 
+  // Items whose on_item threw in the launches after `slice_start` on its stream (the world
+  // stops their block and runs on, as the host device does).
+  uint64_t item_failures(Event slice_start, uint64_t* not_run, std::string* first) override {
+    uint64_t count = 0;
+    *not_run = 0;
+    if (world().event_item_failures(slice_start, &count, not_run, first) != pfSuccess) return 0;
+    return count;
+  }
+
  private:
   std::atomic<size_t> activity_collected_{0};
   std::unique_ptr<World> owned_world_;  // private world (destroyed after our streams)

@@ -26,6 +26,7 @@
 #include <thread>
 #include <unordered_map>
 #include <utility>
+#include <string>
 #include <vector>
 
 #include "analysis/activity.hpp"
@@ -61,6 +62,12 @@ struct Record {
   double time_us = -1.0;
   int references = 0;
   std::vector<SimStream*> waiters;  // streams whose head wait started before completion
+  // Items whose on_item threw in the fill launches enqueued after this record on its stream (the
+  // runtime's slice start event: it reads them at harvest, Device::item_failures), the items of
+  // their batches left uncalled, and the first failure's message.
+  uint64_t item_failures = 0;
+  uint64_t items_not_run = 0;
+  std::string first_item_failure;
 };
 
 enum class OpType : uint8_t { Kernel, Delay, Record, Wait, WriteWord, CopyWord, Ticket, Opaque };
@@ -83,6 +90,7 @@ struct Op {
   uint64_t total_items = 0;  // opaque: items of this launch
   pfSimItemFn on_item = nullptr;
   void* user = nullptr;
+  Record* failures_to = nullptr;  // fill: the stream's record enqueued last before it (retained)
   // World word blocks this op keeps allocated until it has run (deferred frees).
   uintptr_t pinned[3] = {};
   int pin_count = 0;
@@ -100,6 +108,7 @@ struct SimStream {
   uint64_t jitter_key = 0;
   uint64_t kernels_enqueued = 0;
   uint64_t launches_enqueued = 0;
+  Record* last_enqueued_record = nullptr;  // retained: where the next fill launch's failures go
   bool destroyed = false;
   bool in_graveyard = false;
   bool advance_scheduled = false;

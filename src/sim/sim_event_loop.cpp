@@ -28,6 +28,9 @@ Record* World::Impl::new_record() {
   record->time_us = -1.0;
   record->references = 0;
   record->waiters.clear();
+  record->item_failures = 0;
+  record->items_not_run = 0;
+  record->first_item_failure.clear();
   return record;
 }
 
@@ -110,6 +113,13 @@ void World::Impl::enqueue(SimStream* stream, Op op) {
     op.ordinal = stream->kernels_enqueued++;
   } else if (op.type == OpType::Ticket || op.type == OpType::Opaque) {
     op.ordinal = stream->launches_enqueued++;
+    op.failures_to = stream->last_enqueued_record;
+    retain(op.failures_to);
+  }
+  if (op.type == OpType::Record) {
+    retain(op.record);
+    release(stream->last_enqueued_record);
+    stream->last_enqueued_record = op.record;
   }
   const bool was_idle = stream->ops.empty();
   stream->ops.push_back(op);
@@ -122,6 +132,7 @@ void World::Impl::enqueue(SimStream* stream, Op op) {
 void World::Impl::pop_head(SimStream* stream) {
   Op& op = stream->ops.front();
   release(op.record);
+  release(op.failures_to);
   unpin_words(op);
   stream->ops.pop_front();
   stream->head_started = false;
@@ -302,7 +313,11 @@ void World::Impl::process_one() {
 }
 
 void World::Impl::bury_drained_streams() {
-  for (SimStream* stream : graveyard) streams.erase(stream->handle);
+  for (SimStream* stream : graveyard) {
+    release(stream->last_enqueued_record);
+    stream->last_enqueued_record = nullptr;
+    streams.erase(stream->handle);
+  }
   graveyard.clear();
 }
 

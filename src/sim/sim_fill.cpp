@@ -7,9 +7,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "common/callback_scope.hpp"
 #include "common/error.hpp"
+#include "common/log.hpp"
 #include "pipefill/item_protocol.hpp"
 #include "sim/sim_engine.hpp"
 
@@ -125,19 +129,46 @@ void World::Impl::batch_done(SimStream* stream, uint64_t first_item, uint64_t co
   Op& op = stream->ops.front();
   stream->items_done += count;
   stream->last_item_end_us = now;
+  bool failed = false;
   if (op.on_item) {
     CallbackScope scope("on_item");
     t_callback_impl = this;
-    for (uint64_t i = 0; i < count; ++i) {
+    for (uint64_t i = 0; i < count && !failed; ++i) {
       t_callback_time_us = now - static_cast<double>(count - 1 - i) * item_us;
-      op.on_item(op.user, first_item + i);
+      std::string what;
+      try {
+        op.on_item(op.user, first_item + i);
+        continue;
+      } catch (const std::exception& error) {
+        what = fmt::format("item {} threw: {}", first_item + i, error.what());
+      } catch (...) {
+        what = fmt::format("item {} threw an exception that is not a std::exception",
+                           first_item + i);
+      }
+      // As on the host device: the block stops, the failure (and the batch's items left
+      // uncalled) go to the record before the launch - the runtime's slice start event, read
+      // at harvest - which fails the job; the world runs on.
+      failed = true;
+      log::warn("simulated device: {}; the block stops", what);
+      if (Record* record = op.failures_to) {
+        if (record->item_failures++ == 0) record->first_item_failure = what;
+        record->items_not_run += count - 1 - i;
+      }
     }
     t_callback_impl = nullptr;
     t_callback_time_us = std::numeric_limits<double>::quiet_NaN();
   }
-  if (!exit_after && start_batch(stream, op)) return;
+  if (!exit_after && !failed && start_batch(stream, op)) return;
   fill_block_exited(stream);
-  if (stream->blocks_active == 0 && stream->blocks_unstarted == 0) complete_head(stream);
+  if (stream->blocks_active == 0 && stream->blocks_unstarted == 0) {
+    // An opaque launch whose blocks all stopped at failed items leaves the rest of its items
+    // unrun: not completed either (the runtime counts opaque items as planned), as on the host.
+    Record* record = op.failures_to;
+    if (op.type == OpType::Opaque && record != nullptr && record->item_failures > 0) {
+      record->items_not_run += op.total_items - std::min(stream->opaque_next, op.total_items);
+    }
+    complete_head(stream);
+  }
 }
 
 // ---- Launches (World API) ---------------------------------------------------------------------

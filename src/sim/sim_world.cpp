@@ -309,6 +309,22 @@ pfResult_t World::event_state(void* handle, bool* recorded, bool* done, double* 
   return pfSuccess;
 }
 
+pfResult_t World::event_item_failures(void* handle, uint64_t* count, uint64_t* not_run,
+                                      std::string* first) const {
+  PF_SIM_REFUSE_IN_OWN_CALLBACK("event_item_failures");
+  MutexLock lock(impl_->mutex);
+  const SimEvent* event = impl_->live_event(handle);
+  if (event == nullptr) {
+    return fail(pfErrorInvalidArgument, "event {} is not a live simulated event of this world",
+                handle);
+  }
+  const Record* record = event->latest;
+  *count = record != nullptr ? record->item_failures : 0;
+  *not_run = record != nullptr ? record->items_not_run : 0;
+  if (first != nullptr && record != nullptr) *first = record->first_item_failure;
+  return pfSuccess;
+}
+
 // ---- Running ----------------------------------------------------------------------------------
 
 pfResult_t World::run_until(double time_us) {

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "analysis/activity.hpp"
@@ -109,6 +110,10 @@ class World {
   bool is_live_event(const void* event) const;
   // recorded: the event has a record; done: that record completed at *time_us.
   pfResult_t event_state(void* event, bool* recorded, bool* done, double* time_us) const;
+  // The item failures recorded on the event's latest record (Record::item_failures): items
+  // whose on_item threw in the fill launches enqueued after it on its stream.
+  pfResult_t event_item_failures(void* event, uint64_t* count, uint64_t* not_run,
+                                 std::string* first) const;
 
   // ---- Running ----------------------------------------------------------------------------
   // Both call the pre-run hooks first. pfErrorInvalidState when the world went idle with work
