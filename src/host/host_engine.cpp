@@ -1,23 +1,12 @@
-// The host-device engine's threads, streams and stream operations (see host_engine.hpp for the
-// model). Each stream thread takes its head operation, runs it (with the engine mutex released
-// while it takes real time) and pops it; fill launches hand one task per block to the pool of SM
-// threads and wait until every block has exited.
+// The host-device engine's lifetime, streams and the enqueueing of stream operations (see
+// host_engine.hpp for the model); the threads that run the operations and the fill blocks are in
+// host_engine_threads.cpp.
 #include "host/host_engine.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <new>
-
-#ifdef __linux__
-#include <pthread.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include <cerrno>
-#endif
 
 #include "common/callback_scope.hpp"
 #include "common/error.hpp"
@@ -29,30 +18,6 @@ namespace pipefill::host {
 namespace {
 
 bool aligned_word(const void* word) { return reinterpret_cast<uintptr_t>(word) % 8 == 0; }
-
-// Every thread of the device (streams, SM threads) asks for a 1 ns timer slack (Linux's default
-// is 50 µs): a stream's delay, and a sleep inside an item, then end when asked - as a kernel's
-// duration would - instead of up to 50 µs later. The name shows in profilers (perf, top -H). A
-// thread that runs fill work adds `nice_increment` to its nice value (Linux keeps it per thread;
-// raising it needs no privilege), so the main job's threads win a contended core.
-void configure_device_thread(const char* name, int nice_increment) {
-#ifdef __linux__
-  prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-  pthread_setname_np(pthread_self(), name);
-  if (nice_increment > 0) {
-    const auto tid = static_cast<id_t>(syscall(SYS_gettid));
-    errno = 0;
-    const int current = getpriority(PRIO_PROCESS, tid);
-    if (errno != 0 || setpriority(PRIO_PROCESS, tid, std::min(19, current + nice_increment)) != 0) {
-      log::debug("host device: thread {} kept its priority (setpriority failed, errno {})", name,
-                 errno);
-    }
-  }
-#else
-  (void)name;
-  (void)nice_increment;
-#endif
-}
 
 }  // namespace
 
@@ -231,179 +196,6 @@ pfResult_t Engine::synchronize_stream(void* handle) {
     return stream->executed >= target || stopping_;
   });
   return check_open();
-}
-
-// ---- Stream threads -------------------------------------------------------------------------
-
-void Engine::stream_main(Stream* stream) {
-  configure_device_thread(stream->fill ? "pf-host-fill" : "pf-host-stream",
-                          stream->fill ? fill_nice_ : 0);
-  ThreadRole::stream = stream;
-  MutexLock lock(mutex_);
-  for (;;) {
-    stream->wake.wait(mutex_, [&] {
-      mutex_.assert_held();
-      return stopping_ || !stream->ops.empty() || stream->destroyed;
-    });
-    if (stopping_ || stream->ops.empty()) break;  // stopping, or destroyed and drained
-    Op& op = stream->ops.front();  // references survive push_back on a deque
-    execute(stream, op);
-    unpin_words(op);
-    stream->ops.pop_front();
-    ++stream->executed;
-    progress_.notify_all();
-  }
-}
-
-void Engine::execute(Stream* stream, Op& op) {
-  switch (op.type) {
-    case OpType::Delay: {
-      const auto duration = std::chrono::duration<double, std::micro>(op.duration_us);
-      stop_cv_.wait_for(mutex_, duration, [&] {
-        mutex_.assert_held();
-        return stopping_;
-      });
-      return;
-    }
-    case OpType::HostFunc: {
-      mutex_.unlock();
-      {
-        CallbackScope scope("host_fn");
-        try {
-          op.host_fn(op.user);
-        } catch (...) {
-          log::warn("host device: a host function on stream {} threw; ignored",
-                    as_pointer(stream->handle));
-        }
-      }
-      mutex_.lock();
-      return;
-    }
-    case OpType::Record:
-      op.record->done = true;
-      op.record->time_us = now_us();
-      stream->last_record = op.record;
-      progress_.notify_all();
-      return;
-    case OpType::Wait:
-      if (op.record == nullptr) return;
-      progress_.wait(mutex_, [&] {
-        mutex_.assert_held();
-        return op.record->done || stopping_;
-      });
-      return;
-    case OpType::WriteWord:
-      std::atomic_ref<uint64_t>(*op.word).store(op.value);
-      return;
-    case OpType::CopyWord:
-      std::atomic_ref<uint64_t>(*op.word).store(
-          std::atomic_ref<uint64_t>(*const_cast<uint64_t*>(op.source)).load());
-      return;
-    case OpType::Fill: {
-      if (stopping_) return;
-      Launch& launch = *op.launch;
-      // The stream's own thread runs one of the blocks when a fill slot is free and no other
-      // launch's blocks wait for one: the slice's first items start without waking an SM thread
-      // (a hop the GPU's block scheduler does not have), and when that block stops last the
-      // stream moves on without being woken either.
-      launch.failures_to = stream->last_record;
-      const bool run_one = block_queue_.empty() && fill_running_ < fill_sms_;
-      const int queued = launch.blocks - (run_one ? 1 : 0);
-      for (int i = 0; i < queued; ++i) block_queue_.push_back(op.launch);
-      if (queued > 0) block_cv_.notify_all();
-      if (run_one) run_block_here(launch);
-      progress_.wait(mutex_, [&] {
-        mutex_.assert_held();
-        return launch.exited == launch.blocks;
-      });
-      return;
-    }
-  }
-}
-
-// ---- SM threads (fill blocks) ----------------------------------------------------------------
-
-void Engine::block_main() {
-  configure_device_thread("pf-host-sm", fill_nice_);
-  ThreadRole::block = true;
-  MutexLock lock(mutex_);
-  for (;;) {
-    block_cv_.wait(mutex_, [&] {
-      mutex_.assert_held();
-      return stopping_ || (!block_queue_.empty() && fill_running_ < fill_sms_);
-    });
-    if (stopping_) {
-      // Blocks that never started count as exited, so their launch's stream can finish.
-      while (!block_queue_.empty()) {
-        ++block_queue_.front()->exited;
-        block_queue_.pop_front();
-      }
-      progress_.notify_all();
-      return;
-    }
-    std::shared_ptr<Launch> launch = std::move(block_queue_.front());
-    block_queue_.pop_front();
-    run_block_here(*launch);
-  }
-}
-
-void Engine::run_block_here(Launch& launch) {
-  ++fill_running_;
-  max_fill_running_ = std::max(max_fill_running_, fill_running_);
-  const bool was_block = ThreadRole::block;
-  ThreadRole::block = true;  // a stream thread running a block is refused waits like an SM thread
-  mutex_.unlock();
-  run_block(launch);
-  mutex_.lock();
-  ThreadRole::block = was_block;
-  --fill_running_;
-  ++launch.exited;
-  // An opaque launch whose blocks all stopped at failed items leaves the rest of its items
-  // unrun: they are not completed either (the runtime counts opaque items as planned).
-  if (launch.exited == launch.blocks && !launch.ticket && launch.failures_to != nullptr &&
-      launch.failures_to->item_failures > 0) {
-    launch.failures_to->items_not_run += launch.items - std::min(launch.next.load(), launch.items);
-  }
-  // Only the launch's stream waits for its blocks, and only for the last one; a freed fill slot
-  // is for one queued block. (Broadcasting both woke every idle SM thread and the stream at
-  // every block's exit.)
-  if (launch.exited == launch.blocks) progress_.notify_all();
-  if (!block_queue_.empty()) block_cv_.notify_one();
-}
-
-void Engine::run_block(Launch& launch) {
-  CallbackScope scope("item_fn");
-  for (;;) {
-    if (stopping_flag_.load()) return;  // the device is being destroyed
-    uint64_t item = 0;
-    if (launch.ticket) {
-      item = protocol::claim_item(launch.slice, protocol::HostAtomics{});
-      if (item == protocol::kStopItem) return;
-    } else {
-      const uint64_t index = launch.next.fetch_add(1);
-      if (index >= launch.items) return;
-      item = launch.first_item + index;
-    }
-    if (launch.item_fn == nullptr) continue;
-    std::string what;
-    try {
-      launch.item_fn(launch.user, item);
-      continue;
-    } catch (const std::exception& error) {
-      what = fmt::format("item {} threw: {}", item, error.what());
-    } catch (...) {
-      what = fmt::format("item {} threw an exception that is not a std::exception", item);
-    }
-    // The item failed: the block stops, and the failure is kept with the stream's last record
-    // (the slice's start event), where the runtime's harvest reads it (item_failures): it ends the
-    // job Failed, and the item does not count as completed.
-    log::warn("host device: {}; the block stops", what);
-    MutexLock lock(mutex_);
-    if (launch.failures_to != nullptr) {
-      if (launch.failures_to->item_failures++ == 0) launch.failures_to->first_item_failure = what;
-    }
-    return;
-  }
 }
 
 // ---- Enqueueing -----------------------------------------------------------------------------
