@@ -294,35 +294,41 @@ bool World::is_live_event(const void* handle) const {
   return impl_->live_event(handle) != nullptr;
 }
 
-pfResult_t World::event_state(void* handle, bool* recorded, bool* done, double* time_us) const {
-  PF_SIM_REFUSE_IN_OWN_CALLBACK("event_state");
-  MutexLock lock(impl_->mutex);
-  const SimEvent* event = impl_->live_event(handle);
+namespace {
+
+// Runs read(record) on the event's latest record (nullptr: never recorded), under the world's
+// lock; an event that is not live is refused.
+template <class Read>
+pfResult_t read_latest_record(World::Impl& impl, void* handle, Read&& read) {
+  MutexLock lock(impl.mutex);
+  const SimEvent* event = impl.live_event(handle);
   if (event == nullptr) {
     return fail(pfErrorInvalidArgument, "event {} is not a live simulated event of this world",
                 handle);
   }
-  const Record* record = event->latest;
-  if (recorded) *recorded = record != nullptr;
-  if (done) *done = record != nullptr && record->completed;
-  if (time_us) *time_us = (record != nullptr && record->completed) ? record->time_us : -1.0;
+  read(event->latest);
   return pfSuccess;
+}
+
+}  // namespace
+
+pfResult_t World::event_state(void* handle, bool* recorded, bool* done, double* time_us) const {
+  PF_SIM_REFUSE_IN_OWN_CALLBACK("event_state");
+  return read_latest_record(*impl_, handle, [&](const Record* record) {
+    if (recorded) *recorded = record != nullptr;
+    if (done) *done = record != nullptr && record->completed;
+    if (time_us) *time_us = (record != nullptr && record->completed) ? record->time_us : -1.0;
+  });
 }
 
 pfResult_t World::event_item_failures(void* handle, uint64_t* count, uint64_t* not_run,
                                       std::string* first) const {
   PF_SIM_REFUSE_IN_OWN_CALLBACK("event_item_failures");
-  MutexLock lock(impl_->mutex);
-  const SimEvent* event = impl_->live_event(handle);
-  if (event == nullptr) {
-    return fail(pfErrorInvalidArgument, "event {} is not a live simulated event of this world",
-                handle);
-  }
-  const Record* record = event->latest;
-  *count = record != nullptr ? record->item_failures : 0;
-  *not_run = record != nullptr ? record->items_not_run : 0;
-  if (first != nullptr && record != nullptr) *first = record->first_item_failure;
-  return pfSuccess;
+  return read_latest_record(*impl_, handle, [&](const Record* record) {
+    *count = record != nullptr ? record->item_failures : 0;
+    *not_run = record != nullptr ? record->items_not_run : 0;
+    if (first != nullptr && record != nullptr) *first = record->first_item_failure;
+  });
 }
 
 // ---- Running ----------------------------------------------------------------------------------
