@@ -5,6 +5,7 @@ import dataclasses
 import difflib
 import logging
 import os
+import threading
 import warnings
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
@@ -469,3 +470,22 @@ class Runtime:
         if self.closed:
             return "Runtime(closed)"
         return f"Runtime(backend={self.backend.name.lower()})"
+
+
+def _main_thread_after_fork_in_a_fill_thread() -> None:
+    """os.register_at_fork(after_in_child=...): a process forked by a Python item - a DataLoader
+    with num_workers > 0 starting its workers inside a training_job's item - is forked from the
+    host device's fill thread, which Python did not start. When something had called
+    threading.current_thread() there (torch's DataLoader does), the child's main thread is that
+    _DummyThread, which has no thread-state lock, and CPython 3.11's threading._shutdown() then
+    fails an assertion when the child exits: the worker exits with code 1 and the parent's
+    DataLoader raises "worker exited unexpectedly" (tests/python/test_fill_window.py). The
+    child's main thread gets the lock a main thread has."""
+    main = threading.main_thread()
+    if (isinstance(main, threading._DummyThread) and main.ident == threading.get_ident()
+            and getattr(main, "_tstate_lock", False) is None):
+        main._set_tstate_lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_main_thread_after_fork_in_a_fill_thread)

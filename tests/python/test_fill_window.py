@@ -149,3 +149,32 @@ def test_an_items_thread_has_the_processes_torch_threads():
         rt.close()
     finally:
         torch.set_num_threads(saved)
+
+
+def _child() -> None:
+    pass
+
+
+def test_a_process_forked_by_an_item_exits_cleanly():
+    """A Python item that starts a process with the fork method (a DataLoader with workers does,
+    inside a training_job's item) forks the host device's fill thread; after
+    threading.current_thread() ran there (torch's DataLoader calls it), the child's main thread
+    was a _DummyThread and the child exited with code 1 at its end (CPython 3.11)."""
+    import multiprocessing
+    import threading
+    context = multiprocessing.get_context("fork")
+    rt = host_runtime()
+    codes = []
+
+    def item(i):
+        threading.current_thread()  # what torch's DataLoader does before starting its workers
+        process = context.Process(target=_child)
+        process.start()
+        process.join(30)
+        codes.append(process.exitcode)
+
+    job = rt._native.create_item_job("forks", 0, 3, 100.0, item, ALL, True)
+    trainer(rt, lambda: len(codes) >= 3)
+    assert codes == [0, 0, 0]
+    del job
+    rt.close()
