@@ -128,9 +128,10 @@ def interleaved(items: int, bubble_us: float, reps: int, slots: int, item_cost_u
         for k in range(block):
             t = trainer_step(fill_rt, fill_stream, bubble_us, reps)
             filled_bubbles += 1
-            if k >= skip or job.progress().finished:
+            finished = job.progress().finished
+            if k >= skip or finished:
                 filled.append(t)
-            if job.progress().finished:
+            if finished:
                 break
     job.wait(timeout=60)
     cost = job.item_cost_us

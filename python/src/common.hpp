@@ -138,6 +138,14 @@ inline bool interpreter_finalizing() {
 #endif
 }
 
+// The steady-clock time `timeout_s` seconds from now (a negative timeout: now), for the timed
+// waits of the item record and the fill window.
+inline std::chrono::steady_clock::time_point deadline_after(double timeout_s) {
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+             std::chrono::duration<double>(std::max(0.0, timeout_s)));
+}
+
 // A timed wait that pipefill.torch's daemon threads (feeder, drainer) call in a loop, GIL
 // released. If the interpreter began to finalize meanwhile, taking the GIL back would end the
 // thread inside nanobind's (noexcept) GIL guard - CPython ends daemon threads that ask for the

@@ -1,8 +1,6 @@
 // The slice observer's trampoline and the host backend's fill window (slice_observer.hpp).
 #include "slice_observer.hpp"
 
-#include <chrono>
-
 namespace pfpy {
 
 void PySliceObserver::observe(void* user, const pfSliceEvent_t* event) {
@@ -53,9 +51,7 @@ void SliceEvents::observe(void* user, const pfSliceEvent_t* event) {
 
 bool SliceEvents::wait_open(double timeout_s) {
   if (is_open()) return true;
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(std::max(0.0, timeout_s)));
+  const auto deadline = deadline_after(timeout_s);
   std::unique_lock<std::mutex> lock(mutex);
   opened.wait_until(lock, deadline, [&] { return is_open(); });
   return is_open();

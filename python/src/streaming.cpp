@@ -101,9 +101,7 @@ void PyItemRecord::item_ran() {
 }
 
 uint64_t PyItemRecord::wait_items_run(uint64_t target, double timeout_s) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(std::max(0.0, timeout_s)));
+  const auto deadline = deadline_after(timeout_s);
   std::unique_lock<std::mutex> lock(wait_mutex);
   wake_at.store(target);  // under wait_mutex: an item reaching it notifies after we wait
   ran.wait_until(lock, deadline, [&] {

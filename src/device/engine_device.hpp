@@ -12,6 +12,7 @@
 //   is_main_stream(const void*) const, synchronize_stream(void*),
 //   create_event(void**), destroy_event(void*), record_event(void* event, void* stream),
 //   wait_event(void* stream, void* event), event_state(void*, bool*, bool*, double*) const,
+//   event_item_failures(void*, uint64_t* count, uint64_t* not_run, std::string* first) const,
 //   synchronize_event(void*), allocate_words(size_t, uint64_t**), free_words(uint64_t*),
 //   write_word(void*, uint64_t*, uint64_t), copy_word(void*, const uint64_t*, uint64_t*),
 //   memory_info(size_t*, size_t*) const, allocate_arena(size_t, void**), free_arena(void*),
@@ -22,6 +23,7 @@
 
 #include <exception>
 #include <new>
+#include <string>
 #include <unordered_set>
 
 #include "common/error.hpp"
@@ -95,6 +97,14 @@ class EngineDevice : public Device {
       return fail(pfErrorInvalidState, "event {} was never recorded, so it has no time", event);
     }
     return pfSuccess;
+  }
+  // Item functions that threw in the launches after `slice_start` on its stream (the engine
+  // stops their block and runs on); 0 for an event it does not know.
+  uint64_t item_failures(Event slice_start, uint64_t* not_run, std::string* first) override {
+    uint64_t count = 0;
+    *not_run = 0;
+    if (port().event_item_failures(slice_start, &count, not_run, first) != pfSuccess) return 0;
+    return count;
   }
   pfResult_t synchronize_event(Event event) override {
     return guarded("synchronize_event", [&] { return port().synchronize_event(event); });

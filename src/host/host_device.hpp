@@ -37,13 +37,6 @@ class HostDevice final : public EngineDevice<HostDevice, Engine> {
   pfResult_t host_func(Stream stream, void (*fn)(void*), void* user) override {
     return engine_->host_func(stream, fn, user);
   }
-  // Item functions that threw in the launches after `slice_start` on its stream.
-  uint64_t item_failures(Event slice_start, uint64_t* not_run, std::string* first) override {
-    uint64_t count = 0;
-    *not_run = 0;
-    if (engine_->event_item_failures(slice_start, &count, not_run, first) != pfSuccess) return 0;
-    return count;
-  }
 
  private:
   std::shared_ptr<Engine> engine_;

@@ -3,10 +3,8 @@
 // it; fill launches hand one task per block to the pool of SM threads and wait until every block
 // has exited. The threads that run fill work run at the engine's fill priority.
 #include <algorithm>
-#include <exception>
 #include <string>
 
-#include <fmt/format.h>
 
 #ifdef __linux__
 #include <pthread.h>
@@ -19,6 +17,7 @@
 #endif
 
 #include "common/callback_scope.hpp"
+#include "common/item_call.hpp"
 #include "common/log.hpp"
 #include "host/host_engine.hpp"
 #include "host/host_engine_internal.hpp"
@@ -206,14 +205,7 @@ void Engine::run_block(Launch& launch) {
     }
     if (launch.item_fn == nullptr) continue;
     std::string what;
-    try {
-      launch.item_fn(launch.user, item);
-      continue;
-    } catch (const std::exception& error) {
-      what = fmt::format("item {} threw: {}", item, error.what());
-    } catch (...) {
-      what = fmt::format("item {} threw an exception that is not a std::exception", item);
-    }
+    if (call_item([&] { launch.item_fn(launch.user, item); }, item, &what)) continue;
     // The item failed: the block stops, and the failure is kept with the stream's last record
     // (the slice's start event), where the runtime's harvest reads it (item_failures): it ends the
     // job Failed, and the item does not count as completed.

@@ -56,17 +56,28 @@ std::shared_ptr<Engine> Engine::engine_of_stream(const void* stream) {
   return it == reg.streams.end() ? nullptr : it->second.lock();
 }
 
-pfResult_t engine_options_from_env(EngineOptions* out) {
-  if (const char* text = std::getenv("PIPEFILL_HOST_SMS")) {
-    char* end = nullptr;
-    const long value = std::strtol(text, &end, 10);
-    if (end == text || *end != '\0' || value < 1 || value > kMaxSmCount) {
-      return fail(pfErrorInvalidArgument,
-                  "environment variable PIPEFILL_HOST_SMS='{}' is not an integer in [1, {}]", text,
-                  kMaxSmCount);
-    }
-    out->sm_count = static_cast<int>(value);
+namespace {
+
+// An integer environment variable in [lowest, highest] into *out (unset: *out stays); anything
+// else is pfErrorInvalidArgument naming the variable, the value and the range.
+pfResult_t int_from_env(const char* name, long lowest, long highest, int* out) {
+  const char* text = std::getenv(name);
+  if (text == nullptr) return pfSuccess;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || value < lowest || value > highest) {
+    return fail(pfErrorInvalidArgument,
+                "environment variable {}='{}' is not an integer in [{}, {}]", name, text, lowest,
+                highest);
   }
+  *out = static_cast<int>(value);
+  return pfSuccess;
+}
+
+}  // namespace
+
+pfResult_t engine_options_from_env(EngineOptions* out) {
+  PF_TRY(int_from_env("PIPEFILL_HOST_SMS", 1, kMaxSmCount, &out->sm_count));
   if (const char* text = std::getenv("PIPEFILL_HOST_MEMORY_BYTES")) {
     size_t bytes = 0;
     if (!parse_size(text, &bytes) || bytes == 0) {
@@ -76,16 +87,7 @@ pfResult_t engine_options_from_env(EngineOptions* out) {
     }
     out->memory_bytes = bytes;
   }
-  if (const char* text = std::getenv("PIPEFILL_HOST_FILL_NICE")) {
-    char* end = nullptr;
-    const long value = std::strtol(text, &end, 10);
-    if (end == text || *end != '\0' || value < 0 || value > 19) {
-      return fail(pfErrorInvalidArgument,
-                  "environment variable PIPEFILL_HOST_FILL_NICE='{}' is not an integer in [0, 19]",
-                  text);
-    }
-    out->fill_nice = static_cast<int>(value);
-  }
+  PF_TRY(int_from_env("PIPEFILL_HOST_FILL_NICE", 0, 19, &out->fill_nice));
   return pfSuccess;
 }
 

@@ -44,6 +44,10 @@ class WorldPort {
   pfResult_t event_state(void* event, bool* recorded, bool* done, double* time_us) const {
     return world_->event_state(event, recorded, done, time_us);
   }
+  pfResult_t event_item_failures(void* event, uint64_t* count, uint64_t* not_run,
+                                 std::string* first) const {
+    return world_->event_item_failures(event, count, not_run, first);
+  }
   pfResult_t synchronize_event(void* event) { return world_->synchronize_event(event); }
   pfResult_t allocate_words(size_t count, uint64_t** words) {
     return world_->allocate_words(count, words);
@@ -116,15 +120,6 @@ class SimDevice final : public EngineDevice<SimDevice, WorldPort>, public Driven
                                  std::unique_ptr<GraphItems>* out) override;
   pfResult_t launch_graph_items(GraphItems& items, const pfSliceDesc_t& slice,
                                 Stream stream) override;
-
-  // Items whose on_item threw in the launches after `slice_start` on its stream (the world
-  // stops their block and runs on, as the host device does).
-  uint64_t item_failures(Event slice_start, uint64_t* not_run, std::string* first) override {
-    uint64_t count = 0;
-    *not_run = 0;
-    if (world().event_item_failures(slice_start, &count, not_run, first) != pfSuccess) return 0;
-    return count;
-  }
 
  private:
   std::atomic<size_t> activity_collected_{0};

@@ -9,9 +9,8 @@
 #include <limits>
 #include <string>
 
-#include <fmt/format.h>
-
 #include "common/callback_scope.hpp"
+#include "common/item_call.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "pipefill/item_protocol.hpp"
@@ -136,15 +135,7 @@ void World::Impl::batch_done(SimStream* stream, uint64_t first_item, uint64_t co
     for (uint64_t i = 0; i < count && !failed; ++i) {
       t_callback_time_us = now - static_cast<double>(count - 1 - i) * item_us;
       std::string what;
-      try {
-        op.on_item(op.user, first_item + i);
-        continue;
-      } catch (const std::exception& error) {
-        what = fmt::format("item {} threw: {}", first_item + i, error.what());
-      } catch (...) {
-        what = fmt::format("item {} threw an exception that is not a std::exception",
-                           first_item + i);
-      }
+      if (call_item([&] { op.on_item(op.user, first_item + i); }, first_item + i, &what)) continue;
       // As on the host device: the block stops, the failure (and the batch's items left
       // uncalled) go to the record before the launch - the runtime's slice start event, read
       // at harvest - which fails the job; the world runs on.

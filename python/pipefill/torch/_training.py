@@ -240,7 +240,8 @@ class TrainingJob(_Checkpoints, _StreamingJob):
         claims = micro.claims_bound(items)
         bound = claims if self.checkpoint is None else micro.claims_bound(self._due - self.step)
         native = self.runtime._native.create_config_item_job(
-            self.name, priority, claims, micro.configs(micro_us, optimizer_us), _in_fill_thread(micro.run_item),
+            self.name, priority, claims, micro.configs(micro_us, optimizer_us),
+            _in_fill_thread(micro.run_item),
             bound, item_cost_us is not None)  # a given cost is kept, a timed one learned
         self.job = Job(self.runtime, None, native)
         self._hold_gil_interval()
