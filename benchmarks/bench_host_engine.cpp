@@ -30,6 +30,7 @@
 #include "../examples/fill_jobs/jobs.cpp"
 #include "../examples/fill_jobs/gpu_job_stub.cpp"
 #include "../examples/pipeline_engine/instructions.cpp"
+#include "../examples/pipeline_engine/sender_notice.cpp"
 #include "../examples/pipeline_engine/sim_transport.cpp"
 #include "../examples/pipeline_engine/host_timeline.cpp"
 #include "../examples/pipeline_engine/host_transport.cpp"

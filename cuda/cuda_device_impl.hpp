@@ -111,6 +111,7 @@ class CudaDevice final : public Device, public CudaDeviceExtras {
   pfResult_t allocate_host_words(size_t count, uint64_t** words) override;
   pfResult_t free_host_words(uint64_t* words) override;
   pfResult_t write_word(Stream stream, uint64_t* word, uint64_t value) override;
+  pfResult_t write_word_max(Stream stream, uint64_t* word, uint64_t value) override;
   pfResult_t copy_word_to_host(Stream stream, const uint64_t* word, uint64_t* host) override;
 
   // ---- Memory -------------------------------------------------------------------------------

@@ -10,6 +10,7 @@
 #include "common/log.hpp"
 #include "cuda_check.hpp"
 #include "driver_api.hpp"
+#include "kernel_launchers.hpp"
 
 namespace pipefill::cuda {
 
@@ -81,6 +82,15 @@ pfResult_t CudaDevice::write_word(Stream stream, uint64_t* word, uint64_t value)
   gate_slots_[slot] = value;
   PF_CUDA_CHECK(cudaMemcpyAsync(word, &gate_slots_[slot], sizeof(uint64_t), cudaMemcpyHostToDevice,
                                 static_cast<cudaStream_t>(stream)));
+  return pfSuccess;
+}
+
+// A one-thread kernel (cuStreamWriteValue has no max). The module is loaded with the others at
+// device creation (load_kernels), so this launch loads nothing inside a bubble.
+pfResult_t CudaDevice::write_word_max(Stream stream, uint64_t* word, uint64_t value) {
+  if (word == nullptr) return fail(pfErrorInvalidArgument, "write_word_max: word is null");
+  PF_DEVICE_CONTEXT(ContextNeed::Any);
+  PF_CUDA_CHECK(detail::launch_gate_max_kernel(static_cast<cudaStream_t>(stream), word, value));
   return pfSuccess;
 }
 

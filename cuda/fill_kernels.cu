@@ -51,9 +51,23 @@ __global__ void gate_condition_kernel(cudaGraphConditionalHandle handle, const v
   cudaGraphSetConditional(handle, *gate < bubble_id ? 1u : 0u);
 }
 
+// The early gate close of pfBubbleCloseFill: an atomic max, so a close issued on a side stream
+// that runs late can never move the gate back below a later bubble's close (the main stream's
+// plain writes only ever raise it).
+__global__ void gate_max_kernel(unsigned long long* gate, unsigned long long bubble_id) {
+  atomicMax(gate, bubble_id);
+}
+
 }  // namespace
 
 namespace detail {
+
+cudaError_t launch_gate_max_kernel(cudaStream_t stream, uint64_t* gate, uint64_t bubble_id) {
+  gate_max_kernel<<<1, 1, 0, stream>>>(reinterpret_cast<unsigned long long*>(gate),
+                                       static_cast<unsigned long long>(bubble_id));
+  return cudaGetLastError();
+}
+
 
 cudaError_t launch_spin_items_kernel(const pfSliceDesc_t& slice, int grid, int block_threads,
                                      size_t dynamic_smem_bytes, cudaStream_t stream, uint64_t item_ns,
@@ -102,6 +116,7 @@ cudaError_t load_kernels(int optin_smem_bytes) {
   if (error == cudaSuccess) error = cudaFuncGetAttributes(&other, spin_and_stamp_kernel);
   if (error == cudaSuccess) error = cudaFuncGetAttributes(&other, gate_condition_kernel);
   if (error == cudaSuccess) error = cudaFuncGetAttributes(&other, stamp_blocks_kernel);
+  if (error == cudaSuccess) error = cudaFuncGetAttributes(&other, gate_max_kernel);
   if (error != cudaSuccess) return error;
   // Static shared memory (the item loop's word) counts against the same per-block limit.
   error = cudaFuncSetAttribute(spin_items_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

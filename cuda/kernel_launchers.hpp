@@ -12,6 +12,8 @@ namespace pipefill::cuda::detail {
 cudaError_t launch_spin_items_kernel(const pfSliceDesc_t& slice, int grid, int block_threads,
                                      size_t dynamic_smem_bytes, cudaStream_t stream, uint64_t item_ns,
                                      const SpinItemsRecords& records);
+// One thread: atomicMax(*gate, bubble_id) in stream order (CudaDevice::write_word_max).
+cudaError_t launch_gate_max_kernel(cudaStream_t stream, uint64_t* gate, uint64_t bubble_id);
 cudaError_t spin_items_occupancy(int* blocks_per_sm, int block_threads, size_t dynamic_smem_bytes);
 cudaError_t launch_spin_and_stamp_kernel(cudaStream_t stream, uint64_t ns, uint64_t* end_ns,
                                          volatile uint32_t* started);

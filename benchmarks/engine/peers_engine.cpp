@@ -42,11 +42,18 @@ void BM_PeersEngineSim(benchmark::State& state) {
   const EngineOptions o = peer_options();
   std::vector<PeerRow> rows;
   for (auto _ : state) {
-    const Status s = compare_fill_modes(o, kModes, &rows);
+    Status s = compare_fill_modes(o, kModes, &rows);
+    // Ours again with an engine that also sends the sender's notice (pfBubbleCloseFill).
+    PeerRow noticed;
+    EngineOptions with_notice = o;
+    with_notice.notice_lead_us = kDefaultNoticeLeadUs;
+    if (s.ok()) s = measure_fill_mode(with_notice, FillMode::PipeFill, rows.front().iteration_us, &noticed);
     if (!s.ok()) {
       state.SkipWithError(s.message.c_str());
       return;
     }
+    noticed.label = "PipeFill+notice";
+    rows.push_back(noticed);
   }
   std::printf("[engine-peers] example engine on the simulated transport: %d stages, 1f1b, %d "
               "micro-batches, kernel jitter %.2f, fill mlp, interference beta %.2f beta_f %.2f "
@@ -58,19 +65,24 @@ void BM_PeersEngineSim(benchmark::State& state) {
   std::printf("%s", format_peer_table(o, rows, "[engine-peers] ").c_str());
   const PeerRow* ours = nullptr;
   for (const PeerRow& r : rows) {
-    if (r.mode == FillMode::PipeFill) ours = &r;
-    state.counters[std::string(fill_mode_name(r.mode)) + "_slowdown_pct"] = r.slowdown_pct;
-    state.counters[std::string(fill_mode_name(r.mode)) + "_filled_pct"] = r.filled_pct;
-    state.counters[std::string(fill_mode_name(r.mode)) + "_throughput"] = r.throughput;
+    if (r.mode == FillMode::PipeFill && r.label.empty()) ours = &r;
+    const std::string name = r.label.empty() ? fill_mode_name(r.mode) : "pipefill+notice";
+    state.counters[name + "_slowdown_pct"] = r.slowdown_pct;
+    state.counters[name + "_filled_pct"] = r.filled_pct;
+    state.counters[name + "_throughput"] = r.throughput;
   }
   if (ours == nullptr) return;
-  std::printf("[engine-peers] targets (issue 32): ours <= 0.5%% slowdown: %s (%.3f%%); >= 90%% "
-              "filled: %s (%.1f%%); throughput >= 0.85 of dedicated: %s (%.3f); own p99 <= 50 us: "
-              "%s (%.2f us)\n",
-              ours->slowdown_pct <= 0.5 ? "met" : "MISSED", ours->slowdown_pct,
-              ours->filled_pct >= 90 ? "met" : "MISSED", ours->filled_pct,
-              ours->throughput >= 0.85 ? "met" : "MISSED", ours->throughput,
-              ours->all_blocks_p99_us <= 50 ? "met" : "MISSED", ours->all_blocks_p99_us);
+  for (const PeerRow& r : rows) {
+    if (r.mode != FillMode::PipeFill) continue;
+    std::printf("[engine-peers] targets (issue 32), %s: <= 0.5%% slowdown: %s (%.3f%%); >= 90%% "
+                "filled: %s (%.1f%%); throughput >= 0.85 of dedicated: %s (%.3f); own p99 <= 50 "
+                "us: %s (%.2f us)\n",
+                r.label.empty() ? "ours" : "ours with the sender notice",
+                r.slowdown_pct <= 0.5 ? "met" : "MISSED", r.slowdown_pct,
+                r.filled_pct >= 90 ? "met" : "MISSED", r.filled_pct,
+                r.throughput >= 0.85 ? "met" : "MISSED", r.throughput,
+                r.all_blocks_p99_us <= 50 ? "met" : "MISSED", r.all_blocks_p99_us);
+  }
   for (const PeerRow& r : rows) {
     if (r.mode == FillMode::None || r.mode == FillMode::PipeFill) continue;
     const bool ahead = ours->slowdown_pct < r.slowdown_pct && ours->filled_pct >= r.filled_pct;

@@ -171,6 +171,14 @@ class Engine {
     // Only PipeFill keeps SMs for the main job; the baselines reserve none (their papers don't).
     topts.reserve_sms = mode_ == FillMode::None || mode_ == FillMode::PipeFill;
     topts.warm_iterations = options_.warm_iterations;
+    if (options_.notice_lead_us >= 0 && mode_ == FillMode::PipeFill) {
+      if (transport_.backend() != pfBackendSim)
+        return Status{pfErrorNotSupported,
+                      fmt::format("--notice-lead runs on --transport sim only (the {} transport "
+                                  "has no sender notice)",
+                                  transport_.name())};
+      topts.notice_lead_us = options_.notice_lead_us;
+    }
     if (is_peer(mode_) && transport_.backend() != pfBackendSim)
       return Status{pfErrorNotSupported,
                     fmt::format("the {} baseline runs on --transport sim only (the {} transport has "

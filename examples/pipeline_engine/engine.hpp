@@ -23,6 +23,10 @@ const char* fill_mode_name(FillMode mode);
 bool parse_fill_mode(const std::string& name, FillMode* out);
 
 
+// The lead of the benchmarks' "PipeFill+notice" rows (EngineOptions::notice_lead_us); see
+// docs/results.md for the curve across leads.
+constexpr double kDefaultNoticeLeadUs = 20.0;
+
 struct EngineOptions {
   PipelineSpec pipeline;
   int iterations = 8;
@@ -62,6 +66,11 @@ struct EngineOptions {
   // k x step + pad x step fits (1.2); Tally-style: share of the SMs its persistent kernel takes
   // (1); paper-style: the prediction quantile its pieces are fitted to (0.1).
   double mode_knob = -1.0;
+  // The sending stage's notice (sender_notice.hpp): each sender tells its receiver this many us
+  // before its send, and the receiver closes the fill of the bubble waiting for it
+  // (pfBubbleCloseFill); its gated work is then planned to the class's longest bubble. < 0: off.
+  // PipeFill mode on the simulated transport only.
+  double notice_lead_us = -1.0;
   // Sim transport: fill accounting (RunResult::filled_sm_us ...) counts iterations from this
   // one on (the predictor's warm-up is left out).
   int warm_iterations = 2;

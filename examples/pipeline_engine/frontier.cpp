@@ -12,6 +12,7 @@ namespace engine {
 std::vector<KnobSweep> default_knob_sweeps() {
   return {
       {FillMode::PipeFill, "gated quantile", {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}, 0.5},
+      {FillMode::PipeFill, "notice lead us", {40, 30, 20, 10, 5}, kDefaultNoticeLeadUs, true},
       {FillMode::Naive, "bubble share", {0.25, 0.5, 0.75, 1.0}, 1.0},
       {FillMode::FreeRide, "admission pad", {1.0, 1.2, 2.0, 4.0}, 1.2},
       {FillMode::Tally, "SM share", {0.25, 0.5, 0.75, 1.0}, 1.0},
@@ -32,8 +33,13 @@ Status run_frontier(const EngineOptions& options, const std::vector<KnobSweep>& 
                       fmt::format("frontier: {} knob values must be > 0, got {}",
                                   fill_mode_name(sweep.mode), value)};
       EngineOptions o = options;
-      o.mode_knob = value;
+      if (sweep.notice_lead) {
+        o.notice_lead_us = value;
+      } else {
+        o.mode_knob = value;
+      }
       FrontierPoint point;
+      point.notice = sweep.notice_lead;
       point.mode = sweep.mode;
       point.knob = sweep.knob;
       point.value = value;
@@ -51,7 +57,8 @@ bool ours_slowdown_at(const Frontier& frontier, double filled_pct, double* slowd
   // knob values across iterations gets it), beyond the last none.
   std::vector<std::pair<double, double>> curve;  // (filled%, slowdown%)
   for (const FrontierPoint& p : frontier.points)
-    if (p.mode == FillMode::PipeFill) curve.emplace_back(p.row.filled_pct, p.row.slowdown_pct);
+    if (p.mode == FillMode::PipeFill && !p.notice)
+      curve.emplace_back(p.row.filled_pct, p.row.slowdown_pct);
   std::sort(curve.begin(), curve.end());
   if (curve.empty() || filled_pct > curve.back().first) return false;
   double best = 1e300;
@@ -76,7 +83,7 @@ std::string format_frontier(const EngineOptions& o, const Frontier& f, const std
                    "verdict");
   int peer_points = 0, ours_lower = 0, beyond = 0;
   for (const FrontierPoint& p : f.points) {
-    std::string at = "-", verdict = "ours' curve";
+    std::string at = "-", verdict = p.notice ? "ours + notice" : "ours' curve";
     if (p.mode != FillMode::PipeFill) {
       ++peer_points;
       double ours = 0.0;
@@ -91,7 +98,8 @@ std::string format_frontier(const EngineOptions& o, const Frontier& f, const std
       }
     }
     s += fmt::format("{}{:<15} {:<15} {:>5g}{} {:>10.3f} {:>8.1f} {:>10.3f} {:>9.2f} {:>12}  {}\n",
-                     prefix, fill_mode_name(p.mode), p.knob, p.value, p.is_default ? "*" : " ",
+                     prefix, p.notice ? "PipeFill+notice" : fill_mode_name(p.mode), p.knob,
+                     p.value, p.is_default ? "*" : " ",
                      p.row.slowdown_pct, p.row.filled_pct, p.row.throughput,
                      p.row.all_blocks_p99_us, at, verdict);
   }
@@ -105,13 +113,15 @@ std::string format_frontier(const EngineOptions& o, const Frontier& f, const std
   const double ceiling = f.none.transfer_free_pct;
   const double fill_sms = o.pipeline.sm_count - o.pipeline.comm_sms;
   const double thr_ceiling = ceiling / 100.0 * fill_sms / o.pipeline.sm_count;
-  double best_at_target = 0.0;
-  bool any = false;
-  for (const FrontierPoint& p : f.points)
-    if (p.mode == FillMode::PipeFill && p.row.slowdown_pct <= 0.5) {
-      best_at_target = any ? std::max(best_at_target, p.row.filled_pct) : p.row.filled_pct;
-      any = true;
-    }
+  // The best filled share at <= 0.5% slowdown among ours' points, without or with the notice.
+  const auto best_at_target = [&](bool notice) {
+    double best = -1.0;
+    for (const FrontierPoint& p : f.points)
+      if (p.mode == FillMode::PipeFill && p.notice == notice && p.row.slowdown_pct <= 0.5)
+        best = std::max(best, p.row.filled_pct);
+    return best < 0 ? std::string("none")
+                    : fmt::format("{:.1f}% ({:.1f} points from 90%)", best, 90.0 - best);
+  };
   const double stretch = o.comm_slowdown * 0.5 * fill_sms / o.pipeline.sm_count;
   s += fmt::format(
       "{}bound: filled% <= (bubble time - p2p time of the receives that end bubbles) / bubble "
@@ -119,13 +129,11 @@ std::string format_frontier(const EngineOptions& o, const Frontier& f, const std
       "thr/dedic <= that x {:.0f}/{} fill SMs = {:.3f}. Target 90% filled: {:.1f} points {} the "
       "ceiling; 0.85 of dedicated: {:.3f} {} it. Past the ceiling fill runs when a message is sent: "
       "gamma {:.2f} x the MLP's mem intensity 0.5 x {:.0f}/{} SMs = x{:.3f} on that transfer. "
-      "Ours' best filled% at <= 0.5% slowdown on its curve: {}\n",
+      "Ours' best filled% at <= 0.5% slowdown on its curve: {}; with the sender notice: {}\n",
       prefix, ceiling, fill_sms, o.pipeline.sm_count, thr_ceiling, std::fabs(90.0 - ceiling),
       ceiling >= 90.0 ? "below" : "ABOVE", std::fabs(0.85 - thr_ceiling),
       thr_ceiling >= 0.85 ? "below" : "ABOVE", o.comm_slowdown, fill_sms, o.pipeline.sm_count,
-      1.0 + stretch,
-      any ? fmt::format("{:.1f}% ({:.1f} points from 90%)", best_at_target, 90.0 - best_at_target)
-          : std::string("none"));
+      1.0 + stretch, best_at_target(false), best_at_target(true));
   return s;
 }
 

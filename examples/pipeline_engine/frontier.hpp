@@ -16,10 +16,15 @@ struct KnobSweep {
   const char* knob = "";        // what mode_knob means for this mode
   std::vector<double> values;   // the knob's values, the mode's default among them
   double default_value = 0.0;   // the value its headline row runs with
+  // The values are EngineOptions::notice_lead_us (the sending stage's notice, pfBubbleCloseFill)
+  // instead of mode_knob: PipeFill with an engine that also tells each receiver when the send
+  // is near. Its points are printed as "PipeFill+notice" and kept off ours' plain curve.
+  bool notice_lead = false;
 };
 
-// PipeFill: gated quantile; naive: share of the expected bubble; FreeRide-style: admission pad;
-// Tally-style: SM share; paper-style: prediction quantile (engine.hpp EngineOptions::mode_knob).
+// PipeFill: gated quantile, then its notice lead (us); naive: share of the expected bubble;
+// FreeRide-style: admission pad; Tally-style: SM share; paper-style: prediction quantile
+// (engine.hpp EngineOptions::mode_knob).
 std::vector<KnobSweep> default_knob_sweeps();
 
 struct FrontierPoint {
@@ -27,6 +32,7 @@ struct FrontierPoint {
   const char* knob = "";
   double value = 0.0;
   bool is_default = false;
+  bool notice = false;  // KnobSweep::notice_lead
   PeerRow row;
 };
 
@@ -38,8 +44,9 @@ struct Frontier {
 Status run_frontier(const EngineOptions& options, const std::vector<KnobSweep>& sweeps,
                     Frontier* out);
 
-// Ours' slowdown at `filled_pct` on its curve (straight lines between its points, the lowest
-// where the curve folds back); false when no point of ours fills that much.
+// Ours' slowdown at `filled_pct` on its plain curve (the gated-quantile points, no notice;
+// straight lines between its points, the lowest where the curve folds back); false when no point
+// of ours fills that much.
 bool ours_slowdown_at(const Frontier& frontier, double filled_pct, double* slowdown_pct);
 
 // The table (one line per point, each peer point with ours' slowdown at its filled share and the

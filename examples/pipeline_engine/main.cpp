@@ -108,6 +108,10 @@ int main(int argc, char** argv) {
   app.add_option("--comm-sms", p.comm_sms, "SMs a communication kernel holds (reserved from fill)")->capture_default_str();
   app.add_option("--min-bubble-us", p.min_bubble_us, "Shortest idle gap marked as a bubble")->capture_default_str();
   app.add_option("--jitter", o.jitter, "Sim: relative std-dev of kernel durations")->capture_default_str();
+  app.add_option("--notice-lead", o.notice_lead_us,
+                 "Sim, pipefill mode: the sending stage notices the receiver this many us before "
+                 "its send and the receiver closes that bubble's fill (pfBubbleCloseFill); < 0 off")
+      ->capture_default_str();
   app.add_option("--interference", o.interference, "Sim: beta, main-kernel slowdown per unit of fill memory load (docs/simulated-device.md)")->capture_default_str();
   app.add_option("--fill-slowdown", o.fill_slowdown, "Sim: beta_f, fill-item slowdown per unit of main load")->capture_default_str();
   app.add_option("--comm-slowdown", o.comm_slowdown, "Sim: gamma, p2p transfer slowdown per unit of fill load")->capture_default_str();

@@ -71,7 +71,7 @@ std::string format_peer_table(const EngineOptions& o, const std::vector<PeerRow>
                               const std::string& prefix) {
   const PeerRow* ours = nullptr;
   for (const PeerRow& r : rows)
-    if (r.mode == FillMode::PipeFill) ours = &r;
+    if (r.mode == FillMode::PipeFill && r.label.empty()) ours = &r;
   auto ratio = [](double value, double of) {
     return of > 0 ? fmt::format("{:.2f}", value / of) : std::string("n/a");
   };
@@ -81,7 +81,8 @@ std::string format_peer_table(const EngineOptions& o, const std::vector<PeerRow>
                    "own p50", "own p99", "slow/ours", "fill/ours", "thr/ours");
   for (const PeerRow& r : rows) {
     s += fmt::format("{}{:<15} {:>10.3f} {:>8.1f} {:>10.3f} {:>10.2f} {:>10.2f} {:>9.2f} {:>9.2f} {:>9} {:>9} {:>9}\n",
-                     prefix, fill_mode_name(r.mode), r.slowdown_pct, r.filled_pct, r.throughput,
+                     prefix, r.label.empty() ? fill_mode_name(r.mode) : r.label.c_str(),
+                     r.slowdown_pct, r.filled_pct, r.throughput,
                      r.first_block_p50_us, r.first_block_p99_us, r.all_blocks_p50_us,
                      r.all_blocks_p99_us,
                      ours ? ratio(r.slowdown_pct, ours->slowdown_pct) : "n/a",

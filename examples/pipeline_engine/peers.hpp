@@ -12,6 +12,7 @@ namespace engine {
 
 struct PeerRow {
   FillMode mode = FillMode::None;
+  std::string label;  // the table's name of the row; empty: fill_mode_name(mode)
   double iteration_us = 0.0;   // mean from options.warm_iterations on
   double slowdown_pct = 0.0;   // vs the no-fill run
   double filled_pct = 0.0;     // fill item work inside bubbles / (bubble time x non-comm SMs)
@@ -34,8 +35,8 @@ Status measure_fill_mode(const EngineOptions& options, FillMode mode, double non
 Status compare_fill_modes(const EngineOptions& options, const std::vector<FillMode>& modes,
                           std::vector<PeerRow>* rows);
 
-// The table: one row per mode, its ratios to PipeFill's (slowdown, filled, throughput), the
-// column definitions. Lines start with `prefix`.
+// The table: one row per mode, its ratios to PipeFill's (the unlabelled PipeFill row: slowdown,
+// filled, throughput), the column definitions. Lines start with `prefix`.
 std::string format_peer_table(const EngineOptions& options, const std::vector<PeerRow>& rows,
                               const std::string& prefix);
 

@@ -24,6 +24,7 @@
 
 #include "analysis/activity.hpp"
 #include "core/predictor.hpp"
+#include "sender_notice.hpp"
 #include "sim/sim_world.hpp"
 #include "transport.hpp"
 
@@ -59,6 +60,8 @@ class SimTransport final : public Transport {
     desc.comm_slowdown = options.comm_slowdown;
     ENGINE_PF(pfSimWorldCreate(spec.stages, &desc, options.seed, &world_));
     sim_ = pipefill::sim::world_from_handle(world_);
+    ENGINE_TRY(notices_.open(world_, spec.stages, options.notice_lead_us,
+                             std::min(spec.model.p2p_latency_us, costs.p2p_us)));
     stages_.clear();
     for (int i = 0; i < spec.stages; ++i) {
       stages_.push_back(std::make_unique<StageState>());
@@ -103,7 +106,7 @@ class SimTransport final : public Transport {
     StageState& st = *stages_[static_cast<size_t>(stage)];
     ENGINE_PF(pfStreamCreateHighPriority(runtime, &st.main));
     ENGINE_PF(pfStreamCreateHighPriority(runtime, &st.comm));
-    return {};
+    return notices_.attach(stage, runtime);
   }
 
   void* main_stream(int stage) override { return stages_[static_cast<size_t>(stage)]->main; }
@@ -136,6 +139,7 @@ class SimTransport final : public Transport {
                           : in.type == InstrType::BackwardInput  ? costs_.backward_input_layer_us
                                                                  : costs_.backward_weight_layer_us;
         for (int layer = 0; layer < costs_.layers_per_chunk; ++layer) {
+          if (layer == costs_.layers_per_chunk - 1) ENGINE_TRY(notices_.before_kernel(st.index, st.main, us));
           ENGINE_PF(pfSimLaunchKernel(st.main, us, compute_sms));
           if (layer == 0) ENGINE_TRY(probe_first_kernel(st, us));
         }
@@ -144,6 +148,7 @@ class SimTransport final : public Transport {
       case InstrType::SendActivation:
       case InstrType::SendGradient:
         ENGINE_PF(pfSimEventRecord(message(in), st.main));
+        notices_.on_send(st.index, key_of(in));
         return {};
       case InstrType::RecvActivation:
       case InstrType::RecvGradient:
@@ -155,6 +160,7 @@ class SimTransport final : public Transport {
       }
         ENGINE_PF(pfSimEventRecord(st.recv_done, st.comm));
         st.posted_receive = true;
+        notices_.on_receive(st.index, key_of(in));
         return {};
       case InstrType::WaitComm:
         ENGINE_PF(pfSimStreamWaitEvent(st.main, st.recv_done, 0.0, 0));
@@ -189,6 +195,7 @@ class SimTransport final : public Transport {
 
   Status bubble_began(int stage, int bubble_index) override {
     StageState& st = *stages_[static_cast<size_t>(stage)];
+    ENGINE_TRY(notices_.after_begin(stage, st.posted_receive));
     if (st.begins_used >= st.probes.size()) return {};
     ResumeProbe& probe = st.probes[st.begins_used++];
     probe.bubble_index = bubble_index;
@@ -353,6 +360,7 @@ class SimTransport final : public Transport {
 
   Status detach(int stage, pfRuntime_t runtime) override {
     StageState& st = *stages_[static_cast<size_t>(stage)];
+    notices_.detach(stage);
     Status status;
     for (void** s : {&st.main, &st.comm}) {
       if (*s == nullptr) continue;
@@ -378,6 +386,7 @@ class SimTransport final : public Transport {
     }
     for (auto& [key, event] : messages_) pfSimEventDestroy(event);
     messages_.clear();
+    notices_.close();
     stages_.clear();
     pfSimWorldDestroy(world_);
     world_ = nullptr;
@@ -530,6 +539,7 @@ class SimTransport final : public Transport {
   pipefill::sim::World* sim_ = nullptr;
   std::vector<std::unique_ptr<StageState>> stages_;  // stable addresses: the item sinks point in
   std::unordered_map<uint64_t, pfSimEvent_t> messages_;
+  SenderNotices notices_;  // EngineOptions::notice_lead_us
   std::atomic<uint64_t> baseline_items_{0};  // items of fill the transport launched itself
   std::vector<double> resume_delays_;
   double item_cost_us_ = 0.0;

@@ -55,6 +55,9 @@ struct TransportOptions {
   bool reserve_sms = true;    // false: fill may use every SM (the naive baseline)
   // Fill accounting (take_fill_accounting): iterations before this one are not counted.
   int warm_iterations = 0;
+  // The sending stage's notice a lead before each send (sender_notice.hpp); < 0: none. The
+  // simulated transport only.
+  double notice_lead_us = -1.0;
 };
 
 class Transport {

@@ -290,6 +290,20 @@ PF_API pfResult_t pfBubbleBegin(pfRuntime_t runtime, void* stream, const pfBubbl
  * and records the end event. `stream` must be the stream given to pfBubbleBegin. */
 PF_API pfResult_t pfBubbleEnd(pfRuntime_t runtime, void* stream);
 
+/* Stream-ordered early end of the open bubble's fill, for an engine that learns the bubble's end
+ * before its wait completes (the sending stage's notice that its send is near, a schedule that
+ * knows the next kernel's start). When `stream` reaches this point - and not before the bubble's
+ * begin on its own stream - the gate of the bubble open now closes: its ticket blocks and gated
+ * items claim no more (the item running finishes). The bubble itself still ends at pfBubbleEnd,
+ * which records its duration. The close is an atomic max of the gate: landing after the
+ * bubble's end, or after a later bubble's, changes nothing. `stream`: any main-job stream of the
+ * runtime's device (typically a side stream that waits for the sender's event); a call with no
+ * bubble open is refused with pfErrorInvalidState. A class whose last bubble was closed this way
+ * plans its gated work to the class's noticed quantile (PIPEFILL_NOTICED_QUANTILE, default 1:
+ * the longest bubble of its window) rather than the median: the close, not the prediction,
+ * bounds it. Ungated (opaque) work is not stopped by it. Several calls per bubble are allowed. */
+PF_API pfResult_t pfBubbleCloseFill(pfRuntime_t runtime, void* stream);
+
 /* Marks an iteration boundary: the k-th bubble of an iteration is bubble class k. */
 PF_API pfResult_t pfIterationEnd(pfRuntime_t runtime);
 

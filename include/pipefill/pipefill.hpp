@@ -203,6 +203,8 @@ class Runtime {
     check(pfBubbleBegin(get(), stream, hint));
   }
   void bubble_end(void* stream) { check(pfBubbleEnd(get(), stream)); }
+  // pfBubbleCloseFill: on `stream`, the open bubble's fill stops early (stream order).
+  void bubble_close_fill(void* stream) { check(pfBubbleCloseFill(get(), stream)); }
   void iteration_end() { check(pfIterationEnd(get())); }
   void synchronize() { check(pfRuntimeSynchronize(get())); }
 

@@ -331,6 +331,14 @@ class Runtime:
         finally:
             _profiler.close_range(scope)
 
+    def bubble_close_fill(self, stream: StreamLike) -> None:
+        """pfBubbleCloseFill: when ``stream`` reaches this point (never before the open bubble's
+        begin) the open bubble's fill stops claiming items; the bubble still ends at
+        ``bubble_end``. For an engine that learns the end early (a sender's notice on a side
+        stream). A class closed this way plans its gated work to the longest bubble of its
+        window (``PIPEFILL_NOTICED_QUANTILE``)."""
+        self._native.bubble_close_fill(stream_handle(stream))
+
     @property
     def in_bubble(self) -> bool:
         """True between a bubble begin and its end (through this object)."""

@@ -66,6 +66,7 @@ void bind_runtime(nb::module_& m) {
       .def("bubble_begin", &Runtime::bubble_begin, "stream"_a, "kind"_a, "label"_a.none(),
            "expected_us"_a, "lent_bytes"_a, "lent_memory"_a, "pfBubbleBegin.")
       .def("bubble_end", &Runtime::bubble_end, "stream"_a, "pfBubbleEnd.")
+      .def("bubble_close_fill", &Runtime::bubble_close_fill, "stream"_a, "pfBubbleCloseFill.")
       .def("in_bubble", &Runtime::in_bubble, "True between a bubble_begin and its bubble_end.")
       .def("iteration_end", &Runtime::iteration_end, "pfIterationEnd.")
       .def("stats", &Runtime::stats, "pfRuntimeGetStatsV2 as a dict.")

@@ -170,6 +170,12 @@ class Runtime {
       core_->in_bubble = false;
     });
   }
+  void bubble_close_fill(uintptr_t stream) {
+    without_gil([&] {
+      Use use(core_->life, "Runtime");
+      check(pfBubbleCloseFill(core_->runtime, as_pointer(stream)));
+    });
+  }
   bool in_bubble() {
     return without_gil([&] {
       Use use(core_->life, "Runtime");

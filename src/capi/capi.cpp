@@ -234,6 +234,14 @@ PF_API pfResult_t pfBubbleEnd(pfRuntime_t runtime, void* stream) {
   });
 }
 
+PF_API pfResult_t pfBubbleCloseFill(pfRuntime_t runtime, void* stream) {
+  return guarded(__func__, [&] {
+    RuntimeRef rt;
+    PF_TRY(pipefill::core::acquire_runtime(runtime, "pfBubbleCloseFill", &rt));
+    return rt->bubble_close_fill(stream);
+  });
+}
+
 PF_API pfResult_t pfIterationEnd(pfRuntime_t runtime) {
   return guarded(__func__, [&] {
     RuntimeRef rt;

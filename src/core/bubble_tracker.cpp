@@ -133,6 +133,7 @@ pfResult_t BubbleTracker::begin_locked(void* stream, const pfBubbleHint_t* hint)
   next_bubble_id_.store(id + 1, std::memory_order_release);
   ++index_in_iteration_;
   current_timed_ = timed;
+  current_closed_early_ = false;
   if (timed) {
     begin_ns_pending_ = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
@@ -200,6 +201,7 @@ pfResult_t BubbleTracker::end_locked(void* stream) {
   BubbleMessage m;
   m.type = BubbleMessage::Type::End;
   m.bubble_id = id;
+  m.fill_closed_early = current_closed_early_;
   push(m);
   in_bubble_.store(false, std::memory_order_release);
   bubble_stream_.store(nullptr, std::memory_order_release);
@@ -209,6 +211,47 @@ pfResult_t BubbleTracker::end_locked(void* stream) {
     host_ns_total_.fetch_add(begin_ns_pending_ + end_ns, std::memory_order_relaxed);
     host_pairs_.fetch_add(1, std::memory_order_relaxed);
   }
+  return pfSuccess;
+}
+
+pfResult_t BubbleTracker::close_fill(void* stream) {
+  MutexLock lock(calls_mu_);
+  if (stream == nullptr && options_.backend != pfBackendCuda) {
+    return fail(pfErrorInvalidArgument,
+                "pfBubbleCloseFill: stream is NULL (the {} backend has no default stream; pass "
+                "a stream of this runtime, e.g. pfStreamCreateHighPriority)",
+                backend_name(options_.backend));
+  }
+  if (!in_bubble()) {
+    return fail(pfErrorInvalidState,
+                "pfBubbleCloseFill on stream {}: no bubble is open (call it between "
+                "pfBubbleBegin and pfBubbleEnd)",
+                stream);
+  }
+  const uint64_t id = next_bubble_id_ - 1;
+  if (!device_.is_valid_main_stream(stream)) {
+    return fail(pfErrorInvalidArgument,
+                "pfBubbleCloseFill: stream {} is not a main-job stream of this runtime's device "
+                "(bubble {} is open; a fill stream cannot close its own bubble)",
+                stream, id);
+  }
+  if (device_.is_capturing(stream)) {
+    return fail(pfErrorNotSupported,
+                "pfBubbleCloseFill: stream {} is being captured into a CUDA graph; bubble "
+                "instructions cannot be captured (bubble {} stays open)",
+                stream, id);
+  }
+  // An untimed bubble is not filled (pfSkipUntimed) and has no begin event to order the close
+  // after: there is nothing to close.
+  if (!current_tracked_) {
+    current_closed_early_ = true;
+    return pfSuccess;
+  }
+  // After the bubble's begin: the close cannot land before the previous bubble's end write.
+  // An atomic max: landing after this bubble's end, or a later one's, changes nothing.
+  PF_TRY(device_.stream_wait_event(stream, resources_.begin_event(id)));
+  PF_TRY(device_.write_word_max(stream, resources_.gate(), id));
+  current_closed_early_ = true;
   return pfSuccess;
 }
 

@@ -52,6 +52,9 @@ class BubbleTracker {
   pfResult_t begin(void* stream, const pfBubbleHint_t* hint) EXCLUDES(calls_mu_);
   pfResult_t end(void* stream) EXCLUDES(calls_mu_);
   pfResult_t iteration_end() EXCLUDES(calls_mu_);
+  // pfBubbleCloseFill: on `stream`, after the open bubble's begin, the gate's atomic max to the
+  // bubble's id (its fill stops at the next claim).
+  pfResult_t close_fill(void* stream) EXCLUDES(calls_mu_);
 
   // Shutdown with a bubble open: when the bubble's stream died meanwhile, the bubble is abandoned
   // (as pfBubbleEnd would) and true is returned; false when the bubble is still live.
@@ -101,6 +104,7 @@ class BubbleTracker {
   bool current_tracked_ = false;
   uint64_t bubble_stream_identity_ = 0;  // Device::admit_main_stream's token of the open bubble's stream
   bool current_timed_ = false;
+  bool current_closed_early_ = false;  // pfBubbleCloseFill was called for the open bubble
   uint64_t timing_counter_ = 0;
   static constexpr uint64_t kTimingSample = 64;  // one begin+end pair in 64 is timed
   std::atomic<void*> bubble_stream_{nullptr};

@@ -347,6 +347,15 @@ pfResult_t resolve_config(const pfConfig_t* config, RuntimeOptions* out) {
     o.bubble_event_slots = static_cast<size_t>(pairs);
   }
 
+  // Environment only (no pfConfig_t field): the gated quantile of classes closed early.
+  PF_TRY(resolve_double(PF_UNSET_DOUBLE, "noticed_prediction_quantile", "PIPEFILL_NOTICED_QUANTILE",
+                        &o.noticed_prediction_quantile));
+  if (!(o.noticed_prediction_quantile > 0 && o.noticed_prediction_quantile <= 1)) {
+    return fail(pfErrorInvalidArgument,
+                "environment variable PIPEFILL_NOTICED_QUANTILE = {} must be in (0, 1]",
+                o.noticed_prediction_quantile);
+  }
+
   // Environment only (no pfConfig_t field): when a job skipped as too short is warned about.
   PF_TRY(resolve_int(PF_UNSET_INT, "too_short_warn_bubbles", "PIPEFILL_TOO_SHORT_WARN_BUBBLES",
                      &o.too_short_warn_bubbles));

@@ -28,6 +28,10 @@ struct RuntimeOptions {
   // bounds a too-long prediction to one item of overrun, so an occasional early bubble need not
   // shrink every bubble's fill to its length; nothing bounds ungated work, hence the low one.
   double gated_prediction_quantile = 0.5;
+  // Gated work of a class whose last bubble was closed early by pfBubbleCloseFill: the early
+  // close bounds it, so it is sized to a high quantile (1: the window's longest bubble).
+  // PIPEFILL_NOTICED_QUANTILE; not in pfConfig_t.
+  double noticed_prediction_quantile = 1.0;
   // Bubbles of kind pfBubbleOptimizer (the DP all-reduce window) are left unfilled unless set:
   // fill there competes with the collective for memory bandwidth on the critical path.
   bool fill_optimizer_bubbles = false;

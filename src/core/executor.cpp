@@ -101,13 +101,17 @@ double Executor::class_margin(const RuntimeState& s, const std::string& class_ke
   return it != s.class_margins.end() ? it->second : -1.0;
 }
 
+double Executor::gated_quantile(const RuntimeState& s, const std::string& class_key) const {
+  return s.noticed_classes.count(class_key) != 0 ? options_.noticed_prediction_quantile
+                                                 : options_.gated_prediction_quantile;
+}
+
 FillRequest Executor::request_for(RuntimeState& s, const std::string& class_key,
                                   double expected_us, std::string* why) {
   // Two quantiles of one history: the gate bounds a too-long prediction to one item of overrun,
   // so gated work is sized to the higher gated_prediction_quantile (the median by default);
   // nothing stops ungated work, so it keeps the conservative prediction_quantile.
-  const BubblePrediction prediction =
-      s.predictor.predict(class_key, options_.gated_prediction_quantile);
+  const BubblePrediction prediction = s.predictor.predict(class_key, gated_quantile(s, class_key));
   FillRequest request;
   request.margin_us = class_margin(s, class_key);
   const bool measured = prediction.ready && prediction.count > 0;
@@ -133,8 +137,7 @@ void Executor::refresh_plans(RuntimeState& s) {
   s.prepared_plans.clear();
   for (const std::string& key : s.predictor.class_keys()) {
     // The same two quantiles as request_for: gated work to the gated one, ungated to the low one.
-    const BubblePrediction prediction =
-        s.predictor.predict(key, options_.gated_prediction_quantile);
+    const BubblePrediction prediction = s.predictor.predict(key, gated_quantile(s, key));
     if (!prediction.ready || prediction.count == 0 || !(prediction.quantile_us > 0)) continue;
     PreparedPlan prepared;
     prepared.class_key = key;
@@ -227,6 +230,16 @@ void Executor::handle_end(RuntimeState& s, const BubbleMessage& m) {
     if (it->id == m.bubble_id) {
       it->ended = true;
       it->abandoned = m.abandoned;
+      // Whether the class's fill is bounded by an early close decides its gated quantile.
+      const bool was_noticed = s.noticed_classes.count(it->class_key) != 0;
+      if (m.fill_closed_early != was_noticed) {
+        if (m.fill_closed_early) {
+          s.noticed_classes.insert(it->class_key);
+        } else {
+          s.noticed_classes.erase(it->class_key);
+        }
+        s.plans_dirty = true;
+      }
       return;
     }
   }

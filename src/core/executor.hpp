@@ -86,6 +86,9 @@ class Executor final : public MessageHandler, public InlineFill {
       REQUIRES(s.mu);
   // The class's margin (pfRuntimeSetClassMargin), -1 when it has none.
   double class_margin(const RuntimeState& s, const std::string& class_key) const REQUIRES(s.mu);
+  // The quantile gated work of the class is sized to: noticed_prediction_quantile when its last
+  // bubble was closed early (pfBubbleCloseFill), else gated_prediction_quantile.
+  double gated_quantile(const RuntimeState& s, const std::string& class_key) const REQUIRES(s.mu);
   // The prediction of a bubble class as a fill request (measured history, else the hint for
   // gated work only); *why says why there is none.
   FillRequest request_for(RuntimeState& s, const std::string& class_key, double expected_us,

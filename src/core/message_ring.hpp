@@ -23,6 +23,9 @@ struct BubbleMessage {
   // Begin, inline launch mode: pfBubbleBegin found the state lock taken (the executor harvesting)
   // and left the bubble to the executor rather than wait for it (Executor::begin_bubble).
   bool deferred = false;
+  // End: pfBubbleCloseFill closed the bubble's fill before its end (the planner sizes the
+  // class's gated work to noticed_prediction_quantile: the early close bounds it).
+  bool fill_closed_early = false;
   int kind = pfBubbleOther;
   uint64_t bubble_id = 0;
   uint64_t iteration = 0;

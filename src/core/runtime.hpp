@@ -64,6 +64,7 @@ class Runtime {
     return tracker_->begin(stream, hint);
   }
   pfResult_t bubble_end(void* stream) { return tracker_->end(stream); }
+  pfResult_t bubble_close_fill(void* stream) { return tracker_->close_fill(stream); }
   // Also runs the teardowns that came due (it is outside any bubble by definition).
   pfResult_t iteration_end();
 

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "analysis/activity.hpp"
@@ -148,6 +149,8 @@ struct RuntimeState {
   BubblePredictor predictor GUARDED_BY(mu);
   // pfRuntimeSetClassMargin: per class key, the margin that replaces safety_margin_us.
   std::unordered_map<std::string, double> class_margins GUARDED_BY(mu);
+  // Classes whose last ended bubble was closed early by pfBubbleCloseFill.
+  std::unordered_set<std::string> noticed_classes GUARDED_BY(mu);
   std::deque<BubbleRecord> pending GUARDED_BY(mu);  // in bubble order
   std::vector<size_t> free_slice_slots GUARDED_BY(mu);
   std::vector<QuarantinedSlice> quarantined GUARDED_BY(mu);

@@ -132,6 +132,10 @@ class Device {
   virtual pfResult_t free_host_words(uint64_t* words) = 0;
   // Stream-ordered write of `value` to a device word (the gate close). Never a wait-value op.
   virtual pfResult_t write_word(Stream stream, uint64_t* word, uint64_t value) = 0;
+  // Stream-ordered atomic max of `value` into a device word: the early gate close of
+  // pfBubbleCloseFill, issued on another stream than the bubble's, must never move the gate
+  // back below a later bubble's close.
+  virtual pfResult_t write_word_max(Stream stream, uint64_t* word, uint64_t value) = 0;
   // Stream-ordered copy of a device word to a host word (cursor read-back).
   virtual pfResult_t copy_word_to_host(Stream stream, const uint64_t* word, uint64_t* host) = 0;
 

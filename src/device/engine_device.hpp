@@ -14,7 +14,7 @@
 //   wait_event(void* stream, void* event), event_state(void*, bool*, bool*, double*) const,
 //   event_item_failures(void*, uint64_t* count, uint64_t* not_run, std::string* first) const,
 //   synchronize_event(void*), allocate_words(size_t, uint64_t**), free_words(uint64_t*),
-//   write_word(void*, uint64_t*, uint64_t), copy_word(void*, const uint64_t*, uint64_t*),
+//   write_word(void*, uint64_t*, uint64_t), write_word_max(same), copy_word(void*, const uint64_t*, uint64_t*),
 //   memory_info(size_t*, size_t*) const, allocate_arena(size_t, void**), free_arena(void*),
 //   configure_partition(int, FillPartition*), sm_count() const, now_us() const
 // Derived classes (CRTP) provide `Port& port() const` and `static constexpr const char* kWhat`
@@ -121,6 +121,9 @@ class EngineDevice : public Device {
   pfResult_t free_host_words(uint64_t* words) override { return port().free_words(words); }
   pfResult_t write_word(Stream stream, uint64_t* word, uint64_t value) override {
     return guarded("write_word", [&] { return port().write_word(stream, word, value); });
+  }
+  pfResult_t write_word_max(Stream stream, uint64_t* word, uint64_t value) override {
+    return guarded("write_word_max", [&] { return port().write_word_max(stream, word, value); });
   }
   pfResult_t copy_word_to_host(Stream stream, const uint64_t* word, uint64_t* host) override {
     return guarded("copy_word_to_host", [&] { return port().copy_word(stream, word, host); });

@@ -259,6 +259,14 @@ pfResult_t Engine::host_func(void* stream, HostFn fn, void* user) {
 }
 
 pfResult_t Engine::write_word(void* stream, uint64_t* word, uint64_t value) {
+  return enqueue_write(stream, word, value, /*write_max=*/false);
+}
+
+pfResult_t Engine::write_word_max(void* stream, uint64_t* word, uint64_t value) {
+  return enqueue_write(stream, word, value, /*write_max=*/true);
+}
+
+pfResult_t Engine::enqueue_write(void* stream, uint64_t* word, uint64_t value, bool write_max) {
   if (word == nullptr) return fail(pfErrorInvalidArgument, "word pointer is NULL");
   if (!aligned_word(word)) {
     return fail(pfErrorInvalidArgument, "word {} is not 8-byte aligned",
@@ -268,6 +276,7 @@ pfResult_t Engine::write_word(void* stream, uint64_t* word, uint64_t value) {
   op.type = OpType::WriteWord;
   op.word = word;
   op.value = value;
+  op.write_max = write_max;
   return enqueue(stream, std::move(op));
 }
 

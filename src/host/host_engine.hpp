@@ -92,6 +92,8 @@ class Engine {
   // Waits for the record that is the event's latest now (none: no wait).
   pfResult_t wait_event(void* stream, void* event) EXCLUDES(mutex_);
   pfResult_t write_word(void* stream, uint64_t* word, uint64_t value) EXCLUDES(mutex_);
+  // The same as an atomic max (pfBubbleCloseFill: a late close cannot move the gate back).
+  pfResult_t write_word_max(void* stream, uint64_t* word, uint64_t value) EXCLUDES(mutex_);
   pfResult_t copy_word(void* stream, const uint64_t* source, uint64_t* destination)
       EXCLUDES(mutex_);
   pfResult_t launch_ticket(void* stream, const pfSliceDesc_t* slice, int blocks, ItemFn item_fn,
@@ -153,6 +155,8 @@ class Engine {
   void unpin_words(Op& op) REQUIRES(mutex_);
   pfResult_t enqueue(void* stream, Op op) EXCLUDES(mutex_);
   pfResult_t enqueue_locked(Stream* stream, Op op) REQUIRES(mutex_);
+  pfResult_t enqueue_write(void* stream, uint64_t* word, uint64_t value, bool write_max)
+      EXCLUDES(mutex_);
 
   void stream_main(Stream* stream) EXCLUDES(mutex_);
   void execute(Stream* stream, Op& op) REQUIRES(mutex_);

@@ -71,6 +71,7 @@ struct Engine::Op {
   uint64_t* word = nullptr;        // write / copy destination
   const uint64_t* source = nullptr;
   uint64_t value = 0;
+  bool write_max = false;  // write: max(word, value), atomically
   std::shared_ptr<Launch> launch;
   uintptr_t pinned[3] = {};  // word blocks this op keeps alive until it has run
   int pin_count = 0;

@@ -111,9 +111,17 @@ void Engine::execute(Stream* stream, Op& op) {
         return op.record->done || stopping_;
       });
       return;
-    case OpType::WriteWord:
-      std::atomic_ref<uint64_t>(*op.word).store(op.value);
+    case OpType::WriteWord: {
+      std::atomic_ref<uint64_t> word(*op.word);
+      if (!op.write_max) {
+        word.store(op.value);
+        return;
+      }
+      uint64_t seen = word.load();
+      while (seen < op.value && !word.compare_exchange_weak(seen, op.value)) {
+      }
       return;
+    }
     case OpType::CopyWord:
       std::atomic_ref<uint64_t>(*op.word).store(
           std::atomic_ref<uint64_t>(*const_cast<uint64_t*>(op.source)).load());

@@ -56,6 +56,9 @@ class WorldPort {
   pfResult_t write_word(void* stream, uint64_t* word, uint64_t value) {
     return world_->write_word(stream, word, value);
   }
+  pfResult_t write_word_max(void* stream, uint64_t* word, uint64_t value) {
+    return world_->write_word_max(stream, word, value);
+  }
   pfResult_t copy_word(void* stream, const uint64_t* source, uint64_t* destination) {
     return world_->copy_word(stream, source, destination);
   }

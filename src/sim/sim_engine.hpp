@@ -84,6 +84,7 @@ struct Op {
   uint64_t* word = nullptr;                // write / copy destination
   const uint64_t* source = nullptr;        // copy source
   uint64_t value = 0;                      // write value; opaque first item
+  bool write_max = false;                  // write: max(word, value) instead of value
   uint64_t ordinal = 0;  // kernels: index among the stream's kernels; fill: among its launches
   // Fill launches (ticket fields copied from the slice at enqueue time).
   pfSliceDesc_t slice{};     // ticket: gate, bubble_id, budget, cursor, total_items

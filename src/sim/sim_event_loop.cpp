@@ -158,7 +158,7 @@ void World::Impl::advance(SimStream* stream) {
         pop_head(stream);
         continue;
       case OpType::WriteWord:
-        *op.word = op.value;
+        *op.word = op.write_max ? std::max(*op.word, op.value) : op.value;
         pop_head(stream);
         continue;
       case OpType::CopyWord:

@@ -127,14 +127,23 @@ pfResult_t World::wait_event_transfer(void* stream_handle, void* event_handle, d
 }
 
 pfResult_t World::write_word(void* handle, uint64_t* word, uint64_t value) {
+  return enqueue_write(handle, word, value, /*write_max=*/false);
+}
+
+pfResult_t World::write_word_max(void* handle, uint64_t* word, uint64_t value) {
+  return enqueue_write(handle, word, value, /*write_max=*/true);
+}
+
+pfResult_t World::enqueue_write(void* handle, uint64_t* word, uint64_t value, bool write_max) {
   if (word == nullptr) return fail(pfErrorInvalidArgument, "word pointer is NULL");
-  PF_SIM_REFUSE_IN_OWN_CALLBACK("write_word");
+  PF_SIM_REFUSE_IN_OWN_CALLBACK(write_max ? "write_word_max" : "write_word");
   MutexLock lock(impl_->mutex);
   PF_SIM_LOOKUP_STREAM(stream, handle);
   Op op;
   op.type = OpType::WriteWord;
   op.word = word;
   op.value = value;
+  op.write_max = write_max;
   PF_TRY(impl_->pin_word(word, &op));
   impl_->enqueue(stream, op);
   return pfSuccess;

@@ -91,6 +91,9 @@ class World {
   pfResult_t wait_event_transfer(void* stream, void* event, double latency_us,
                                  double transfer_us, int sm_count);
   pfResult_t write_word(void* stream, uint64_t* word, uint64_t value);
+  // The same as an atomic max: the word becomes max(word, value) (an early gate close that
+  // arrives late cannot move the gate back; pfBubbleCloseFill).
+  pfResult_t write_word_max(void* stream, uint64_t* word, uint64_t value);
   pfResult_t copy_word(void* stream, const uint64_t* source, uint64_t* destination);
   pfResult_t launch_ticket(void* stream, const pfSliceDesc_t* slice, int blocks,
                            double item_cost_us, pfSimItemFn on_item, void* user);
@@ -167,6 +170,7 @@ class World {
 
  private:
   World();
+  pfResult_t enqueue_write(void* stream, uint64_t* word, uint64_t value, bool write_max);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -38,6 +38,26 @@ TEST(HostDevice, OperationsOfOneStreamRunInOrder) {
   PF_ASSERT_OK(device->free_words(words));
 }
 
+// pfBubbleCloseFill's gate write: an atomic max in stream order, so a close that lands after a
+// later bubble's plain close leaves the later id in place.
+TEST(HostDevice, WriteWordMaxNeverLowersTheWord) {
+  auto device = make_host_device(4);
+  void* stream = make_stream(*device);
+  uint64_t* words = nullptr;
+  PF_ASSERT_OK(device->allocate_words(3, &words));
+  PF_ASSERT_OK(device->write_word(stream, &words[0], 5));
+  PF_ASSERT_OK(device->write_word_max(stream, &words[0], 3));  // lower: no change
+  PF_ASSERT_OK(device->copy_word_to_host(stream, &words[0], &words[1]));
+  PF_ASSERT_OK(device->write_word_max(stream, &words[0], 9));  // higher: raised
+  PF_ASSERT_OK(device->copy_word_to_host(stream, &words[0], &words[2]));
+  PF_ASSERT_OK(device->synchronize_stream(stream));
+  EXPECT_EQ(words[1], 5u);
+  EXPECT_EQ(words[2], 9u);
+  EXPECT_EQ(words[0], 9u);
+  EXPECT_FAILS_WITH(device->write_word_max(stream, nullptr, 1), pfErrorInvalidArgument, "NULL");
+  PF_ASSERT_OK(device->free_words(words));
+}
+
 TEST(HostDevice, StreamsRunIndependently) {
   auto device = make_host_device(4);
   void* blocked = make_stream(*device);

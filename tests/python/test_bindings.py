@@ -415,3 +415,39 @@ def test_class_margins_are_set_removed_and_checked():
             rt.set_class_margin("#0", float("nan"))
         with pytest.raises(pf.PipeFillError, match="class_key"):
             rt.set_class_margin("", 5.0)
+
+
+def test_bubble_close_fill_ends_the_open_bubbles_fill_early():
+    """Runtime.bubble_close_fill (pfBubbleCloseFill): closed in stream order 100 us into a 400 us
+    bubble, the bubble's fill runs about a quarter of the items of an unclosed one; outside a
+    bubble the call is refused."""
+    with pf.SimWorld(1) as world:
+        with pf.Runtime(backend="sim", sim_world=world, device=0, safety_margin_us=0,
+                        safety_margin_fraction=0) as rt:
+            stream = world.stream(0, -1)
+            job = rt.create_job(pf.SimTicketJob(items=10**7, item_cost_us=10.0))
+            with pytest.raises(pf.PipeFillError, match="no bubble is open"):
+                rt.bubble_close_fill(stream)
+            run_pipeline(rt, world, stream, 3)
+
+            def bubble(close_after_us):
+                before = job.counts().items_run
+                stream.launch_kernel(100.0, 132)
+                rt.bubble_begin(stream, expected_us=400.0)
+                if close_after_us is None:
+                    stream.delay(400.0)
+                else:
+                    stream.delay(close_after_us)
+                    rt.bubble_close_fill(stream)
+                    stream.delay(400.0 - close_after_us)
+                rt.bubble_end(stream)
+                rt.iteration_end()
+                world.run_until_idle()
+                rt.synchronize()
+                return job.counts().items_run - before
+
+            unclosed = bubble(None)
+            closed = bubble(100.0)
+            assert unclosed > 0
+            assert closed <= 0.3 * unclosed
+            assert closed >= 0.2 * unclosed

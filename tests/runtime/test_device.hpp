@@ -178,6 +178,10 @@ class TestDevice final : public Device {
     count(stream);
     return inner_->write_word(stream, word, value);
   }
+  pfResult_t write_word_max(Stream stream, uint64_t* word, uint64_t value) override {
+    count(stream);
+    return inner_->write_word_max(stream, word, value);
+  }
   pfResult_t copy_word_to_host(Stream stream, const uint64_t* word, uint64_t* host) override {
     copies.fetch_add(1);
     count(stream);
