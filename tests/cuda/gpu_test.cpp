@@ -115,6 +115,23 @@ TEST_F(CudaGpu, WordWriteAndReadBack) {
   EXPECT_EQ(device_->free_host_words(host), pfErrorInvalidArgument);
 }
 
+// pfBubbleCloseFill's gate write (a one-thread atomicMax kernel): never lowers the gate, raises
+// it in stream order, all 64 bits kept.
+TEST_F(CudaGpu, WordWriteMaxNeverLowersTheGate) {
+  uint64_t* host = nullptr;
+  PF_ASSERT_OK(device_->allocate_host_words(2, &host));
+  constexpr uint64_t kHigh = 0x0123456789abcdefull;
+  PF_ASSERT_OK(device_->write_word(main_, gate(), 9));
+  PF_ASSERT_OK(device_->write_word_max(main_, gate(), 5));
+  PF_ASSERT_OK(device_->copy_word_to_host(main_, gate(), &host[0]));
+  PF_ASSERT_OK(device_->write_word_max(main_, gate(), kHigh));
+  PF_ASSERT_OK(device_->copy_word_to_host(main_, gate(), &host[1]));
+  PF_ASSERT_OK(device_->synchronize_stream(main_));
+  EXPECT_EQ(host[0], 9u);
+  EXPECT_EQ(host[1], kHigh);
+  PF_EXPECT_OK(device_->free_host_words(host));
+}
+
 TEST_F(CudaGpu, EventTimesFollowTheDeviceClock) {
   Event a = nullptr, b = nullptr, never = nullptr;
   PF_ASSERT_OK(device_->create_event(&a));
