@@ -12,6 +12,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 }  // namespace
 
+pfResult_t BubbleTracker::refuse_null_stream(void* stream, const char* call) const {
+  // NULL is CUDA's legacy default stream, a valid main stream there; the simulated and host
+  // devices have none (the message names the backend: it used to say "simulated" for both).
+  if (stream != nullptr || options_.backend == pfBackendCuda) return pfSuccess;
+  return fail(pfErrorInvalidArgument,
+              "{}: stream is NULL (the {} backend has no default stream; pass a stream of this "
+              "runtime, e.g. pfStreamCreateHighPriority)",
+              call, backend_name(options_.backend));
+}
+
 pfResult_t BubbleTracker::begin(void* stream, const pfBubbleHint_t* hint) {
   MutexLock lock(calls_mu_);
   return begin_locked(stream, hint);
@@ -27,14 +37,7 @@ pfResult_t BubbleTracker::begin_locked(void* stream, const pfBubbleHint_t* hint)
   // only one pair in kTimingSample is timed; the mean is over the sampled pairs.
   const bool timed = (timing_counter_++ % kTimingSample) == 0;
   const auto t0 = timed ? Clock::now() : Clock::time_point{};
-  // NULL is CUDA's legacy default stream, a valid main stream there; the simulated and host
-  // devices have none (the message names the backend: it used to say "simulated" for both).
-  if (stream == nullptr && options_.backend != pfBackendCuda) {
-    return fail(pfErrorInvalidArgument,
-                "pfBubbleBegin: stream is NULL (the {} backend has no default stream; pass a "
-                "stream of this runtime, e.g. pfStreamCreateHighPriority)",
-                backend_name(options_.backend));
-  }
+  PF_TRY(refuse_null_stream(stream, "pfBubbleBegin"));
   if (in_bubble()) {
     // One open bubble per runtime (docs/api.md, "Threads"): whichever thread or stream asks.
     const bool same_thread =
@@ -143,12 +146,7 @@ pfResult_t BubbleTracker::begin_locked(void* stream, const pfBubbleHint_t* hint)
 
 pfResult_t BubbleTracker::end_locked(void* stream) {
   const auto t0 = current_timed_ ? Clock::now() : Clock::time_point{};
-  if (stream == nullptr && options_.backend != pfBackendCuda) {
-    return fail(pfErrorInvalidArgument,
-                "pfBubbleEnd: stream is NULL (the {} backend has no default stream; pass a "
-                "stream of this runtime, e.g. pfStreamCreateHighPriority)",
-                backend_name(options_.backend));
-  }
+  PF_TRY(refuse_null_stream(stream, "pfBubbleEnd"));
   if (!in_bubble()) {
     return fail(pfErrorInvalidState, "pfBubbleEnd: no bubble is open (pfBubbleBegin not called)");
   }
@@ -216,12 +214,7 @@ pfResult_t BubbleTracker::end_locked(void* stream) {
 
 pfResult_t BubbleTracker::close_fill(void* stream) {
   MutexLock lock(calls_mu_);
-  if (stream == nullptr && options_.backend != pfBackendCuda) {
-    return fail(pfErrorInvalidArgument,
-                "pfBubbleCloseFill: stream is NULL (the {} backend has no default stream; pass "
-                "a stream of this runtime, e.g. pfStreamCreateHighPriority)",
-                backend_name(options_.backend));
-  }
+  PF_TRY(refuse_null_stream(stream, "pfBubbleCloseFill"));
   if (!in_bubble()) {
     return fail(pfErrorInvalidState,
                 "pfBubbleCloseFill on stream {}: no bubble is open (call it between "

@@ -84,6 +84,8 @@ class BubbleTracker {
   pfResult_t begin_locked(void* stream, const pfBubbleHint_t* hint) REQUIRES(calls_mu_);
   pfResult_t end_locked(void* stream) REQUIRES(calls_mu_);
   void push(const BubbleMessage& message);
+  // pfErrorInvalidArgument naming `call` for a NULL stream off CUDA (no default stream there).
+  pfResult_t refuse_null_stream(void* stream, const char* call) const;
   // Closes the open bubble without its end event; the executor counts it as not timed.
   void abandon(uint64_t id);
 

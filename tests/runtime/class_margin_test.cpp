@@ -19,34 +19,6 @@ constexpr int kWorkers = 28;  // the fill SMs (32 - 4 reserved)
 constexpr double kBubbleUs = 400.0;
 constexpr double kMarginUs = 90.0;
 
-// A ticket job that keeps every slice it was given.
-struct RecordingJob {
-  CountingJob counting;
-  pfJobConfig_t config{};
-  std::vector<pfSliceDesc_t> slices;
-
-  static pfResult_t launch(void* user, const pfSliceDesc_t* slice, void* stream) {
-    auto* self = static_cast<RecordingJob*>(user);
-    if (slice->max_items > 0) self->slices.push_back(*slice);
-    return CountingJob::launch(&self->counting, slice, stream);
-  }
-  pfJobDesc_t desc() {
-    counting.name = "ticket";
-    counting.kind = pfJobTicket;
-    counting.item_cost_us = kItemUs;
-    counting.items = 1u << 20;
-    pfJobDesc_t d = counting.desc();
-    config.name = "ticket";
-    config.item_cost_us = kItemUs;
-    config.parallelism = kWorkers;
-    d.configs = &config;
-    d.config_count = 1;
-    d.user = this;
-    d.launch = &launch;
-    return d;
-  }
-};
-
 class ClassMargin : public ::testing::TestWithParam<int> {};  // the launch mode
 
 // Two classes of 400 us bubbles, "recv" and "collective", with a 90 us runtime margin. After
@@ -62,8 +34,8 @@ TEST_P(ClassMargin, ReplacesTheRuntimeMarginForItsClassOnly) {
   config.launch_mode = GetParam();
   pfRuntime_t rt = stage.runtime(&config);
   ASSERT_NE(rt, nullptr);
-  RecordingJob job;
-  pfJobDesc_t desc = job.desc();
+  SliceRecordingJob job;
+  pfJobDesc_t desc = job.desc(kItemUs, kWorkers);
   pfJob_t handle = nullptr;
   PF_ASSERT_OK(pfJobCreate(rt, &desc, &handle));
 

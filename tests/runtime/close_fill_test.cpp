@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <numeric>
 #include <string>
 #include <vector>
 
@@ -20,42 +19,10 @@ namespace {
 constexpr double kItemUs = 10.0;
 constexpr int kWorkers = 28;  // the fill SMs (32 - 4 reserved)
 
-// A ticket job on every fill SM that keeps every slice it was given and counts its items.
-struct RecordingJob {
-  CountingJob counting;
-  pfJobConfig_t config{};
-  std::vector<pfSliceDesc_t> slices;
-
-  static pfResult_t launch(void* user, const pfSliceDesc_t* slice, void* stream) {
-    auto* self = static_cast<RecordingJob*>(user);
-    if (slice->max_items > 0) self->slices.push_back(*slice);
-    return CountingJob::launch(&self->counting, slice, stream);
-  }
-  pfJobDesc_t desc() {
-    counting.name = "ticket";
-    counting.kind = pfJobTicket;
-    counting.item_cost_us = kItemUs;
-    counting.items = 1u << 20;
-    counting.runs.assign(counting.items, 0);
-    pfJobDesc_t d = counting.desc();
-    config.name = "ticket";
-    config.item_cost_us = kItemUs;
-    config.parallelism = kWorkers;
-    d.configs = &config;
-    d.config_count = 1;
-    d.user = this;
-    d.launch = &launch;
-    return d;
-  }
-  uint64_t items_run() const {
-    return std::accumulate(counting.runs.begin(), counting.runs.end(), uint64_t{0});
-  }
-};
-
 struct CloseFillTest : ::testing::Test {
   ManualStage stage;
   pfRuntime_t rt = nullptr;
-  RecordingJob job;
+  SliceRecordingJob job;
   pfJob_t handle = nullptr;
   void* side = nullptr;        // the engine's side stream that closes the fill
   pfSimEvent_t began = nullptr;  // marks the bubble's begin on the main stream
@@ -67,7 +34,7 @@ struct CloseFillTest : ::testing::Test {
     config.launch_mode = pfLaunchInline;
     rt = stage.runtime(&config);
     ASSERT_NE(rt, nullptr);
-    pfJobDesc_t desc = job.desc();
+    pfJobDesc_t desc = job.desc(kItemUs, kWorkers);
     PF_ASSERT_OK(pfJobCreate(rt, &desc, &handle));
     PF_ASSERT_OK(pfSimStreamCreate(stage.world.get(), 0, sim::kHighestPriority, &side));
     PF_ASSERT_OK(pfSimEventCreate(stage.world.get(), &began));

@@ -108,6 +108,41 @@ inline WorldPtr make_world(int devices, int sms, uint64_t seed = 1, double jitte
 }
 
 // A runtime on device `device` of `world`, margins off (exact fill on a jitter-free sim).
+// A ticket job of one configuration on `workers` fill SMs that keeps every slice it was given
+// (what each bubble was planned: class margins, early closes) and counts each item's runs.
+struct SliceRecordingJob {
+  CountingJob counting;
+  pfJobConfig_t config{};
+  std::vector<pfSliceDesc_t> slices;
+
+  static pfResult_t launch(void* user, const pfSliceDesc_t* slice, void* stream) {
+    auto* self = static_cast<SliceRecordingJob*>(user);
+    if (slice->max_items > 0) self->slices.push_back(*slice);
+    return CountingJob::launch(&self->counting, slice, stream);
+  }
+  pfJobDesc_t desc(double item_cost_us, int workers, uint64_t items = uint64_t{1} << 20) {
+    counting.name = "ticket";
+    counting.kind = pfJobTicket;
+    counting.item_cost_us = item_cost_us;
+    counting.items = items;
+    counting.runs.assign(items, 0);
+    pfJobDesc_t d = counting.desc();
+    config.name = "ticket";
+    config.item_cost_us = item_cost_us;
+    config.parallelism = workers;
+    d.configs = &config;
+    d.config_count = 1;
+    d.user = this;
+    d.launch = &launch;
+    return d;
+  }
+  uint64_t items_run() const {
+    uint64_t total = 0;
+    for (uint32_t runs : counting.runs) total += runs;
+    return total;
+  }
+};
+
 inline pfConfig_t sim_config(pfSimWorld_t world, int device, int stages, int reserved_sms) {
   pfConfig_t c = PF_CONFIG_INITIALIZER;
   c.backend = pfBackendSim;
