@@ -67,8 +67,9 @@ struct EngineOptions {
   // (1); paper-style: the prediction quantile its pieces are fitted to (0.1).
   double mode_knob = -1.0;
   // The sending stage's notice (sender_notice.hpp): each sender tells its receiver this many us
-  // before its send, and the receiver closes the fill of the bubble waiting for it
-  // (pfBubbleCloseFill); its gated work is then planned to the class's longest bubble. < 0: off.
+  // before its send (each stage the others before its arrival at the collective), and the
+  // receiver closes the fill of the bubble waiting for it (pfBubbleCloseFill); its gated work is
+  // then planned to the class's longest bubble. < 0: off.
   // PipeFill mode on the simulated transport only.
   double notice_lead_us = -1.0;
   // Sim transport: fill accounting (RunResult::filled_sm_us ...) counts iterations from this

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 namespace engine {
 namespace {
 // pipefill's simulated device: -5 is the highest priority (the main job's).
@@ -62,11 +64,35 @@ void SenderNotices::on_receive(int stage, uint64_t key) {
   stages_[static_cast<size_t>(stage)].pending = it != by_message_.end() ? it->second : nullptr;
 }
 
+void SenderNotices::on_arrive(int stage) {
+  if (!enabled()) return;
+  Stage& st = stages_[static_cast<size_t>(stage)];
+  st.arrival = st.latest;
+}
+
+void SenderNotices::on_collective(int stage) {
+  if (!enabled()) return;
+  stages_[static_cast<size_t>(stage)].collective_posted = true;
+}
+
 Status SenderNotices::after_begin(int stage, bool ends_in_receive) {
   if (!enabled()) return {};
   Stage& st = stages_[static_cast<size_t>(stage)];
-  if (!ends_in_receive || st.pending == nullptr || st.rx == nullptr) return {};
-  ENGINE_PF(pfSimStreamWaitEvent(st.rx, st.pending, latency_us_, 0));
+  const bool collective = std::exchange(st.collective_posted, false);
+  if (st.rx == nullptr) return {};
+  if (ends_in_receive) {
+    if (st.pending == nullptr) return {};
+    ENGINE_PF(pfSimStreamWaitEvent(st.rx, st.pending, latency_us_, 0));
+  } else {
+    // The collective ends with the last stage's arrival (this stage arrived before its begin):
+    // every other stage's notice, or no close at all.
+    if (!collective) return {};
+    for (size_t other = 0; other < stages_.size(); ++other)
+      if (other != static_cast<size_t>(stage) && stages_[other].arrival == nullptr) return {};
+    for (size_t other = 0; other < stages_.size(); ++other)
+      if (other != static_cast<size_t>(stage))
+        ENGINE_PF(pfSimStreamWaitEvent(st.rx, stages_[other].arrival, latency_us_, 0));
+  }
   ENGINE_PF(pfBubbleCloseFill(st.runtime, st.rx));
   st.pending = nullptr;
   ++notices_sent_;

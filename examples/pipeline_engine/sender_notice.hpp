@@ -14,7 +14,10 @@
 //    binds the message to the latest notice;
 //  - receiver: the receive looks the message's notice up; right after the pfBubbleBegin of the
 //    bubble that waits for it, the stage's notice stream waits for the notice (+ the p2p
-//    latency, the flag's trip) and calls pfBubbleCloseFill on it.
+//    latency, the flag's trip) and calls pfBubbleCloseFill on it;
+//  - the end-of-iteration collective (a wait for every stage's arrival, moving no bytes): each
+//    stage's arrival is noticed the same way from its last kernel before it, and the bubble that
+//    waits for the collective is closed once every other stage's notice has arrived.
 // The sender's own timing error (the kernel's jitter) is in the lead: a notice can be early or
 // late by it. A late one costs what no notice would (the gate still closes at the bubble's end).
 // On GPUs the same protocol is a flag the sender's kernel writes over NVLink and a
@@ -46,8 +49,11 @@ class SenderNotices {
   void on_send(int stage, uint64_t key);
   // Receiver: the receive of message `key` (the bubble that waits for it begins next).
   void on_receive(int stage, uint64_t key);
+  // The stage arrives at the collective (after its last kernel before it) / posts its wait.
+  void on_arrive(int stage);
+  void on_collective(int stage);
   // Receiver: right after pfBubbleBegin; `ends_in_receive` whether the bubble waits for the
-  // last receive posted (not for a collective).
+  // last receive posted (else for the collective, when one was posted).
   Status after_begin(int stage, bool ends_in_receive);
   uint64_t notices_sent() const { return notices_sent_; }
   // Before the stage's runtime is destroyed: its notice stream.
@@ -64,6 +70,8 @@ class SenderNotices {
     size_t next = 0;
     pfSimEvent_t latest = nullptr;   // the notice of the last kernel enqueued
     pfSimEvent_t pending = nullptr;  // the notice of the last receive posted
+    pfSimEvent_t arrival = nullptr;  // the notice of this stage's arrival at the collective
+    bool collective_posted = false;  // the last communication posted was the collective
   };
   pfSimWorld_t world_ = nullptr;
   double lead_us_ = -1.0;

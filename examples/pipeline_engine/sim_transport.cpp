@@ -120,6 +120,7 @@ class SimTransport final : public Transport {
   Status arrive(int stage, const Instruction&) override {
     StageState& st = *stages_[static_cast<size_t>(stage)];
     ENGINE_PF(pfSimEventRecord(st.arrive, st.main));
+    notices_.on_arrive(stage);
     return {};
   }
 
@@ -174,6 +175,7 @@ class SimTransport final : public Transport {
           ENGINE_PF(pfSimLaunchKernel(st.comm, spec_.model.allreduce_us, spec_.comm_sms));
         ENGINE_PF(pfSimEventRecord(st.recv_done, st.comm));
         st.posted_receive = false;
+        notices_.on_collective(st.index);
         return {};
       case InstrType::OptimizerStep:
         ENGINE_PF(pfSimLaunchKernel(st.main, costs_.optimizer_us, compute_sms));
