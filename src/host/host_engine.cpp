@@ -24,6 +24,7 @@ bool aligned_word(const void* word) { return reinterpret_cast<uintptr_t>(word) %
 Engine::Engine(const EngineOptions& options)
     : sm_count_(options.sm_count),
       fill_nice_(options.fill_nice),
+      time_budget_(options.time_budget),
       memory_bytes_(options.memory_bytes),
       origin_(std::chrono::steady_clock::now()),
       fill_sms_(options.sm_count) {}

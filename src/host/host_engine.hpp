@@ -51,6 +51,13 @@ struct EngineOptions {
   // device on 2 cores, 10 took the main job's slowdown from +15-24% to +5% at the same fill
   // (docs/results.md, "C++ items on the host device").
   int fill_nice = 10;
+  // PIPEFILL_HOST_TIME_BUDGET=1: a ticket launch's block starts no item that would end past the
+  // slice's planned time (pfSliceDesc_t::time_budget_us from the launch's first claim, judged by
+  // the mean of the launch's items so far). The planner counts Python items at their fastest
+  // sample, so without it a slice runs on until the gate, one item past most bubbles' ends into
+  // the trainer's step. It trades fill for the trainer's step (streaming_bench, 6 runs each:
+  // trainer 1.067x -> 1.019x, fill 0.56 -> 0.47 of alone; docs/results.md), so it is opt-in.
+  bool time_budget = false;
 };
 // Reads PIPEFILL_HOST_SMS, PIPEFILL_HOST_MEMORY_BYTES and PIPEFILL_HOST_FILL_NICE over the
 // defaults; a malformed or out-of-range value is pfErrorInvalidArgument naming the variable and
@@ -155,6 +162,8 @@ class Engine {
   void unpin_words(Op& op) REQUIRES(mutex_);
   pfResult_t enqueue(void* stream, Op op) EXCLUDES(mutex_);
   pfResult_t enqueue_locked(Stream* stream, Op op) REQUIRES(mutex_);
+  // Whether a block of a ticket launch may claim another item within its slice's time budget.
+  bool within_time_budget(Launch& launch) const;
   pfResult_t enqueue_write(void* stream, uint64_t* word, uint64_t value, bool write_max)
       EXCLUDES(mutex_);
 
@@ -168,6 +177,7 @@ class Engine {
 
   const int sm_count_;
   const int fill_nice_;
+  const bool time_budget_;
   const size_t memory_bytes_;
   const std::chrono::steady_clock::time_point origin_;
 

@@ -3,6 +3,7 @@
 // it; fill launches hand one task per block to the pool of SM threads and wait until every block
 // has exited. The threads that run fill work run at the engine's fill priority.
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 
@@ -198,12 +199,29 @@ void Engine::run_block_here(Launch& launch) {
   if (!block_queue_.empty()) block_cv_.notify_one();
 }
 
+bool Engine::within_time_budget(Launch& launch) const {
+  if (!time_budget_ || !(launch.slice.time_budget_us > 0)) return true;
+  const double now = now_us();
+  double started = launch.started_us.load(std::memory_order_relaxed);
+  if (started < 0) {
+    // The first claim of the launch starts its clock (another block may have just done so).
+    if (launch.started_us.compare_exchange_strong(started, now)) return true;
+  }
+  const uint64_t timed = launch.items_timed.load(std::memory_order_relaxed);
+  if (timed == 0) return true;  // nothing to judge an item by yet: the claim decides
+  const double mean_us =
+      static_cast<double>(launch.item_ns.load(std::memory_order_relaxed)) / 1e3 /
+      static_cast<double>(timed);
+  return now - started + mean_us <= launch.slice.time_budget_us;
+}
+
 void Engine::run_block(Launch& launch) {
   CallbackScope scope("item_fn");
   for (;;) {
     if (stopping_flag_.load()) return;  // the device is being destroyed
     uint64_t item = 0;
     if (launch.ticket) {
+      if (!within_time_budget(launch)) return;
       item = protocol::claim_item(launch.slice, protocol::HostAtomics{});
       if (item == protocol::kStopItem) return;
     } else {
@@ -213,7 +231,14 @@ void Engine::run_block(Launch& launch) {
     }
     if (launch.item_fn == nullptr) continue;
     std::string what;
-    if (call_item([&] { launch.item_fn(launch.user, item); }, item, &what)) continue;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (call_item([&] { launch.item_fn(launch.user, item); }, item, &what)) {
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::steady_clock::now() - t0).count();
+      launch.item_ns.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
+      launch.items_timed.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
     // The item failed: the block stops, and the failure is kept with the stream's last record
     // (the slice's start event), where the runtime's harvest reads it (item_failures): it ends the
     // job Failed, and the item does not count as completed.

@@ -88,6 +88,9 @@ pfResult_t engine_options_from_env(EngineOptions* out) {
     out->memory_bytes = bytes;
   }
   PF_TRY(int_from_env("PIPEFILL_HOST_FILL_NICE", 0, 19, &out->fill_nice));
+  int time_budget = out->time_budget ? 1 : 0;
+  PF_TRY(int_from_env("PIPEFILL_HOST_TIME_BUDGET", 0, 1, &time_budget));
+  out->time_budget = time_budget != 0;
   return pfSuccess;
 }
 

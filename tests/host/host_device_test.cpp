@@ -192,6 +192,42 @@ TEST(HostDevice, PartitionLimitsConcurrentFillBlocks) {
   PF_ASSERT_OK(device->free_words(words));
 }
 
+// A ticket launch whose slice has a time budget starts no item that would end past it (the mean
+// of its items so far judges): 2 ms of 500 us items on one block runs 4 of its 40 planned items
+// (3 if the machine stretches them), never the 40 it runs without the budget - which is what
+// ran past each bubble's end when the planner counted items at their fastest.
+TEST(HostDevice, TicketLaunchesStopAtTheirSlicesTimeBudget) {
+  for (const bool time_budget : {true, false}) {
+    auto device = make_host_device(2, time_budget);
+    void* fill = make_fill_stream(*device);
+    uint64_t* words = nullptr;
+    PF_ASSERT_OK(device->allocate_words(3, &words));
+    pfSliceDesc_t slice{};
+    slice.bubble_id = 1;
+    slice.max_items = 40;
+    slice.total_items = 40;
+    slice.max_blocks = 1;
+    slice.time_budget_us = 2000.0;
+    slice.gate = &words[0];
+    slice.cursor = &words[1];
+    slice.budget_counter = &words[2];
+    ItemCounter counter(40, /*sleep_us=*/500);
+    const auto t0 = std::chrono::steady_clock::now();
+    PF_ASSERT_OK(pfHostLaunchTicketKernel(fill, &slice, 1, &ItemCounter::item_fn, &counter));
+    PF_ASSERT_OK(pfHostStreamSynchronize(fill));
+    const double elapsed_us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    if (time_budget) {
+      EXPECT_GE(counter.executed.load(), 1u);
+      EXPECT_LE(counter.executed.load(), 4u) << "no item started that would end past 2000 us";
+      EXPECT_LT(elapsed_us, 2000.0 + 5000.0) << "far less than 40 items of 500 us";
+    } else {
+      EXPECT_EQ(counter.executed.load(), 40u) << "without the budget: the planned items";
+    }
+    PF_ASSERT_OK(device->free_words(words));
+  }
+}
+
 // What the runtime does per bubble: zero the budget, launch a ticket kernel on the fill stream;
 // the main stream closes the gate once the blocks ran 20 items of the bubble (items past the
 // 20th are still running when the gate closes: they wait for it). Every item runs exactly once,

@@ -92,9 +92,10 @@ bool eventually(Done done, std::chrono::milliseconds deadline = std::chrono::mil
   return true;
 }
 
-inline std::unique_ptr<HostDevice> make_host_device(int sms) {
+inline std::unique_ptr<HostDevice> make_host_device(int sms, bool time_budget = false) {
   EngineOptions options;
   options.sm_count = sms;
+  options.time_budget = time_budget;
   std::shared_ptr<Engine> engine;
   EXPECT_EQ(Engine::create(options, &engine), pfSuccess) << pfGetLastErrorMessage();
   return std::make_unique<HostDevice>(std::move(engine));

@@ -111,5 +111,25 @@ TEST(HostThreadPriority, TheEnvironmentVariableIsParsedAndChecked) {
   }
 }
 
+// The host engine's other environment option, PIPEFILL_HOST_TIME_BUDGET (EngineOptions::
+// time_budget, host_device_test.cpp TicketLaunchesStopAtTheirSlicesTimeBudget): off by default,
+// 0 or 1, anything else refused by name without changing the option.
+TEST(HostEngineOptions, TheTimeBudgetVariableIsParsedAndChecked) {
+  {
+    EngineOptions options;
+    EXPECT_FALSE(options.time_budget);
+    ScopedEnv env("PIPEFILL_HOST_TIME_BUDGET", "1");
+    PF_ASSERT_OK(engine_options_from_env(&options));
+    EXPECT_TRUE(options.time_budget);
+  }
+  for (const char* bad : {"2", "-1", "yes", ""}) {
+    ScopedEnv env("PIPEFILL_HOST_TIME_BUDGET", bad);
+    EngineOptions options;
+    EXPECT_FAILS_WITH(engine_options_from_env(&options), pfErrorInvalidArgument,
+                      "PIPEFILL_HOST_TIME_BUDGET");
+    EXPECT_FALSE(options.time_budget) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace pipefill::host::testing
