@@ -11,22 +11,13 @@
 #include <fmt/format.h>
 
 #include "../../examples/pipeline_engine/engine.hpp"
+#include "engine_test_options.hpp"
 
 using namespace engine;
 
 namespace {
 
-EngineOptions options() {
-  EngineOptions o;
-  o.transport = "sim";
-  o.iterations = 6;
-  o.warm_iterations = 2;
-  o.pipeline.stages = 4;
-  o.pipeline.microbatches = 8;
-  o.fill = "mlp";
-  o.keep_every = 0;
-  return o;
-}
+EngineOptions options() { return engine_tests::four_stage_sim_options(); }
 
 // Per stage, the bubble indices whose wait follows ReduceGradients with no receive in between,
 // read from the instruction list here.

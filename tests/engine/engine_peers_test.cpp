@@ -10,20 +10,14 @@
 
 #include "../../examples/pipeline_engine/engine.hpp"
 #include "../../examples/pipeline_engine/peers.hpp"
+#include "engine_test_options.hpp"
 
 using namespace engine;
 
 namespace {
 
 EngineOptions peer_options(double jitter) {
-  EngineOptions o;
-  o.transport = "sim";
-  o.iterations = 6;
-  o.warm_iterations = 2;
-  o.pipeline.stages = 4;
-  o.pipeline.microbatches = 8;
-  o.fill = "mlp";
-  o.keep_every = 0;
+  EngineOptions o = engine_tests::four_stage_sim_options();
   o.jitter = jitter;
   // Interference off: the bounds below are the mechanisms' (tests/sim covers interference).
   o.interference = o.fill_slowdown = o.comm_slowdown = 0.0;

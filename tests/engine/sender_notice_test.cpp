@@ -8,6 +8,7 @@
 #include <string>
 
 #include "../../examples/pipeline_engine/engine.hpp"
+#include "engine_test_options.hpp"
 
 using namespace engine;
 
@@ -17,14 +18,7 @@ namespace {
 // length: the notice is exact), the calibrated interference, and margin 0: nothing but the
 // notice stops the fill before a send.
 EngineOptions options() {
-  EngineOptions o;
-  o.transport = "sim";
-  o.iterations = 6;
-  o.warm_iterations = 2;
-  o.pipeline.stages = 4;
-  o.pipeline.microbatches = 8;
-  o.fill = "mlp";
-  o.keep_every = 0;
+  EngineOptions o = engine_tests::four_stage_sim_options();
   o.margin_us = 0.0;
   return o;
 }
