@@ -28,7 +28,8 @@ class ConfigTest : public ::testing::Test {
       "PIPEFILL_RESERVED_SMS", "PIPEFILL_SAFETY_MARGIN_US", "PIPEFILL_SAFETY_MARGIN_FRACTION",
       "PIPEFILL_ARENA_BYTES", "PIPEFILL_QUANTILE", "PIPEFILL_MIN_SAMPLES", "PIPEFILL_POLICY",
       "PIPEFILL_DEBUG", "PIPEFILL_CUPTI", "PIPEFILL_SIM_SEED", "PIPEFILL_SIM_SMS",
-      "PIPEFILL_SIM_MEMORY_BYTES", "PIPEFILL_GATED_QUANTILE", "PIPEFILL_TOO_SHORT_WARN_BUBBLES"};
+      "PIPEFILL_SIM_MEMORY_BYTES", "PIPEFILL_GATED_QUANTILE", "PIPEFILL_TOO_SHORT_WARN_BUBBLES",
+      "PIPEFILL_NOTICED_QUANTILE"};
 };
 
 TEST_F(ConfigTest, NullConfigGivesDefaults) {
@@ -243,7 +244,19 @@ INSTANTIATE_TEST_SUITE_P(
                       BadEnv{"PIPEFILL_SIM_SEED", "-7"}, BadEnv{"PIPEFILL_SIM_SMS", "0"},
                       BadEnv{"PIPEFILL_SIM_MEMORY_BYTES", "lots"},
                       BadEnv{"PIPEFILL_TOO_SHORT_WARN_BUBBLES", "0"},
-                      BadEnv{"PIPEFILL_TOO_SHORT_WARN_BUBBLES", "often"}));
+                      BadEnv{"PIPEFILL_TOO_SHORT_WARN_BUBBLES", "often"},
+                      BadEnv{"PIPEFILL_NOTICED_QUANTILE", "0"},
+                      BadEnv{"PIPEFILL_NOTICED_QUANTILE", "1.5"},
+                      BadEnv{"PIPEFILL_NOTICED_QUANTILE", "max"}));
+
+TEST_F(ConfigTest, NoticedQuantileFromTheEnvironment) {
+  RuntimeOptions o;
+  ASSERT_EQ(resolve_config(nullptr, &o), pfSuccess);
+  EXPECT_EQ(o.noticed_prediction_quantile, 1.0);  // the default: the longest of the window
+  setenv("PIPEFILL_NOTICED_QUANTILE", "0.9", 1);
+  ASSERT_EQ(resolve_config(nullptr, &o), pfSuccess);
+  EXPECT_EQ(o.noticed_prediction_quantile, 0.9);
+}
 
 TEST_F(ConfigTest, TooShortWarningStreakFromTheEnvironment) {
   RuntimeOptions o;

@@ -40,7 +40,8 @@ TEST(EnvCheck, EveryVariableTheConfigReadsIsKnown) {
       "PIPEFILL_SIM_SMS=8",            "PIPEFILL_SIM_MEMORY_BYTES=1G",
       "PIPEFILL_STAGE_COUNT=2",        "PIPEFILL_FILL_OPTIMIZER_BUBBLES=1",
       "PIPEFILL_HOST_SMS=4",           "PIPEFILL_HOST_MEMORY_BYTES=1G",
-      "PIPEFILL_GREEN_CONTEXT=0",      nullptr};
+      "PIPEFILL_GREEN_CONTEXT=0",      "PIPEFILL_NOTICED_QUANTILE=1",
+      "PIPEFILL_HOST_TIME_BUDGET=1",   nullptr};
   EXPECT_TRUE(unknown_environment_variables(environment).empty());
 }
 
