@@ -38,6 +38,11 @@ if [ "$transport" = sim ]; then
   echo "=== the same pipeline with kernel durations jittered 5% (bubbles vary, predictions matter): every fill mode side by side ==="
   ./build-demo/examples/pipeline_engine/pipeline_engine --transport sim --stages 4 \
     --microbatches 8 --fill mlp --iterations 20 --jitter 0.05 --keep-every 0 --peers "$@"
+  echo
+  echo "=== the same with the sender's notice: each sender tells its receiver 20 us before the send, which closes that bubble's fill (pfBubbleCloseFill) ==="
+  ./build-demo/examples/pipeline_engine/pipeline_engine --transport sim --stages 4 \
+    --microbatches 8 --fill mlp --iterations 20 --jitter 0.05 --keep-every 0 --notice-lead 20 "$@" |
+    grep -E '^(PipeFill|mean from|fill check)'
 fi
 
 if [ -x build-demo/examples/c_trainer/c_trainer ]; then
