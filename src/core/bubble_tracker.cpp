@@ -234,6 +234,10 @@ pfResult_t BubbleTracker::close_fill(void* stream) {
                 "instructions cannot be captured (bubble {} stays open)",
                 stream, id);
   }
+  // As for pfBubbleBegin: the device may refuse a stream it cannot serve (CUDA: a stream of
+  // another context is admitted once that context passed the runtime's self-tests).
+  uint64_t identity = 0;
+  PF_TRY(device_.admit_main_stream(stream, &identity));
   // An untimed bubble is not filled (pfSkipUntimed) and has no begin event to order the close
   // after: there is nothing to close.
   if (!current_tracked_) {
