@@ -51,12 +51,13 @@ struct EngineOptions {
   // device on 2 cores, 10 took the main job's slowdown from +15-24% to +5% at the same fill
   // (docs/results.md, "C++ items on the host device").
   int fill_nice = 10;
-  // PIPEFILL_HOST_TIME_BUDGET=1: a ticket launch's block starts no item that would end past the
-  // slice's planned time (pfSliceDesc_t::time_budget_us from the launch's first claim, judged by
-  // the mean of the launch's items so far). The planner counts Python items at their fastest
-  // sample, so without it a slice runs on until the gate, one item past most bubbles' ends into
-  // the trainer's step. It trades fill for the trainer's step (streaming_bench, 6 runs each:
-  // trainer 1.067x -> 1.019x, fill 0.56 -> 0.47 of alone; docs/results.md), so it is opt-in.
+  // PIPEFILL_HOST_TIME_BUDGET=1: a ticket launch's block starts no item expected to end more than
+  // half an item past the slice's planned time (pfSliceDesc_t::time_budget_us from the launch's
+  // first claim, judged by the mean of the launch's items so far). The planner counts Python
+  // items at their fastest sample, so without it a slice runs on until the gate, one item past
+  // most bubbles' ends into the trainer's step (streaming_bench, 6 runs each: trainer 1.071x ->
+  // 1.031x at the same fill). Opt-in: the C++ host engine's 20 us items lost fill with it
+  // (ratio 0.87-0.94 -> 0.81-0.86 of alone; docs/results.md, "The time budget").
   bool time_budget = false;
 };
 // Reads PIPEFILL_HOST_SMS, PIPEFILL_HOST_MEMORY_BYTES and PIPEFILL_HOST_FILL_NICE over the

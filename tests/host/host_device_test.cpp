@@ -192,10 +192,11 @@ TEST(HostDevice, PartitionLimitsConcurrentFillBlocks) {
   PF_ASSERT_OK(device->free_words(words));
 }
 
-// A ticket launch whose slice has a time budget starts no item that would end past it (the mean
-// of its items so far judges): 2 ms of 500 us items on one block runs 4 of its 40 planned items
-// (3 if the machine stretches them), never the 40 it runs without the budget - which is what
-// ran past each bubble's end when the planner counted items at their fastest.
+// A ticket launch whose slice has a time budget starts no item expected to end more than half an
+// item past it (the mean of its items so far judges): 2 ms of 500 us items on one block runs 4
+// of its 40 planned items (3 if the machine stretches them), never the 40 it runs without the
+// budget - which is what ran past each bubble's end when the planner counted items at their
+// fastest.
 TEST(HostDevice, TicketLaunchesStopAtTheirSlicesTimeBudget) {
   for (const bool time_budget : {true, false}) {
     auto device = make_host_device(2, time_budget);
@@ -219,7 +220,7 @@ TEST(HostDevice, TicketLaunchesStopAtTheirSlicesTimeBudget) {
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     if (time_budget) {
       EXPECT_GE(counter.executed.load(), 1u);
-      EXPECT_LE(counter.executed.load(), 4u) << "no item started that would end past 2000 us";
+      EXPECT_LE(counter.executed.load(), 4u) << "no item started that would end past 2250 us";
       EXPECT_LT(elapsed_us, 2000.0 + 5000.0) << "far less than 40 items of 500 us";
     } else {
       EXPECT_EQ(counter.executed.load(), 40u) << "without the budget: the planned items";
