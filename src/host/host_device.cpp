@@ -37,10 +37,12 @@ class HostGraphItems final : public GraphItems {
  public:
   explicit HostGraphItems(const GraphJobSpec& spec)
       : index_word_(spec.index_word), on_item_(spec.on_item), user_(spec.user),
+        items_are_work_(spec.on_item_is_work),
         item_cost_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
             std::chrono::duration<double, std::micro>(spec.on_item_is_work ? 0.0
                                                                             : spec.item_cost_us))) {}
   int sms_used() const override { return 1; }  // launch_graph_items runs items on one worker
+  bool items_are_work() const { return items_are_work_; }
 
   static void run_item(void* self, uint64_t item) {
     auto* items = static_cast<HostGraphItems*>(self);
@@ -54,6 +56,7 @@ class HostGraphItems final : public GraphItems {
   uint64_t* index_word_;
   pfGraphItemFn on_item_;
   void* user_;
+  bool items_are_work_;
   std::chrono::steady_clock::duration item_cost_;
 };
 
@@ -74,7 +77,10 @@ pfResult_t HostDevice::launch_graph_items(GraphItems& items, const pfSliceDesc_t
     return fail(pfErrorInternal, "launch_graph_items: the items were not prepared by {}", name());
   }
   return guarded("launch_graph_items", [&] {
-    return engine_->launch_ticket(stream, &slice, 1, &HostGraphItems::run_item, graph);
+    // Items that are the host thread's own work (Python) are counted at their fastest sample:
+    // the time budget keeps the slice's last one out of the main job's next step.
+    return engine_->launch_ticket(stream, &slice, 1, &HostGraphItems::run_item, graph,
+                                  /*time_budget=*/graph->items_are_work());
   });
 }
 

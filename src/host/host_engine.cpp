@@ -297,7 +297,7 @@ pfResult_t Engine::copy_word(void* stream, const uint64_t* source, uint64_t* des
 }
 
 pfResult_t Engine::launch_ticket(void* stream, const pfSliceDesc_t* slice, int blocks,
-                                 ItemFn item_fn, void* user) {
+                                 ItemFn item_fn, void* user, bool time_budget) {
   if (slice == nullptr) return fail(pfErrorInvalidArgument, "slice pointer is NULL");
   if (slice->gate == nullptr) return fail(pfErrorInvalidArgument, "slice->gate is NULL");
   if (slice->cursor == nullptr) return fail(pfErrorInvalidArgument, "slice->cursor is NULL");
@@ -325,6 +325,7 @@ pfResult_t Engine::launch_ticket(void* stream, const pfSliceDesc_t* slice, int b
   op.launch->blocks = blocks;
   op.launch->item_fn = item_fn;
   op.launch->user = user;
+  op.launch->time_budget = time_budget && time_budget_;
   return enqueue(stream, std::move(op));
 }
 

@@ -51,13 +51,14 @@ struct EngineOptions {
   // device on 2 cores, 10 took the main job's slowdown from +15-24% to +5% at the same fill
   // (docs/results.md, "C++ items on the host device").
   int fill_nice = 10;
-  // PIPEFILL_HOST_TIME_BUDGET=1: a ticket launch's block starts no item expected to end more than
-  // half an item past the slice's planned time (pfSliceDesc_t::time_budget_us from the launch's
-  // first claim, judged by the mean of the launch's items so far). The planner counts Python
-  // items at their fastest sample, so without it a slice runs on until the gate, one item past
-  // most bubbles' ends into the trainer's step (streaming_bench, 6 runs each: trainer 1.071x ->
-  // 1.031x at the same fill). Opt-in: the C++ host engine's 20 us items lost fill with it
-  // (ratio 0.87-0.94 -> 0.81-0.86 of alone; docs/results.md, "The time budget").
+  // PIPEFILL_HOST_TIME_BUDGET=1: the launches that ask for it - the graph items of a job whose
+  // items are the host thread's own work (a Python item job, whose items the planner counts at
+  // their fastest sample) - start no item expected to end more than half an item past the
+  // slice's planned time (pfSliceDesc_t::time_budget_us from the launch's first claim, judged by
+  // the mean of the launch's items so far). Without it such a slice runs on until the gate, one
+  // item past most bubbles' ends into the trainer's step. Opt-in: on this 2-core machine its
+  // effect on the trainer's step and the fill is within the noise of the measurements so far
+  // (docs/results.md, "The time budget").
   bool time_budget = false;
 };
 // Reads PIPEFILL_HOST_SMS, PIPEFILL_HOST_MEMORY_BYTES and PIPEFILL_HOST_FILL_NICE over the
@@ -104,8 +105,10 @@ class Engine {
   pfResult_t write_word_max(void* stream, uint64_t* word, uint64_t value) EXCLUDES(mutex_);
   pfResult_t copy_word(void* stream, const uint64_t* source, uint64_t* destination)
       EXCLUDES(mutex_);
+  // `time_budget`: the launch's blocks start no item expected to end more than half an item past
+  // slice->time_budget_us (when the engine's time_budget option is on; see EngineOptions).
   pfResult_t launch_ticket(void* stream, const pfSliceDesc_t* slice, int blocks, ItemFn item_fn,
-                           void* user) EXCLUDES(mutex_);
+                           void* user, bool time_budget = false) EXCLUDES(mutex_);
   pfResult_t launch_opaque(void* stream, uint64_t first_item, uint64_t items, int blocks,
                            ItemFn item_fn, void* user) EXCLUDES(mutex_);
 

@@ -56,8 +56,10 @@ struct Engine::Launch {
   void* user = nullptr;
   int blocks = 0;
   int exited = 0;  // guarded by the engine mutex
-  // Ticket launches with a time budget (EngineOptions::time_budget): when the first block first
-  // claimed (engine clock, us; < 0 before), and the items its blocks completed and their time.
+  // Ticket launches with a time budget (Engine::launch_ticket's time_budget, EngineOptions::
+  // time_budget): when the first block first claimed (engine clock, us; < 0 before), and the
+  // items its blocks completed and their time.
+  bool time_budget = false;
   std::atomic<double> started_us{-1.0};
   std::atomic<uint64_t> items_timed{0};
   std::atomic<uint64_t> item_ns{0};

@@ -200,7 +200,7 @@ void Engine::run_block_here(Launch& launch) {
 }
 
 bool Engine::within_time_budget(Launch& launch) const {
-  if (!time_budget_ || !(launch.slice.time_budget_us > 0)) return true;
+  if (!launch.time_budget || !(launch.slice.time_budget_us > 0)) return true;
   const double now = now_us();
   double started = launch.started_us.load(std::memory_order_relaxed);
   if (started < 0) {

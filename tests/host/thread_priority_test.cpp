@@ -112,8 +112,8 @@ TEST(HostThreadPriority, TheEnvironmentVariableIsParsedAndChecked) {
 }
 
 // The host engine's other environment option, PIPEFILL_HOST_TIME_BUDGET (EngineOptions::
-// time_budget, host_device_test.cpp TicketLaunchesStopAtTheirSlicesTimeBudget): off by default,
-// 0 or 1, anything else refused by name without changing the option.
+// time_budget, host_device_test.cpp TicketLaunchesThatAskStopAtTheirSlicesTimeBudget): off by
+// default, 0 or 1, anything else refused by name without changing the option.
 TEST(HostEngineOptions, TheTimeBudgetVariableIsParsedAndChecked) {
   {
     EngineOptions options;
