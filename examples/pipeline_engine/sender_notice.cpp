@@ -1,31 +1,26 @@
 // The sending stage's notice on the simulated transport (sender_notice.hpp).
 #include "sender_notice.hpp"
 
-#include <fmt/format.h>
-
 #include <utility>
 
+#include "sim/sim_world.hpp"
+
 namespace engine {
-namespace {
-// pipefill's simulated device: -5 is the highest priority (the main job's).
-constexpr int kSimHighestPriority = -5;
-}  // namespace
 
 Status SenderNotices::open(pfSimWorld_t world, int stages, double lead_us, double latency_us) {
   close();
-  world_ = world;
   lead_us_ = lead_us;
   latency_us_ = latency_us;
   if (!enabled()) return {};
   stages_.resize(static_cast<size_t>(stages));
   for (size_t s = 0; s < stages_.size(); ++s) {
     Stage& st = stages_[s];
-    ENGINE_PF(pfSimStreamCreate(world_, static_cast<int>(s), kSimHighestPriority, &st.tx));
+    ENGINE_PF(pfSimStreamCreate(world, static_cast<int>(s), pipefill::sim::kHighestPriority, &st.tx));
     st.kernel_start.assign(kRing, nullptr);
     st.notice.assign(kRing, nullptr);
     for (size_t k = 0; k < kRing; ++k) {
-      ENGINE_PF(pfSimEventCreate(world_, &st.kernel_start[k]));
-      ENGINE_PF(pfSimEventCreate(world_, &st.notice[k]));
+      ENGINE_PF(pfSimEventCreate(world, &st.kernel_start[k]));
+      ENGINE_PF(pfSimEventCreate(world, &st.notice[k]));
     }
   }
   return {};
@@ -95,7 +90,6 @@ Status SenderNotices::after_begin(int stage, bool ends_in_receive) {
   }
   ENGINE_PF(pfBubbleCloseFill(st.runtime, st.rx));
   st.pending = nullptr;
-  ++notices_sent_;
   return {};
 }
 

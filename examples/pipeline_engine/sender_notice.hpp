@@ -55,7 +55,6 @@ class SenderNotices {
   // Receiver: right after pfBubbleBegin; `ends_in_receive` whether the bubble waits for the
   // last receive posted (else for the collective, when one was posted).
   Status after_begin(int stage, bool ends_in_receive);
-  uint64_t notices_sent() const { return notices_sent_; }
   // Before the stage's runtime is destroyed: its notice stream.
   void detach(int stage);
   void close();
@@ -73,12 +72,10 @@ class SenderNotices {
     pfSimEvent_t arrival = nullptr;  // the notice of this stage's arrival at the collective
     bool collective_posted = false;  // the last communication posted was the collective
   };
-  pfSimWorld_t world_ = nullptr;
   double lead_us_ = -1.0;
   double latency_us_ = 0.0;
   std::vector<Stage> stages_;
   std::unordered_map<uint64_t, pfSimEvent_t> by_message_;
-  uint64_t notices_sent_ = 0;
 };
 
 }  // namespace engine

@@ -177,15 +177,9 @@ void Executor::handle_end(RuntimeState& s, const BubbleMessage& m) {
       it->ended = true;
       it->abandoned = m.abandoned;
       // Whether the class's fill is bounded by an early close decides its gated quantile.
-      const bool was_noticed = s.noticed_classes.count(it->class_key) != 0;
-      if (m.fill_closed_early != was_noticed) {
-        if (m.fill_closed_early) {
-          s.noticed_classes.insert(it->class_key);
-        } else {
-          s.noticed_classes.erase(it->class_key);
-        }
-        s.plans_dirty = true;
-      }
+      const bool changed = m.fill_closed_early ? s.noticed_classes.insert(it->class_key).second
+                                               : s.noticed_classes.erase(it->class_key) > 0;
+      if (changed) s.plans_dirty = true;
       return;
     }
   }
