@@ -39,9 +39,9 @@ if [ "$transport" = sim ]; then
   ./build-demo/examples/pipeline_engine/pipeline_engine --transport sim --stages 4 \
     --microbatches 8 --fill mlp --iterations 20 --jitter 0.05 --keep-every 0 --peers "$@"
   echo
-  echo "=== the same with the sender's notice: each sender tells its receiver 20 us before the send, which closes that bubble's fill (pfBubbleCloseFill) ==="
+  echo "=== the same with the sender's notice: each sender tells its receiver 10 us before the send (the notice's own trip), which closes that bubble's fill (pfBubbleCloseFill) ==="
   ./build-demo/examples/pipeline_engine/pipeline_engine --transport sim --stages 4 \
-    --microbatches 8 --fill mlp --iterations 20 --jitter 0.05 --keep-every 0 --notice-lead 20 "$@" |
+    --microbatches 8 --fill mlp --iterations 20 --jitter 0.05 --keep-every 0 --notice-lead 10 "$@" |
     grep -E '^(PipeFill|mean from|fill check)'
 fi
 

@@ -105,7 +105,7 @@ def collect(bench, sim):
 def headline_table(figures):
     """The markdown table the docs quote ours' headline figures from."""
     rows = [("BM_PeersEngineSim (4-stage engine, jitter 5%)", "BM_PeersEngineSim/PipeFill"),
-            ("the same with the sender's notice (pfBubbleCloseFill, lead 20 us)",
+            ("the same with the sender's notice (pfBubbleCloseFill, lead 10 us)",
              "BM_PeersEngineSim/PipeFill+notice"),
             ("BM_PeersSideBySideSim (one stage, early-ending bubbles)", "BM_PeersSideBySideSim/ours"),
             ("pipefill-sim --compare (8192 GPUs, 1F1B)", "pipefill-sim --compare 8K/ours")]

@@ -478,10 +478,11 @@ class SimTransport final : public Transport {
     std::vector<pipefill::ActivityRecord> log;
     st.activity_cursor = sim_->activities_since(st.index, st.activity_cursor, &log);
     if (counted) {
-      // A receive's message is sent p2p time before its bubble ends, and the fill load when it is
-      // sent stretches its transfer (gamma). What is left is the most a fill can use with no
-      // slowdown.
-      const double transfer = costs_.p2p_us;
+      // A receive's bytes move during the last (p2p time - latency) of its bubble, and fill
+      // beside them stretches that transfer (gamma, for as long as it runs there). What is left
+      // is the most a fill can use with no slowdown.
+      const double transfer =
+          costs_.p2p_us - std::min(spec_.model.p2p_latency_us, costs_.p2p_us);
       for (size_t i = 0; i < spans.size(); ++i) {
         const double length = spans[i].second - spans[i].first;
         accounting_.bubble_us += length;

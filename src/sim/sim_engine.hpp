@@ -164,6 +164,19 @@ struct MainGroup {
   double factor = 1.0;       // 1 + beta x L_fill since `since_us`
 };
 
+// A comm wait's transfer (pfSimStreamWaitEventTransfer) once its record completed: after the
+// fixed latency it progresses at the rate 1 / (1 + gamma x L_fill), re-timed whenever the fill
+// load of its device changes, as main groups are (the old end event goes stale through
+// `version`). Contention for HBM exists only while the fill runs beside the transfer.
+struct Transfer {
+  SimStream* stream = nullptr;
+  uint64_t id = 0;           // the TransferDone event's `item`
+  uint64_t version = 0;      // the TransferDone event's `count`; older events are stale
+  double remaining_us = 0.0; // unslowed transfer left at `since_us`
+  double since_us = 0.0;     // the later of its start (record + latency) and the last re-timing
+  double factor = 1.0;       // 1 + gamma x L_fill since `since_us`
+};
+
 // The interference model's parameters of one device (pfSimDeviceDesc_t, resolved).
 struct InterferenceParams {
   double main_slowdown = 0.0;       // beta
@@ -186,7 +199,8 @@ struct DeviceState {
   int fill_in_use = 0;         // SMs held by fill blocks
   int main_blocks_active = 0;  // SMs held by main-kernel blocks (not by comm waits)
   std::vector<MainGroup> main_groups;  // running main-kernel block groups, in start order
-  bool fill_load_changed = false;      // re-time main_groups after this instant
+  std::vector<Transfer> transfers;     // comm transfers in flight, in start order
+  bool fill_load_changed = false;      // re-time main_groups and transfers after this instant
   // Streams whose head fill launch has blocks on SMs, in the order their first block started
   // (the fill load is summed in this order: deterministic).
   std::vector<SimStream*> active_fill;
@@ -199,14 +213,14 @@ struct DeviceState {
   uintptr_t next_arena_address = 0;
 };
 
-enum class EventType : uint8_t { Advance, OpComplete, ItemDone, BlocksDone };
+enum class EventType : uint8_t { Advance, OpComplete, ItemDone, BlocksDone, TransferDone };
 
 struct HeapEntry {
   double time_us;
   uint64_t sequence;
   SimStream* stream;
   uint64_t item;   // ItemDone: the batch's first item
-  uint64_t count;  // ItemDone: items in the batch (consecutive); BlocksDone: the group's version
+  uint64_t count;  // ItemDone: items in the batch (consecutive); BlocksDone / TransferDone: version
   double item_us;  // ItemDone: the duration of each item of the batch
   EventType type;
 };
@@ -240,6 +254,7 @@ struct World::Impl {
   double now GUARDED_BY(mutex) = 0.0;
   uint64_t next_sequence GUARDED_BY(mutex) = 1;
   uint64_t next_group_id GUARDED_BY(mutex) = 1;  // MainGroup ids
+  uint64_t next_transfer_id GUARDED_BY(mutex) = 1;  // Transfer ids
   uint64_t next_stream_id GUARDED_BY(mutex) = 1;
   uint64_t next_event_id GUARDED_BY(mutex) = 1;
   uint64_t events_processed GUARDED_BY(mutex) = 0;
@@ -284,11 +299,16 @@ struct World::Impl {
   void start_wait(SimStream* stream, Op& op) REQUIRES(mutex);
   // Latency + slowed transfer of a wait whose transfer starts now (after its record completed).
   double wait_span(const SimStream& stream, const Op& op) const REQUIRES(mutex);
+  // A wait whose record completed at record_us: its end after latency + transfer
+  // (sim_transfers.cpp).
+  void start_transfer(SimStream* stream, const Op& op, double record_us) REQUIRES(mutex);
+  void retime_transfers(int device) REQUIRES(mutex);
+  void transfer_done(int device, uint64_t id, uint64_t version) REQUIRES(mutex);
   void advance(SimStream* stream) REQUIRES(mutex);
   void complete_head(SimStream* stream) REQUIRES(mutex);
   // Processes the events of the earliest instant, then dispatches the devices they touched.
   void process_one() REQUIRES(mutex);
-  // A main group's end event that a re-timing replaced.
+  // A main group's or a transfer's end event that a re-timing replaced.
   bool stale(const HeapEntry& entry) const REQUIRES(mutex);
   void drop_stale_front() REQUIRES(mutex);
   void bury_drained_streams() REQUIRES(mutex);

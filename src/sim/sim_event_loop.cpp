@@ -45,15 +45,12 @@ void World::Impl::release(Record* record) {
 void World::Impl::complete_record(Record* record) {
   record->completed = true;
   record->time_us = now;
-  for (SimStream* waiter : record->waiters) {
-    schedule(now + wait_span(*waiter, waiter->ops.front()), EventType::OpComplete, waiter);
-  }
+  for (SimStream* waiter : record->waiters) start_transfer(waiter, waiter->ops.front(), now);
   record->waiters.clear();
 }
 
-// The transfer is slowed by the fill load on the waiting stream's device when it starts: when
-// the record completes under a started wait, or when a wait starts after its record completed.
-// The fixed latency and the spin before the record are not slowed.
+// A wait that reaches its stream's head after its whole span has passed completes at once; the
+// span is taken at the fill load of that moment (the transfer notionally ran before it).
 double World::Impl::wait_span(const SimStream& stream, const Op& op) const {
   if (op.transfer_us == 0.0) return op.time_us;
   const DeviceState& device = devices[stream.device];
@@ -65,8 +62,7 @@ double World::Impl::wait_span(const SimStream& stream, const Op& op) const {
 // completes.
 void World::Impl::start_wait(SimStream* stream, Op& op) {
   if (op.record->completed) {
-    schedule(std::max(now, op.record->time_us + wait_span(*stream, op)), EventType::OpComplete,
-             stream);
+    start_transfer(stream, op, op.record->time_us);
   } else {
     op.record->waiters.push_back(stream);
   }
@@ -252,15 +248,21 @@ void World::Impl::complete_head(SimStream* stream) {
 // at the same time (a fill launch whose blocks exited at once, a zero-length kernel); the next
 // call processes them.
 bool World::Impl::stale(const HeapEntry& entry) const {
-  if (entry.type != EventType::BlocksDone) return false;
   // The stream is alive: streams are freed only when the heap has run empty.
+  if (entry.type == EventType::TransferDone) {
+    const auto& transfers = devices[entry.stream->device].transfers;
+    const auto it = std::find_if(transfers.begin(), transfers.end(),
+                                 [&](const Transfer& t) { return t.id == entry.item; });
+    return it == transfers.end() || it->version != entry.count;
+  }
+  if (entry.type != EventType::BlocksDone) return false;
   const auto& groups = devices[entry.stream->device].main_groups;
   const auto it = std::find_if(groups.begin(), groups.end(),
                                [&](const MainGroup& g) { return g.id == entry.item; });
   return it == groups.end() || it->version != entry.count;
 }
 
-// A re-timed group's old end events are dropped without moving the clock.
+// A re-timed group's or transfer's old end events are dropped without moving the clock.
 void World::Impl::drop_stale_front() {
   while (!heap.empty() && stale(heap.front())) {
     std::pop_heap(heap.begin(), heap.end(), HeapLater{});
@@ -294,6 +296,9 @@ void World::Impl::process_one() {
       case EventType::BlocksDone:
         kernel_group_done(stream->device, entry.item, entry.count);
         break;
+      case EventType::TransferDone:
+        transfer_done(stream->device, entry.item, entry.count);
+        break;
     }
     DeviceState& device = devices[stream->device];
     if (!device.dispatch_due) {
@@ -306,8 +311,12 @@ void World::Impl::process_one() {
   for (int device : dispatch_queue) {
     devices[device].dispatch_due = false;
     dispatch(device);
-    // Fill blocks that exited or started at this instant change the main groups' rate.
-    if (devices[device].fill_load_changed) retime_main_groups(device);
+    // Fill blocks that exited or started at this instant change the main groups' and the
+    // transfers' rate.
+    if (devices[device].fill_load_changed) {
+      retime_main_groups(device);
+      retime_transfers(device);
+    }
   }
   dispatch_queue.clear();
 }
