@@ -100,6 +100,16 @@ void Executor::poll_completions() {
   }
 }
 
+bool Executor::awaits_completions() {
+  // harvest() takes bubbles from the front of `pending` once they ended; refresh_plans() (inline
+  // mode only) runs after a harvest. Bubbles not yet ended wait for their End message, which
+  // wakes the pump.
+  MutexLock lock(state_.mu);
+  return std::any_of(state_.pending.begin(), state_.pending.end(),
+                     [](const BubbleRecord& b) { return b.ended; }) ||
+         (options_.launch_mode == pfLaunchInline && state_.plans_dirty);
+}
+
 bool Executor::left_unfilled_by_kind(BubbleRecord& bubble) const {
   // The DP all-reduce window: NCCL moves its bytes through the whole bubble, on the main job's
   // critical path; fill beside it takes HBM bandwidth from the collective and stretches it

@@ -41,6 +41,7 @@ class Executor final : public MessageHandler, public InlineFill {
 
   void handle_messages(std::span<const BubbleMessage> batch) override EXCLUDES(state_.mu);
   void poll_completions() override EXCLUDES(state_.mu);
+  bool awaits_completions() override EXCLUDES(state_.mu);
 
   // InlineFill (inline launch mode, the user thread).
   bool begin_bubble(const BubbleMessage& begin, SliceTails* tails) override EXCLUDES(state_.mu);

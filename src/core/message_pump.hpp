@@ -26,6 +26,9 @@ class MessageHandler {
   virtual void handle_messages(std::span<const BubbleMessage> batch) = 0;
   // Harvests what completed (the executor's idle work).
   virtual void poll_completions() = 0;
+  // Whether poll_completions has anything to wait for: a bubble whose End was handled and whose
+  // device work may still be running. Without one, an idle pump sleeps until the next message.
+  virtual bool awaits_completions() = 0;
 };
 
 class MessagePump {

@@ -186,7 +186,16 @@ class FakeJob:
         self.drained = lambda: 0  # the test points it at the job's drained count
         self.before_replay = lambda: None
         self.closed = False
+        self.failure = None
         self._native = FakeNative(self)
+
+    def _fail(self, message):
+        # pipefill.Job._fail: the job ends as failed on the Python side (the failing feeder calls
+        # it); the fake records the message and schedules nothing more.
+        with self.lock:
+            if self.failure is None:
+                self.failure = message
+            self.available = self.claimed
 
     def set_available(self, available):
         with self.lock:
@@ -376,6 +385,7 @@ def test_a_batch_of_another_shape_ends_the_job_with_its_item(fake_cuda):
     with pytest.raises(pft.FillJobError, match=r"item 2: the dataset yielded a batch of shape "
                                                r"\(4, 9\)"):
         job.wait(timeout=10)
+    assert "item 2: the dataset yielded a batch of shape (4, 9)" in rt.jobs[0].failure
     job.close()
 
 
