@@ -255,17 +255,30 @@ class InferenceJob(_StreamingJob):
             if not self._stopping():
                 self._fail(f"job '{self.name}': feeder: {type(error).__name__}: {error}")
 
+    def _window_backlog(self) -> int:
+        """Staged items not yet run below which the feeder stages, and the drainer drains,
+        outside the fill window too: half the ring (a quarter left 15,625-16,393 items/s, the
+        slices erratic after a bubble that emptied the ring). A slice takes only the items staged
+        when it is planned, so a backlog that shrank to a few items made short slices, short
+        windows, little staged in them, and shorter slices still: trivial items ran 0-5 per
+        20 ms bubble (item_path_ceiling.py: 4,098-9,615 items/s, against 28,571 with the window
+        off; 25,641-27,027 with this mark). Above it both wait for the window, as before (a job
+        whose bubbles take ~26 items of a 64-item ring, streaming_bench's, keeps its backlog
+        above the mark as long as its feeder refills inside the windows)."""
+        return max(1, self.slots // 2)
+
     def _await_fill_window(self, k: int, published: int) -> int:
         """Feeder thread, host backend: waits, GIL released, for the fill window (a fill slice in
-        progress: the trainer is in a bubble) before staging item k, while at least one staged
-        item has not run (a job gone dry stages at once: its next slice opens the window). The
-        ring's first fill is staged at once: a slice takes the items staged when its bubble
-        begins, so a ring staged only inside windows would start every bubble nearly empty.
-        Returns the items published (all staged ones, before it waits)."""
+        progress: the trainer is in a bubble) before staging item k, while at least half a
+        ring of staged items has not run (_window_backlog; a job gone dry stages at once: its
+        next slice opens the window). The ring's first fill is staged at once: a slice takes the
+        items staged when its bubble begins, so a ring staged only inside windows would start
+        every bubble nearly empty. Returns the items published (all staged ones, before it
+        waits)."""
         window = self._window
         if window is None or k < self.slots:  # the ring's first fill: at once
             return published
-        while (not window.fill_window_open() and k - self._items_done() >= 1
+        while (not window.fill_window_open() and k - self._items_done() >= self._window_backlog()
                and not self._stopping()):
             if published < k:
                 self._publish(k)
@@ -274,15 +287,16 @@ class InferenceJob(_StreamingJob):
         return published
 
     def _outside_fill_window(self, ran: int) -> bool:
-        """Drainer thread, host backend: the window is closed and staged items remain to run
-        (a window will come): the sink waits for it. Once every staged item ran, the drainer
-        drains at once (the feeder may wait for those slots, and no slice would open it)."""
+        """Drainer thread, host backend: the window is closed and at least half a ring of
+        staged items remains to run (_window_backlog; a window will come): the sink waits for
+        it. Below that the drainer drains at once (the feeder needs those slots to stage the
+        next slice's items, and with every staged item run no slice would open the window)."""
         window = self._window
         if window is None or window.fill_window_open():
             return False
         with self._cv:
             staged = self._staged
-        return staged > ran and not self._stopping()
+        return staged - ran >= self._window_backlog() and not self._stopping()
 
     def _input_ended(self, k: int) -> None:
         """Feeder thread: the input ended after ``k`` items of this attempt (all published)."""
