@@ -63,9 +63,14 @@ def plain_steps_per_s(rows: int, k: int, steps: int = 5, groups: int = 3) -> flo
 
 
 def rows_for(step_ms: float) -> int:
-    """Rows per step whose plain step takes about step_ms here (its fastest; a multiple of 64)."""
-    rate = plain_steps_per_s(256, 1)
-    return max(64, int(round(256 * step_ms / (1e3 / rate) / 64)) * 64)
+    """Rows per step whose plain step takes about step_ms here (its fastest; a multiple of 64).
+    Scaled from 256 rows, then once more from the rows found: a step's time is not linear in
+    its rows (the first guess made 16-17 ms steps for a 20 ms target on 2026-12-07)."""
+    rows = 256
+    for _ in range(2):
+        ms = 1e3 / plain_steps_per_s(rows, 1)
+        rows = max(64, int(round(rows * step_ms / ms / 64)) * 64)
+    return rows
 
 
 def in_bubbles(rows: int, k: int, bubble_us: float, bubbles: int):
