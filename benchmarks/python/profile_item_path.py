@@ -9,11 +9,12 @@ InferenceJob has _run_item, _feed and _drain), and prints per item, in µs:
 
   - alone: the module on a staged batch (the bench's plain loop), and the data pipeline (a batch
     made from 32 samples with torch.stack, as the feeder makes it);
-  - inside bubbles: the bubble time per item (bubble-seconds / items), the item as the runtime
-    measured it (the learned cost: busy time / items of the timed slices), the item function's
-    own wall time (the Python _run_item: the module, plus what the version does around it), and
-    the rest of the runtime's item - the claim, the GIL hand-over to the fill thread, the C->Python
-    call; the feeder's and the drainer's CPU time per item (time.thread_time of their threads:
+  - inside bubbles: the bubble time per item (bubble-seconds / items), the planner's learned
+    cost (for Python items the fastest of the window's samples, so that slow samples do not
+    starve the job: not a mean), the item function's own wall time (the Python _run_item: the
+    module, plus what the version does around it), and the bubble time per item outside the item
+    function (the claim, the GIL hand-over to the fill thread, the C->Python call, the slice's
+    start and its tail past the last item that fitted); the feeder's and the drainer's CPU time per item (time.thread_time of their threads:
     batch making, staging, sink, hand-offs), their loop wake-ups per item, and the Python->C calls
     per item (calls into the native job from the feeder, drainer and items).
 Median over --runs runs (each run side by side in this process). Timings move with the
@@ -98,23 +99,53 @@ def pipeline_us(items: int) -> float:
     return (time.perf_counter() - t0) * 1e6 / items
 
 
+def alone(items: int) -> float:
+    """The module on a staged batch, no runtime: items/s (the plain loop of the job alone)."""
+    module = bench.model()
+    batch = torch.stack(list(bench.samples(bench.BATCH)))
+    with torch.no_grad():
+        module(batch)
+        t0 = time.perf_counter()
+        for _ in range(items):
+            module(batch)
+    return items / (time.perf_counter() - t0)
+
+
+def in_bubbles(items: int, bubble_us: float, reps: int):
+    """The job in the trainer's bubbles (streaming_bench's trainer step) until it is done:
+    items done, the steps' times, and the runtime's learned cost."""
+    rt = bench.host_runtime()
+    job = pft.inference_job(rt, bench.model(), bench.samples(items * bench.BATCH),
+                            batch_size=bench.BATCH, slots=64, sink=lambda i, y: None)
+    stream = rt.high_priority_stream()
+    times = []
+    while not job.progress().finished and job.error is None and len(times) < 100000:
+        times.append(bench.trainer_step(rt, stream, bubble_us, reps))
+    done = job.wait(timeout=60).items_done
+    learned = job.job.cost_info()
+    job.close()
+    rt.close()
+    return done, times, learned
+
+
 def one_run(items: int, bubble_us: float, reps: int) -> dict:
     counts = {k: 0.0 for k in ("items", "item fn us", "feeder cpu us", "drainer cpu us",
                                "drainer wake-ups", "native calls")}
-    module_us = 1e6 / bench.alone(items)
+    module_us = 1e6 / alone(items)
     data_us = pipeline_us(items)
     originals = instrument(counts)
     try:
-        done, times, _, learned = bench.in_bubbles(items, bubble_us, reps)
+        done, times, learned = in_bubbles(items, bubble_us, reps)
     finally:
         for name, fn in originals.items():
             setattr(pft.InferenceJob, name, fn)
     n = max(1.0, counts["items"])
     return {"alone: module": module_us, "alone: batch making": data_us,
             "bubble time per item": len(times) * bubble_us / max(done, 1),
-            "runtime's item (learned)": learned.learned_cost_us,
+            "planner's learned cost": learned.learned_cost_us,
             "item function (Python)": counts["item fn us"] / n,
-            "claim + GIL hand-over + call": learned.learned_cost_us - counts["item fn us"] / n,
+            "bubble time outside items": len(times) * bubble_us / max(done, 1)
+                                         - counts["item fn us"] / n,
             "feeder CPU": counts["feeder cpu us"] / n, "drainer CPU": counts["drainer cpu us"] / n,
             "drainer wake-ups": counts["drainer wake-ups"] / n,
             "Python->C calls": counts["native calls"] / n}
