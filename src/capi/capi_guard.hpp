@@ -1,29 +1,22 @@
-// What every C entry point shares (capi.cpp, capi_stats.cpp): the exception guard that clears
-// the thread's last error and turns any exception into a result code, and the check that refuses
-// an implausible caller struct size before anything is written through it.
+// What every C entry point shares (capi.cpp, capi_stats.cpp): the exception guard (the one of
+// common/c_boundary.hpp) and the check that refuses an implausible caller struct size before
+// anything is written through it.
 #pragma once
 
 #include <cstddef>
 #include <exception>
 #include <new>
 
+#include "common/c_boundary.hpp"
 #include "common/error.hpp"
 #include "pipefill/pipefill.h"
 
 namespace pipefill::capi {
 
+// The C boundary's exception guard (common/c_boundary.hpp, shared with pfHost* and pfSim*).
 template <typename Body>
 pfResult_t guarded(const char* function, Body&& body) noexcept {
-  try {
-    pipefill::clear_last_error();
-    return body();
-  } catch (const std::bad_alloc&) {
-    return fail(pfErrorOutOfMemory, "{}: host memory allocation failed", function);
-  } catch (const std::exception& e) {
-    return fail(pfErrorInternal, "{}: internal error: {}", function, e.what());
-  } catch (...) {
-    return pfErrorInternal;
-  }
+  return c_boundary(function, static_cast<Body&&>(body));
 }
 
 // A caller's struct size (or byte count) above PF_MAX_STRUCT_SIZE is not a later header's layout

@@ -4,6 +4,7 @@
 #include <memory>
 #include <new>
 
+#include "common/c_boundary.hpp"
 #include "common/callback_scope.hpp"
 #include "common/error.hpp"
 #include "host/host_engine.hpp"
@@ -14,19 +15,7 @@ using pipefill::host::Engine;
 
 namespace {
 
-template <typename Body>
-pfResult_t c_boundary(const char* function, Body&& body) noexcept {
-  try {
-    pipefill::clear_last_error();
-    return body();
-  } catch (const std::bad_alloc&) {
-    return fail(pfErrorOutOfMemory, "{}: host memory exhausted", function);
-  } catch (const std::exception& error) {
-    return fail(pfErrorInternal, "{}: unexpected exception: {}", function, error.what());
-  } catch (...) {
-    return fail(pfErrorInternal, "{}: unexpected non-standard exception", function);
-  }
-}
+using pipefill::c_boundary;
 
 // The engine of `stream`, kept alive for the call.
 pfResult_t find_engine(const char* function, const void* stream, std::shared_ptr<Engine>* out) {

@@ -6,6 +6,7 @@
 #include <exception>
 #include <new>
 
+#include "common/c_boundary.hpp"
 #include "common/callback_scope.hpp"
 #include "common/error.hpp"
 #include "pipefill/pipefill.h"
@@ -19,10 +20,11 @@ using pipefill::sim::WorldPin;
 
 namespace {
 
+// The common guard (common/c_boundary.hpp), after refusing a call from inside an on_item
+// callback (the world is locked there).
 template <typename Body>
 pfResult_t c_boundary(const char* function, Body&& body) noexcept {
-  try {
-    pipefill::clear_last_error();
+  return pipefill::c_boundary(function, [&]() -> pfResult_t {
     if (pipefill::sim::callback_world() != nullptr) {
       return fail(pfErrorInvalidState,
                   "{}: called from inside a simulated on_item callback, which runs with the "
@@ -30,13 +32,7 @@ pfResult_t c_boundary(const char* function, Body&& body) noexcept {
                   function);
     }
     return body();
-  } catch (const std::bad_alloc&) {
-    return fail(pfErrorOutOfMemory, "{}: host memory exhausted", function);
-  } catch (const std::exception& error) {
-    return fail(pfErrorInternal, "{}: unexpected exception: {}", function, error.what());
-  } catch (...) {
-    return fail(pfErrorInternal, "{}: unexpected non-standard exception", function);
-  }
+  });
 }
 
 pfResult_t find_world(pfSimWorld_t handle, WorldPin* pin) {
