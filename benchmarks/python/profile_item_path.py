@@ -14,8 +14,9 @@ InferenceJob has _run_item, _feed and _drain), and prints per item, in µs:
     starve the job: not a mean), the item function's own wall time (the Python _run_item: the
     module, plus what the version does around it), and the bubble time per item outside the item
     function (the claim, the GIL hand-over to the fill thread, the C->Python call, the slice's
-    start and its tail past the last item that fitted); the feeder's and the drainer's CPU time per item (time.thread_time of their threads:
-    batch making, staging, sink, hand-offs), their loop wake-ups per item, and the Python->C calls
+    start and its tail past the last item that fitted); the feeder's and the drainer's CPU time
+    per item (time.thread_time of their threads: batch making, staging, sink, hand-offs), their
+    loop wake-ups per item, and the Python->C calls
     per item (calls into the native job from the feeder, drainer and items).
 Median over --runs runs (each run side by side in this process). Timings move with the
 machine's load: compare versions in one session.
@@ -140,12 +141,13 @@ def one_run(items: int, bubble_us: float, reps: int) -> dict:
         for name, fn in originals.items():
             setattr(pft.InferenceJob, name, fn)
     n = max(1.0, counts["items"])
+    bubble_per_item = len(times) * bubble_us / max(done, 1)
+    item_fn = counts["item fn us"] / n
     return {"alone: module": module_us, "alone: batch making": data_us,
-            "bubble time per item": len(times) * bubble_us / max(done, 1),
+            "bubble time per item": bubble_per_item,
             "planner's learned cost": learned.learned_cost_us,
-            "item function (Python)": counts["item fn us"] / n,
-            "bubble time outside items": len(times) * bubble_us / max(done, 1)
-                                         - counts["item fn us"] / n,
+            "item function (Python)": item_fn,
+            "bubble time outside items": bubble_per_item - item_fn,
             "feeder CPU": counts["feeder cpu us"] / n, "drainer CPU": counts["drainer cpu us"] / n,
             "drainer wake-ups": counts["drainer wake-ups"] / n,
             "Python->C calls": counts["native calls"] / n}

@@ -11,7 +11,8 @@ namespace engine {
 
 std::vector<KnobSweep> default_knob_sweeps() {
   return {
-      {FillMode::PipeFill, "gated quantile", {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0}, 0.5},
+      {FillMode::PipeFill, "gated quantile",
+       {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0}, 0.5},
       {FillMode::PipeFill, "notice lead us", {40, 30, 20, 10, 5}, kDefaultNoticeLeadUs, true},
       {FillMode::Naive, "bubble share", {0.25, 0.5, 0.75, 1.0}, 1.0},
       {FillMode::FreeRide, "admission pad", {1.0, 1.2, 2.0, 4.0}, 1.2},
@@ -126,11 +127,11 @@ std::string format_frontier(const EngineOptions& o, const Frontier& f, const std
   const double stretch = o.comm_slowdown * 0.5 * fill_sms / o.pipeline.sm_count;
   s += fmt::format(
       "{}bound: filled% <= (bubble time - transfer time of the receives that end bubbles, their "
-      "latency excluded) / bubble time = {:.1f}% at zero slowdown (every bubble's end known, no whole-item loss); "
-      "thr/dedic <= that x {:.0f}/{} fill SMs = {:.3f}. Target 90% filled: {:.1f} points {} the "
-      "ceiling; 0.85 of dedicated: {:.3f} {} it. Past the ceiling fill runs beside a message's bytes: "
-      "gamma {:.2f} x the MLP's mem intensity 0.5 x {:.0f}/{} SMs = x{:.3f} on that transfer "
-      "while it does. "
+      "latency excluded) / bubble time = {:.1f}% at zero slowdown (every bubble's end known, no "
+      "whole-item loss); thr/dedic <= that x {:.0f}/{} fill SMs = {:.3f}. Target 90% filled: "
+      "{:.1f} points {} the ceiling; 0.85 of dedicated: {:.3f} {} it. Past the ceiling fill runs "
+      "beside a message's bytes: gamma {:.2f} x the MLP's mem intensity 0.5 x {:.0f}/{} SMs = "
+      "x{:.3f} on that transfer while it does. "
       "Ours' best filled% at <= 0.5% slowdown on its curve: {}; with the sender notice: {}\n",
       prefix, ceiling, fill_sms, o.pipeline.sm_count, thr_ceiling, std::fabs(90.0 - ceiling),
       ceiling >= 90.0 ? "below" : "ABOVE", std::fabs(0.85 - thr_ceiling),

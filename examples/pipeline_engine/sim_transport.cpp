@@ -37,6 +37,11 @@ Status pf_status(pfResult_t code, const char* what) {
 
 namespace {
 
+// A receive's fixed latency (never slowed by fill); the rest of its p2p time moves the bytes.
+double receive_latency_us(const PipelineSpec& spec, const StageCosts& costs) {
+  return std::min(spec.model.p2p_latency_us, costs.p2p_us);
+}
+
 class SimTransport final : public Transport {
  public:
   ~SimTransport() override { close(); }
@@ -61,7 +66,7 @@ class SimTransport final : public Transport {
     ENGINE_PF(pfSimWorldCreate(spec.stages, &desc, options.seed, &world_));
     sim_ = pipefill::sim::world_from_handle(world_);
     ENGINE_TRY(notices_.open(world_, spec.stages, options.notice_lead_us,
-                             std::min(spec.model.p2p_latency_us, costs.p2p_us)));
+                             receive_latency_us(spec, costs)));
     stages_.clear();
     for (int i = 0; i < spec.stages; ++i) {
       stages_.push_back(std::make_unique<StageState>());
@@ -155,7 +160,7 @@ class SimTransport final : public Transport {
       case InstrType::RecvGradient:
       {
         // The fixed latency is not slowed by fill; the bytes moving are (comm_slowdown).
-        const double latency = std::min(spec_.model.p2p_latency_us, costs_.p2p_us);
+        const double latency = receive_latency_us(spec_, costs_);
         ENGINE_PF(pfSimStreamWaitEventTransfer(st.comm, message(in), latency,
                                                costs_.p2p_us - latency, spec_.comm_sms));
       }
@@ -481,8 +486,7 @@ class SimTransport final : public Transport {
       // A receive's bytes move during the last (p2p time - latency) of its bubble, and fill
       // beside them stretches that transfer (gamma, for as long as it runs there). What is left
       // is the most a fill can use with no slowdown.
-      const double transfer =
-          costs_.p2p_us - std::min(spec_.model.p2p_latency_us, costs_.p2p_us);
+      const double transfer = costs_.p2p_us - receive_latency_us(spec_, costs_);
       for (size_t i = 0; i < spans.size(); ++i) {
         const double length = spans[i].second - spans[i].first;
         accounting_.bubble_us += length;

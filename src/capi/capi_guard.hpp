@@ -4,8 +4,6 @@
 #pragma once
 
 #include <cstddef>
-#include <exception>
-#include <new>
 
 #include "common/c_boundary.hpp"
 #include "common/error.hpp"

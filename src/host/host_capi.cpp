@@ -1,8 +1,6 @@
 // The pfHost* C functions: find the stream's host device, validate, forward to its engine, and
 // make sure no exception crosses the C boundary. Every call clears the last error on success.
-#include <exception>
 #include <memory>
-#include <new>
 
 #include "common/c_boundary.hpp"
 #include "common/callback_scope.hpp"

@@ -3,8 +3,6 @@
 // C boundary. Every call clears this thread's last error first. Called from inside a simulated
 // on_item callback (which runs with the world locked) every call but pfSimNow fails with
 // pfErrorInvalidState instead of deadlocking; pfSimNow there returns the item's time.
-#include <exception>
-#include <new>
 
 #include "common/c_boundary.hpp"
 #include "common/callback_scope.hpp"

@@ -98,9 +98,8 @@ void World::Impl::retime_main_groups(int device_index) {
 
 void World::Impl::kernel_group_done(int device_index, uint64_t group_id, uint64_t version) {
   DeviceState& device = devices[device_index];
-  auto it = std::find_if(device.main_groups.begin(), device.main_groups.end(),
-                         [&](const MainGroup& g) { return g.id == group_id; });
-  if (it == device.main_groups.end() || it->version != version) return;  // stale
+  const auto it = find_current(device.main_groups, group_id, version);
+  if (it == device.main_groups.end()) return;  // stale
   SimStream* stream = it->stream;
   const int count = it->blocks;
   device.main_groups.erase(it);

@@ -17,6 +17,8 @@
 // guarded by World::Impl::mutex; the engine is single-threaded under it.
 #pragma once
 
+#include <algorithm>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -176,6 +178,14 @@ struct Transfer {
   double since_us = 0.0;     // the later of its start (record + latency) and the last re-timing
   double factor = 1.0;       // 1 + gamma x L_fill since `since_us`
 };
+
+// The running MainGroup / Transfer with `id` if `version` is still its current one, else end():
+// the event that carries (id, version) was replaced by a re-timing (or its item is gone).
+template <typename Items>
+auto find_current(Items& items, uint64_t id, uint64_t version) {
+  auto it = std::find_if(items.begin(), items.end(), [&](const auto& x) { return x.id == id; });
+  return it != items.end() && it->version == version ? it : items.end();
+}
 
 // The interference model's parameters of one device (pfSimDeviceDesc_t, resolved).
 struct InterferenceParams {

@@ -249,17 +249,12 @@ void World::Impl::complete_head(SimStream* stream) {
 // call processes them.
 bool World::Impl::stale(const HeapEntry& entry) const {
   // The stream is alive: streams are freed only when the heap has run empty.
+  const DeviceState& device = devices[entry.stream->device];
   if (entry.type == EventType::TransferDone) {
-    const auto& transfers = devices[entry.stream->device].transfers;
-    const auto it = std::find_if(transfers.begin(), transfers.end(),
-                                 [&](const Transfer& t) { return t.id == entry.item; });
-    return it == transfers.end() || it->version != entry.count;
+    return find_current(device.transfers, entry.item, entry.count) == device.transfers.end();
   }
   if (entry.type != EventType::BlocksDone) return false;
-  const auto& groups = devices[entry.stream->device].main_groups;
-  const auto it = std::find_if(groups.begin(), groups.end(),
-                               [&](const MainGroup& g) { return g.id == entry.item; });
-  return it == groups.end() || it->version != entry.count;
+  return find_current(device.main_groups, entry.item, entry.count) == device.main_groups.end();
 }
 
 // A re-timed group's or transfer's old end events are dropped without moving the clock.

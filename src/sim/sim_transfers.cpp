@@ -3,8 +3,9 @@
 // each moment (docs/simulated-device.md, "Interference").
 //
 // Why each moment and not the load at the transfer's start: a pipeline receive moves its bytes
-// for tens of microseconds (94 µs in the example engine), 25 of its fill items long, and the HBM
-// bandwidth a fill block takes from it is taken only while that block runs (NVIDIA/nccl#1433:
+// for tens of microseconds (84 µs after its latency in the example engine, 24 of its fill
+// items), and the HBM bandwidth a fill block takes from it is taken only while that block runs
+// (NVIDIA/nccl#1433:
 // "You may not compete for SMs but still compete for memory bandwidth"). Taking the load at the
 // start charged a fill that stops a microsecond into the transfer for the whole of it, and
 // charged nothing for fill that starts beside a transfer already under way. Main kernels were
@@ -57,9 +58,8 @@ void World::Impl::retime_transfers(int device_index) {
 
 void World::Impl::transfer_done(int device_index, uint64_t id, uint64_t version) {
   DeviceState& device = devices[device_index];
-  auto it = std::find_if(device.transfers.begin(), device.transfers.end(),
-                         [&](const Transfer& t) { return t.id == id; });
-  if (it == device.transfers.end() || it->version != version) return;  // stale
+  const auto it = find_current(device.transfers, id, version);
+  if (it == device.transfers.end()) return;  // stale
   SimStream* stream = it->stream;
   device.transfers.erase(it);
   complete_head(stream);
