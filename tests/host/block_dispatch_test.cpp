@@ -51,13 +51,8 @@ struct SliceWords {
   pfSliceDesc_t slice{};
   SliceWords(Device& device, uint64_t items, int max_blocks) {
     EXPECT_EQ(device.allocate_words(3, &words), pfSuccess) << pfGetLastErrorMessage();
-    slice.bubble_id = 1;  // the gate (0) stays open
-    slice.max_items = items;
-    slice.total_items = items;
-    slice.max_blocks = max_blocks;
-    slice.gate = &words[0];
-    slice.cursor = &words[1];
-    slice.budget_counter = &words[2];
+    // Bubble 1: the gate (0) stays open.
+    slice = ticket_slice(words, /*bubble_id=*/1, items, items, max_blocks);
   }
 };
 

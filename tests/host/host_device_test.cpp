@@ -170,14 +170,7 @@ TEST(HostDevice, PartitionLimitsConcurrentFillBlocks) {
   void* fill_b = make_fill_stream(*device);
   uint64_t* words = nullptr;
   PF_ASSERT_OK(device->allocate_words(3, &words));
-  pfSliceDesc_t slice{};
-  slice.bubble_id = 1;
-  slice.max_items = 200;
-  slice.total_items = 200;
-  slice.max_blocks = 6;
-  slice.gate = &words[0];
-  slice.cursor = &words[1];
-  slice.budget_counter = &words[2];
+  pfSliceDesc_t slice = ticket_slice(words, 1, 200, 200, 6);
   ItemCounter counter(300, /*sleep_us=*/50);
   // Two fill streams ask for 6 + 6 blocks; only 4 may run at once.
   PF_ASSERT_OK(pfHostLaunchTicketKernel(fill_a, &slice, 6, &ItemCounter::item_fn, &counter));
@@ -207,15 +200,8 @@ TEST(HostDevice, TicketLaunchesThatAskStopAtTheirSlicesTimeBudget) {
     void* fill = make_fill_stream(*device);
     uint64_t* words = nullptr;
     PF_ASSERT_OK(device->allocate_words(3, &words));
-    pfSliceDesc_t slice{};
-    slice.bubble_id = 1;
-    slice.max_items = 40;
-    slice.total_items = 40;
-    slice.max_blocks = 1;
+    pfSliceDesc_t slice = ticket_slice(words, 1, 40, 40, 1);
     slice.time_budget_us = 2000.0;
-    slice.gate = &words[0];
-    slice.cursor = &words[1];
-    slice.budget_counter = &words[2];
     ItemCounter counter(40, /*sleep_us=*/500);
     PF_ASSERT_OK(device->engine().launch_ticket(fill, &slice, 1, &ItemCounter::item_fn, &counter,
                                                 c.launch_asks));
@@ -278,14 +264,7 @@ TEST(HostDevice, TicketKernelsClaimEveryItemOnceAndStopAtTheGate) {
     b.gate = &words[0];
     b.runs = &runs;
     PF_ASSERT_OK(device->write_word(fill, &words[2], 0));
-    pfSliceDesc_t slice{};
-    slice.bubble_id = b.id;
-    slice.max_items = b.id % 3 == 0 ? 30 : kTotal;
-    slice.total_items = kTotal;
-    slice.max_blocks = kSms;
-    slice.gate = &words[0];
-    slice.cursor = &words[1];
-    slice.budget_counter = &words[2];
+    pfSliceDesc_t slice = ticket_slice(words, b.id, b.id % 3 == 0 ? 30 : kTotal, kTotal, kSms);
     PF_ASSERT_OK(pfHostLaunchTicketKernel(fill, &slice, 8, &Bubble::item_fn, &b));
     PF_ASSERT_OK(pfHostLaunchHostFunc(main, &Bubble::wait_for_progress, &b));
     PF_ASSERT_OK(device->write_word(main, &words[0], b.id));
@@ -311,14 +290,7 @@ TEST(HostDevice, ClosedGateStopsEveryClaimButOpaqueWorkIgnoresIt) {
   uint64_t* words = nullptr;
   PF_ASSERT_OK(device->allocate_words(3, &words));
   words[0] = 7;  // bubbles up to 7 ended
-  pfSliceDesc_t slice{};
-  slice.bubble_id = 7;
-  slice.max_items = 100;
-  slice.total_items = 100;
-  slice.max_blocks = 4;
-  slice.gate = &words[0];
-  slice.cursor = &words[1];
-  slice.budget_counter = &words[2];
+  pfSliceDesc_t slice = ticket_slice(words, 7, 100, 100, 4);
   ItemCounter counter(200);
   PF_ASSERT_OK(pfHostLaunchTicketKernel(fill, &slice, 4, &ItemCounter::item_fn, &counter));
   PF_ASSERT_OK(pfHostLaunchOpaque(fill, 100, 100, 4, &ItemCounter::item_fn, &counter));
@@ -363,14 +335,7 @@ TEST(HostDevice, CApiValidatesArgumentsAndClearsTheLastError) {
   void* stream = make_stream(*device);
   uint64_t* words = nullptr;
   PF_ASSERT_OK(device->allocate_words(4, &words));
-  pfSliceDesc_t good{};
-  good.bubble_id = 1;
-  good.max_items = 1;
-  good.total_items = 1;
-  good.max_blocks = 1;
-  good.gate = &words[0];
-  good.cursor = &words[1];
-  good.budget_counter = &words[2];
+  pfSliceDesc_t good = ticket_slice(words, 1, 1, 1, 1);
   EXPECT_FAILS_WITH(pfHostLaunchTicketKernel(stream, nullptr, 1, nullptr, nullptr),
                     pfErrorInvalidArgument, "slice pointer is NULL");
   pfSliceDesc_t slice = good;
@@ -453,14 +418,7 @@ TEST(HostDevice, DestroyingTheDeviceDropsQueuedWork) {
   std::atomic<bool> ran_after_delay{false};
   uint64_t* words = nullptr;
   PF_ASSERT_OK(device->allocate_words(3, &words));
-  pfSliceDesc_t slice{};
-  slice.bubble_id = 1;
-  slice.max_items = ~uint64_t{0};
-  slice.total_items = ~uint64_t{0} - 1;
-  slice.max_blocks = 2;
-  slice.gate = &words[0];
-  slice.cursor = &words[1];
-  slice.budget_counter = &words[2];
+  pfSliceDesc_t slice = ticket_slice(words, 1, ~uint64_t{0}, ~uint64_t{0} - 1, 2);
   ItemCounter counter(0, /*sleep_us=*/10);
   PF_ASSERT_OK(pfHostLaunchTicketKernel(fill, &slice, 2, &ItemCounter::item_fn, &counter));
   PF_ASSERT_OK(pfHostStreamDelay(stream, 60e6));  // a minute

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -21,6 +22,21 @@
 #include "support/api_checks.hpp"
 
 namespace pipefill::host::testing {
+
+// A ticket slice over three device words (gate, cursor, budget counter, in that order): bubble
+// `bubble_id`, a budget of `max_items` of the job's `total_items`, at most `max_blocks` blocks.
+inline pfSliceDesc_t ticket_slice(uint64_t* words, uint64_t bubble_id, uint64_t max_items,
+                                  uint64_t total_items, int max_blocks) {
+  pfSliceDesc_t slice{};
+  slice.bubble_id = bubble_id;
+  slice.max_items = max_items;
+  slice.total_items = total_items;
+  slice.max_blocks = max_blocks;
+  slice.gate = &words[0];
+  slice.cursor = &words[1];
+  slice.budget_counter = &words[2];
+  return slice;
+}
 
 // A gate a host function waits on until the test opens it.
 class Latch {
