@@ -3,20 +3,30 @@ the bubbles, run as one item per step (one configuration) and as micro-steps (th
 micro-batches per item per bubble class).
 
   python python/examples/micro_steps_bench.py [--step-ms 20] [--bubble-us 8000] [--bubbles 150]
-      [--micro-batches 8]
+      [--micro-batches 8,16] [--rounds 5]
 
-Prints, from one process, side by side:
+Each round runs, back to back in one process, so that every ratio compares runs made at the same
+moment of a machine whose speed drifts (2-core VMs here: a micro-batch's CPU time moved 3.1 -> 4.8
+ms between runs minutes apart on 2026-12-07):
   - alone: optimizer steps per second of the same training in a plain loop, the whole batch per
-    step and with the micro-batches' gradient accumulation (the fastest of 3 timed groups);
-  - for each job (micro_batches = 1, then --micro-batches): steps per bubble-second (steps done
-    over --bubbles bubbles of --bubble-us), its ratio to alone, the configuration the planner
-    used last and the learned item cost.
-Goal (issue 32): the micro-step job at >= 0.5 of alone per bubble-second, where the one-config
-job runs only in probes (a ~20 ms step on 8 ms bubbles ran at 0.03). No figure is a pass/fail.
+    step and, per k of --micro-batches, k micro-batches with gradient accumulation (the median of
+    3 timed groups of 5 steps each);
+  - in bubbles: the one-configuration job (micro_batches = 1) and, per k, the micro-step job:
+    steps over --bubbles bubbles of --bubble-us, per bubble-second, with the configuration the
+    planner used last and the learned item cost.
+Then, per job, the median over the rounds of its ratio to the plain loop and to the accumulation
+loop. Goal (issue 32): the micro-step job at >= 0.5 of alone per bubble-second, where the
+one-config job runs only in probes (a ~20 ms step on 8 ms bubbles ran at 0.03).
+
+A micro-batch is the smallest piece the job can run, so a bubble holds whole ones only: with 8 ms
+bubbles, k = 8 (micro-batches of ~2.5-4 ms here) fits 2 or, when the machine is slow, 1 per
+bubble; k = 16 fits 3-5. Choose k so a micro-batch is at most about a quarter of the bubbles to
+fill (docs/pytorch.md, "Micro-steps").
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import torch
@@ -39,10 +49,11 @@ def make(rows: int, seed: int = 0):
     return module, opt, batches
 
 
-def plain_steps_per_s(rows: int, k: int, steps: int = 5, groups: int = 3) -> float:
+def plain_steps_per_s(rows: int, k: int, steps: int = 5, groups: int = 3,
+                      fastest: bool = False) -> float:
     """Steps per second of the plain loop (k micro-batches with gradient accumulation; k = 1: the
-    whole batch per step): the best of `groups` timed groups of `steps` steps (a loaded machine
-    only adds time)."""
+    whole batch per step) over `groups` timed groups of `steps` steps: their median (as the
+    bubbles' runs are an average over the machine's moment), or with `fastest` their best."""
     module, opt, batches = make(rows)
 
     def step(i: int) -> None:
@@ -53,13 +64,13 @@ def plain_steps_per_s(rows: int, k: int, steps: int = 5, groups: int = 3) -> flo
         opt.step()
 
     step(0)
-    best = 0.0
+    rates = []
     for _ in range(groups):
         t0 = time.perf_counter()
         for i in range(steps):
             step(i)
-        best = max(best, steps / (time.perf_counter() - t0))
-    return best
+        rates.append(steps / (time.perf_counter() - t0))
+    return max(rates) if fastest else statistics.median(rates)
 
 
 def rows_for(step_ms: float) -> int:
@@ -68,7 +79,7 @@ def rows_for(step_ms: float) -> int:
     its rows (the first guess made 16-17 ms steps for a 20 ms target on 2026-12-07)."""
     rows = 256
     for _ in range(2):
-        ms = 1e3 / plain_steps_per_s(rows, 1)
+        ms = 1e3 / plain_steps_per_s(rows, 1, fastest=True)
         rows = max(64, int(round(rows * step_ms / ms / 64)) * 64)
     return rows
 
@@ -96,32 +107,52 @@ def in_bubbles(rows: int, k: int, bubble_us: float, bubbles: int):
     return steps / (bubbles * bubble_us * 1e-6), config, cost, job
 
 
+def describe(job, config: int, cost) -> str:
+    names = [c[0] for c in job._micro.configs(1.0, 0.0)] if job._micro else ["1 step"]
+    name = names[config] if 0 <= config < len(names) else str(config)
+    return (f"last configuration {name}, learned item cost {cost.learned_cost_us:.0f} us "
+            f"({cost.probes} probes, {cost.too_short_bubbles} bubbles too short)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--step-ms", type=float, default=20.0)
     parser.add_argument("--bubble-us", type=float, default=8000.0)
     parser.add_argument("--bubbles", type=int, default=150)
-    parser.add_argument("--micro-batches", type=int, default=8)
+    parser.add_argument("--micro-batches", default="8,16",
+                        help="comma-separated k of the micro-step jobs (each > 1)")
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    ks = [int(k) for k in args.micro_batches.split(",")]
+    if any(k < 2 for k in ks) or args.rounds < 1:
+        parser.error(f"--micro-batches {args.micro_batches!r}: each k must be >= 2; "
+                     f"--rounds {args.rounds}: at least 1")
     torch.set_num_threads(1)
     rows = rows_for(args.step_ms)
-    k = args.micro_batches
     print(f"MLP {DIM}->{HIDDEN}->{HIDDEN}->{OUT}, SGD, {rows} rows per step, torch threads 1; "
-          f"{args.bubbles} bubbles of {args.bubble_us:.0f} us")
-    alone = plain_steps_per_s(rows, 1)
-    alone_k = plain_steps_per_s(rows, k)
-    print(f"  alone (the plain loop, best of 3): {alone:.2f} steps/s ({1e3 / alone:.2f} ms a step) "
-          f"with the whole batch per step; {alone_k:.2f} steps/s with {k} micro-batches of "
-          f"{rows // k} rows (gradient accumulation)")
-    for micro in (1, k):
-        rate, config, cost, job = in_bubbles(rows, micro, args.bubble_us, args.bubbles)
-        names = [c[0] for c in job._micro.configs(1.0, 0.0)] if job._micro else ["1 step"]
-        print(f"  micro_batches {micro:2d}: {rate:7.2f} steps per bubble-second: ratio "
-              f"{rate / alone:.3f} of the plain loop, {rate / alone_k:.3f} of the accumulation "
-              f"loop; last configuration "
-              f"{names[config] if 0 <= config < len(names) else config} (micro-batches per item "
-              f"x per step), learned item cost {cost.learned_cost_us:.0f} us ({cost.probes} "
-              f"probes, {cost.too_short_bubbles} bubbles too short)")
+          f"{args.bubbles} bubbles of {args.bubble_us:.0f} us; {args.rounds} rounds")
+    ratios = {micro: ([], []) for micro in [1] + ks}  # per job: (to plain, to accumulation)
+    for r in range(args.rounds):
+        print(f"  round {r + 1}:")
+        for micro in [1] + ks:
+            alone = plain_steps_per_s(rows, 1)  # right before each job: the same moment
+            alone_k = alone if micro == 1 else plain_steps_per_s(rows, micro)
+            rate, config, cost, job = in_bubbles(rows, micro, args.bubble_us, args.bubbles)
+            ratios[micro][0].append(rate / alone)
+            ratios[micro][1].append(rate / alone_k)
+            print(f"    micro_batches {micro:2d}: {rate:7.2f} steps per bubble-second; alone "
+                  f"{alone:.2f} steps/s, with its accumulation {alone_k:.2f}; ratio {rate / alone:.3f} of the "
+                  f"plain loop, {rate / alone_k:.3f} of the accumulation loop; "
+                  f"{describe(job, config, cost)}")
+    print(f"  median of {args.rounds} rounds (steps per bubble-second / steps per second alone):")
+    for micro in [1] + ks:
+        plain, accumulated = (statistics.median(v) for v in ratios[micro])
+        low, high = min(ratios[micro][0]), max(ratios[micro][0])
+        verdict = ("" if micro == 1 else
+                   f"; goal >= 0.5 of the plain loop: {'met' if plain >= 0.5 else 'MISSED'}")
+        print(f"  micro_batches {micro:2d}: {plain:.3f} of the plain loop ({low:.3f}-{high:.3f}), "
+              f"{accumulated:.3f} of the accumulation loop with {micro} micro-batches of "
+              f"{rows // micro} rows{verdict}")
 
 
 if __name__ == "__main__":

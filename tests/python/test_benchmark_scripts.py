@@ -20,7 +20,7 @@ SCRIPTS = [
     ("benchmarks/python/profile_item_path.py", ["--items", "40", "--runs", "1"],
      "item function (Python)"),
     ("benchmarks/python/trainer_phases.py", [], "compute phase"),
-    ("python/examples/micro_steps_bench.py", ["--bubbles", "10", "--step-ms", "4"],
+    ("python/examples/micro_steps_bench.py", ["--bubbles", "10", "--step-ms", "4", "--rounds", "1"],
      "micro_batches  8"),
     ("python/examples/batch_sizes_bench.py", ["--bubbles", "10"], "samples per bubble-second"),
 ]
