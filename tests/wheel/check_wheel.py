@@ -10,7 +10,10 @@ GPU node has), and of the GPU machine's check (scripts/gpu-check.sh's wheel step
      Runtime(backend="cuda") fails cleanly with NO_DEVICE without a GPU (--gpu: starts on one);
   3. with torch (--torch-from: the site folders of an interpreter that has torch are put on the
      fresh venv's path): `import pipefill` before and after `import torch`, each in a fresh
-     process, then a runtime; pipefill still the venv's copy.
+     process, then a runtime; pipefill still the venv's copy; then every runnable ```python
+     block of README.md and docs/*.md (tests/python/test_docs_blocks.py, under the fresh venv's
+     interpreter, its pytest from the torch interpreter's folders): the docs' examples as a user
+     of `pip install` runs them, not only from the build tree.
 Stdlib only: it runs under the interpreter the wheel is for. Exits non-zero on the first failure.
 Usage: check_wheel.py <wheel> [--expect-cuda 0|1] [--torch-from PYTHON] [--gpu]
 """
@@ -165,6 +168,15 @@ def main() -> None:
                 if not Path(where).resolve().is_relative_to(site.resolve()):
                     fail(f"{name}: pipefill came from {where}")
             print(f"check_wheel: import pipefill before and after torch {version}: ok", flush=True)
+            docs = subprocess.run(
+                [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(work),
+                 str(ROOT / "tests" / "python" / "test_docs_blocks.py")],
+                capture_output=True, text=True, timeout=1800, env=torch_env, cwd=work)
+            summary = (docs.stdout.strip().splitlines() or ["(no output)"])[-1]
+            if docs.returncode != 0 or " passed" not in summary:
+                fail(f"the docs' Python blocks under the fresh venv:\n{docs.stdout[-6000:]}"
+                     f"{docs.stderr[-3000:]}")
+            print(f"check_wheel: the docs' Python blocks under the fresh venv: {summary}", flush=True)
     print("check_wheel: PASS", flush=True)
 
 
