@@ -13,7 +13,9 @@ ms between runs minutes apart on 2026-12-07):
     3 timed groups of 5 steps each);
   - in bubbles: the one-configuration job (micro_batches = 1) and, per k, the micro-step job:
     steps over --bubbles bubbles of --bubble-us, per bubble-second, with the configuration the
-    planner used last and the learned item cost.
+    planner used last, the learned item cost, the share of bubble time filled and the fill time
+    past bubble ends (the runtime's stats: what a trainer sharing the cores would wait for; the
+    trainer here is a sleep).
 Then, per job, the median over the rounds of its ratio to the plain loop and to the accumulation
 loop. Goal (issue 32): the micro-step job at >= 0.5 of alone per bubble-second, where the
 one-config job runs only in probes (a ~20 ms step on 8 ms bubbles ran at 0.03).
@@ -99,19 +101,24 @@ def in_bubbles(rows: int, k: int, bubble_us: float, bubbles: int):
         rt.iteration_end()
         pf.host_stream_synchronize(stream)
     rt.synchronize()
+    stats = rt.stats()
     steps = job.step
     cost = job.job.cost_info()
     config = job.job.info().config_index
     job.close()
     rt.close()
+    job.overrun = (stats.overrun_time_us / bubbles, stats.max_overrun_us, stats.filled_share)
     return steps / (bubbles * bubble_us * 1e-6), config, cost, job
 
 
 def describe(job, config: int, cost) -> str:
     names = [c[0] for c in job._micro.configs(1.0, 0.0)] if job._micro else ["1 step"]
     name = names[config] if 0 <= config < len(names) else str(config)
+    per_bubble, largest, filled = job.overrun
     return (f"last configuration {name}, learned item cost {cost.learned_cost_us:.0f} us "
-            f"({cost.probes} probes, {cost.too_short_bubbles} bubbles too short)")
+            f"({cost.probes} probes, {cost.too_short_bubbles} bubbles too short); filled "
+            f"{100 * filled:.0f}% of bubble time, fill past bubble ends {per_bubble:.0f} us per "
+            f"bubble (largest {largest:.0f} us)")
 
 
 def main() -> None:
