@@ -435,8 +435,11 @@ def training_job(runtime: Runtime, module: "torch.nn.Module", optimizer: Any,
     micro-batches with gradient accumulation (each micro-batch's loss scaled by its share of the
     rows; the optimizer steps after the k-th), and the planner runs 1, 2, ... or ``k`` of them
     per item, per bubble class (pipefill/torch/_micro_steps.py): a step longer than the bubbles
-    runs in pieces that fit them. ``item_cost_us``: one step's cost; without micro-steps a given
-    cost is kept by the planner (not learned from the slices)."""
+    runs in pieces that fit them. A bubble holds whole micro-batches only, so choose ``k`` so that
+    one is at most about a quarter of the bubbles to fill (a ~20 ms step on 8 ms bubbles: k = 8
+    fits 1-2 micro-batches a bubble, k = 16 fits 3-5; python/examples/micro_steps_bench.py).
+    ``item_cost_us``: one step's cost; without micro-steps a given cost is kept by the planner
+    (not learned from the slices)."""
     return TrainingJob(runtime, module, optimizer, loss_fn, data, steps=steps,
                        checkpoint=checkpoint, every=every, resume=resume, name=name,
                        priority=priority, item_cost_us=item_cost_us, slots=slots,
