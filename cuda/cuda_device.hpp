@@ -42,7 +42,7 @@ class CudaDeviceExtras {
   // Why the partition is (not) a green context; see fallbacks.hpp. Set by configure_partition.
   virtual const PartitionOutcome& partition_outcome() const = 0;
   // CUDA_DEVICE_MAX_CONNECTIONS=1 was in force when the device was created (one hardware queue
-  // per context: see docs/cuda-backend.md, "One device connection").
+  // per context: see docs/cuda-backend-fill.md, "One device connection").
   virtual bool single_connection() const = 0;
   // Measured by configure_partition.
   virtual ClusterOccupancy cluster_occupancy() const = 0;

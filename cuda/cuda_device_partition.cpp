@@ -63,7 +63,7 @@ pfResult_t CudaDevice::configure_partition(int reserved_sms, FillPartition* out)
     log::warn("CUDA_DEVICE_MAX_CONNECTIONS=1 in {} mode: fill and main work may share one hardware "
               "queue, so a fill slice enqueued after the main stream's wait would start only once "
               "the gate is closed; the auto launch mode enqueues slices inline in pfBubbleBegin "
-              "(see docs/cuda-backend.md)",
+              "(see docs/cuda-backend-fill.md, \"One device connection\")",
               partition.mode);
   partition_ = partition;
   outcome_ = outcome;

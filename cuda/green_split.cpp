@@ -68,7 +68,8 @@ pfResult_t create_green_split(const DriverApi& api, CUdevice device, int reserve
   };
   if (reserved_sms > 0 && want > 0) {
     // The main job's SMs first, fill work on the remainder: the same split by count that
-    // torch's GreenContext.create(num_sms=R) makes (docs/pytorch.md, "Torch green contexts"),
+    // torch's GreenContext.create(num_sms=R) makes (docs/pytorch-graph-jobs.md, "Torch green
+    // contexts"),
     // so a main job confined to such a context and the fill partition never share an SM.
     CUdevResource main_group{}, rest{};
     unsigned groups = 1;

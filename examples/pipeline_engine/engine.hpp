@@ -26,7 +26,7 @@ bool parse_fill_mode(const std::string& name, FillMode* out);
 // The lead of the benchmarks' "PipeFill+notice" rows (EngineOptions::notice_lead_us): the
 // notice's own trip (the example's p2p latency, 10 us), so the receiver closes its fill at the
 // sender's nominal send, and the items in flight drain while the message's latency passes,
-// before its bytes move. docs/results.md has the curve across leads.
+// before its bytes move. docs/results-peers.md has the curve across leads.
 constexpr double kDefaultNoticeLeadUs = 10.0;
 
 struct EngineOptions {

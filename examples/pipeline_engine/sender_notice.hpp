@@ -5,8 +5,8 @@
 //
 // Why: a receive bubble's end is the sender's send plus the transfer, and the send's time
 // varies with the sender's kernels (5% jitter upstream: 40-120 us of spread per class), which
-// nothing the receiver sees at the bubble's begin predicts (docs/results.md, the frontier notes).
-// The sender knows it a kernel ahead.
+// nothing the receiver sees at the bubble's begin predicts (docs/results-peers.md, the frontier
+// notes). The sender knows it a kernel ahead.
 //
 // How, per stage:
 //  - sender: right before the last kernel ahead of each send, a notice stream waits for that

@@ -113,7 +113,7 @@ class GraphJob:
     before every item: the overrun past a bubble's end is at most one item, and each index
     0..items-1 runs exactly once across bubbles. The graph must not allocate, synchronise with
     the host or hold event/host/conditional nodes, and must write its results into memory
-    allocated before the job (see docs/pytorch.md, "Graph fill jobs").
+    allocated before the job (see docs/pytorch-graph-jobs.md, "Graph fill jobs").
     :func:`pipefill.torch.graph_fill_job` captures one for a module.
 
     On the simulated and host backends there is no graph: ``graph`` and ``index_word`` may stay

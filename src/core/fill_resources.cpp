@@ -104,8 +104,8 @@ pfResult_t create_fill_resources(Device& device, RuntimeOptions* options, FillRe
       options->backend == pfBackendSim ? kSimLaunchOverheadUs : kCudaLaunchOverheadUs;
   const int sms = device.sm_count();
   // Unset on CUDA: the device derives R from the main job's NCCL settings (NCCL_MAX_CTAS /
-  // NCCL_MAX_NCHANNELS) rounded to the partition granularity (docs/cuda-backend.md). Unset on
-  // the other devices: nothing reserved unless asked.
+  // NCCL_MAX_NCHANNELS) rounded to the partition granularity (docs/cuda-backend-fill.md). Unset
+  // on the other devices: nothing reserved unless asked.
   const bool reserved_unset = options->reserved_sms < 0;
   int reserved = options->reserved_sms;
   if (reserved < 0 && options->backend != pfBackendCuda) reserved = 0;

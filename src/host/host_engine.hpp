@@ -49,7 +49,7 @@ struct EngineOptions {
   // streams' and the SM threads), so that the main job's threads win the cores - the host
   // device's low-priority fill streams. 0 leaves them at the process's. With 8 SM threads per
   // device on 2 cores, 10 took the main job's slowdown from +15-24% to +5% at the same fill
-  // (docs/results.md, "C++ items on the host device").
+  // (docs/results-host-engine.md, "C++ items on the host device").
   int fill_nice = 10;
   // PIPEFILL_HOST_TIME_BUDGET=1: the launches that ask for it - the graph items of a job whose
   // items are the host thread's own work (a Python item job, whose items the planner counts at
@@ -58,7 +58,7 @@ struct EngineOptions {
   // the mean of the launch's items so far). Without it such a slice runs on until the gate, one
   // item past most bubbles' ends into the trainer's step. Opt-in: on this 2-core machine its
   // effect on the trainer's step and the fill is within the noise of the measurements so far
-  // (docs/results.md, "The time budget").
+  // (docs/results-host-python.md, "The time budget").
   bool time_budget = false;
 };
 // Reads PIPEFILL_HOST_SMS, PIPEFILL_HOST_MEMORY_BYTES and PIPEFILL_HOST_FILL_NICE over the

@@ -213,7 +213,8 @@ bool Engine::within_time_budget(Launch& launch) const {
       static_cast<double>(launch.item_ns.load(std::memory_order_relaxed)) / 1e3 /
       static_cast<double>(timed);
   // Half an item of slack: the planned time is already up to one (fastest) item short of the
-  // bubble's predicted end, and without it the fill lost 16% of its rate (docs/results.md).
+  // bubble's predicted end, and without it the fill lost 16% of its rate
+  // (docs/results-host-python.md, "The time budget").
   return now - started + 0.5 * mean_us <= launch.slice.time_budget_us;
 }
 

@@ -102,7 +102,7 @@ class CudaGpu : public ::testing::Test {
   // the slice. The fill side is enqueued before the main side's wait and gate close: with
   // CUDA_DEVICE_MAX_CONNECTIONS=1 both streams of one context share one hardware queue, which
   // runs operations in enqueue order, so a slice enqueued after the gate write would only start
-  // once the gate is closed and run nothing (docs/cuda-backend.md, "One device connection").
+  // once the gate is closed and run nothing (docs/cuda-backend-fill.md, "One device connection").
   void run_bubble(uint64_t bubble_id, uint64_t bubble_ns, const pfSliceDesc_t& s, const SpinItemsParams& params,
                   uint64_t* bubble_end_ns = nullptr, int* grid = nullptr) {
     PF_ASSERT_OK(device_->record_event(begin_, main_));

@@ -1,5 +1,5 @@
 """torch's settings around a graph fill job's capture and the wait for its results (issue 33
-items 1-3), on CPU with torch's capture mocked (test_cuda_streaming_jobs's stand-ins):
+items 1-3), on CPU with torch's capture mocked (cuda_fakes.py's stand-ins):
 
 - item 1: the matmul SM carve-out sizes GEMMs to the fill partition during the warm-up and the
   capture, and the caller's value is back afterwards - also when the step raises;
@@ -24,7 +24,7 @@ import pipefill as pf
 import pipefill.torch as pft
 from pipefill.torch import _fill_capture as fc
 from pipefill.torch import _graph_contexts as gc
-from test_cuda_streaming_jobs import FakeGraph, FakeRuntime, fake_cuda  # noqa: F401 (fixture)
+from cuda_fakes import FakeGraph, FakeRuntime, fake_cuda  # noqa: F401 (fixture)
 
 DEVICE_SMS, RESERVED = 132, 20
 

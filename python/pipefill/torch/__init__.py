@@ -136,7 +136,7 @@ def inference_job(runtime: Runtime, module: "torch.nn.Module", data: Iterable[An
     callable sink again on resume; the folder and memmap sinks rewrite them in place, so they
     hold each item exactly once. ``item_cost_us``: default, the module timed on the first batch
     (then learned from the measured slices); given, the planner keeps it (host/simulated
-    backends; see docs/pytorch.md).
+    backends; see docs/pytorch-streaming.md).
 
     ``batch_sizes=[b, 2b, ...]`` (host and simulated backends; each a multiple of the smallest,
     ``b``): the job offers one configuration per size and the planner picks per bubble class the

@@ -78,8 +78,8 @@ def complement_config(main_sms: Any, config: Optional[Config] = None, /,
     keeps for the main job (``main_sms``: an int, a torch ``GreenContext`` or ``SMPartition``):
     ``reserved_sms`` = that count, ``device`` = the partition's device. A ``reserved_sms`` or
     ``device`` given as well must agree (ValueError naming both), so the two partitions never
-    overlap in SM count. See docs/pytorch.md ("Torch green contexts") for what the CUDA backend
-    does with it."""
+    overlap in SM count. See docs/pytorch-graph-jobs.md ("Torch green contexts") for what the
+    CUDA backend does with it."""
     count = main_job_sms(main_sms)
     base = config if config is not None else Config()
     if not isinstance(base, Config):
