@@ -6,8 +6,9 @@
 #    find_package(pipefill) from the moved prefix, and run (tests/package_consumer/check_installed.sh;
 #    scripts/test.sh runs the same script on the release tree as a stage of its own);
 #  - package.public_headers_compile_alone: every public header compiled alone by gcc and clang
-#    as C99/C11 (pipefill.h) and C++17/C++20 with -Wall -Wextra -Wpedantic -Werror
-#    -Wold-style-cast, the PF_*_INITIALIZER macros expanded (tests/headers/check_headers.sh).
+#    as C99/C11 (the C API: pipefill.h and pipefill_{graph,observe,sim,host}.h, each declaring all
+#    of it) and C++17/C++20 with -Wall -Wextra -Wpedantic -Werror -Wold-style-cast, the
+#    PF_*_INITIALIZER macros expanded (tests/headers/check_headers.sh).
 # Sanitizer builds leave them out: an instrumented .so needs its sanitizer runtime preloaded, and
 # the compile checks do not depend on the build type.
 if(NOT BUILD_TESTING OR PIPEFILL_SANITIZE)

@@ -1,7 +1,9 @@
-// The C boundary: every pfXxx function of include/pipefill/pipefill.h except the pfSim* ones
-// (src/sim/sim_capi.cpp) and the statistics, traces and observers (capi_stats.cpp). Each call clears this thread's error message, refuses calls from inside
-// job callbacks, looks its handles up in the live-handle tables (core/handles.hpp) and catches
-// every exception, so nothing throws across the boundary and no freed object is ever touched.
+// The C boundary: every pfXxx function of the C API (include/pipefill/pipefill.h and the headers it
+// includes) except the pfSim* ones (pipefill_sim.h: src/sim/sim_capi.cpp) and the statistics,
+// traces and observers (pipefill_observe.h: capi_stats.cpp). Each call clears this thread's error
+// message, refuses calls from inside job callbacks, looks its handles up in the live-handle tables
+// (core/handles.hpp) and catches every exception, so nothing throws across the boundary and no
+// freed object is ever touched.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -1,5 +1,5 @@
 // The graph job kind (pfJobGraph, pfJobCreateGraph): a fill job whose item is one run of a captured
-// CUDA graph, gated by the runtime before every item (see pfGraphJobDesc_t in pipefill.h and
+// CUDA graph, gated by the runtime before every item (see pfGraphJobDesc_t in pipefill_graph.h and
 // docs/api.md, "Graph fill jobs"). Two pieces live here, so the rest of the core needs to know only
 // that a job is gated:
 //

@@ -1,6 +1,6 @@
-/* Expands every PF_*_INITIALIZER macro of pipefill.h, at file scope (constant initializers) and in
- * a function; compiled as C99/C11 and as C++17/C++20 (-Wold-style-cast, -Wmissing-field-
- * initializers via -Wextra) by tests/headers/check_headers.sh. */
+/* Expands every PF_*_INITIALIZER macro of pipefill.h and the headers it includes, at file scope
+ * (constant initializers) and in a function; compiled as C99/C11 and as C++17/C++20
+ * (-Wold-style-cast, -Wmissing-field-initializers via -Wextra) by tests/headers/check_headers.sh. */
 #include <pipefill/pipefill.h>
 
 static const pfConfig_t kConfig = PF_CONFIG_INITIALIZER;

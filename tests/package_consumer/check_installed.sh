@@ -2,6 +2,7 @@
 # Installs a build tree into a scratch prefix, MOVES the prefix elsewhere (so nothing may point at
 # the install location: pipefill.pc must be relative to ${pcfiledir}, the CMake package files to
 # their own directory), then builds and runs, from the moved prefix:
+#   0. each C API header (pipefill.h and the four it includes) alone, `cc -std=c99 -fsyntax-only`
 #   1. main.c with `cc -std=c99 $(pkg-config --cflags --libs pipefill)`
 #   2. cxx/main.cpp with `c++ -std=c++17 $(pkg-config --cflags --libs pipefill)`
 #   3. docs/integration.md section 4's C trainer, extracted from the doc, the same way
@@ -41,8 +42,14 @@ version=$(pkg-config --modversion pipefill)
 echo "pkg-config from the moved prefix: $flags (version $version)"
 [ "$version" = "$expected_version" ] || { echo "FAIL: pipefill.pc says $version, the build is $expected_version"; exit 1; }
 [ -f "$libdir/libpipefill.so" ] || { echo "FAIL: libdir $libdir has no libpipefill.so"; exit 1; }
-[ -f "$(pkg-config --variable=includedir pipefill)/pipefill/pipefill.h" ] || {
-  echo "FAIL: includedir has no pipefill/pipefill.h"; exit 1; }
+# The C API's headers (pipefill.h includes the other four), each compiled alone from the prefix.
+for header in pipefill.h pipefill_graph.h pipefill_observe.h pipefill_sim.h pipefill_host.h; do
+  [ -f "$(pkg-config --variable=includedir pipefill)/pipefill/$header" ] || {
+    echo "FAIL: includedir has no pipefill/$header"; exit 1; }
+  # shellcheck disable=SC2086  # $flags is a list of flags
+  printf '#include <pipefill/%s>\n' "$header" | "$cc" -std=c99 -Wall -Wextra -Werror -x c - $flags \
+    -fsyntax-only
+done
 
 # shellcheck disable=SC2086  # $flags is a list of flags
 "$cc" -std=c99 -Wall -Wextra -Werror "$here/main.c" $flags -o "$scratch/out/c_pkgconfig"
