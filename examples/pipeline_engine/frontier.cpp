@@ -13,6 +13,8 @@ std::vector<KnobSweep> default_knob_sweeps() {
   return {
       {FillMode::PipeFill, "gated quantile",
        {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0}, 0.5},
+      // Below the engine's margin (the receive's transfer time, 84 us): fill beside the bytes.
+      {FillMode::PipeFill, "margin us", {60, 40, 20, 0}, -1.0, false, true},
       {FillMode::PipeFill, "notice lead us", {40, 30, 20, 10, 5}, kDefaultNoticeLeadUs, true},
       {FillMode::Naive, "bubble share", {0.25, 0.5, 0.75, 1.0}, 1.0},
       {FillMode::FreeRide, "admission pad", {1.0, 1.2, 2.0, 4.0}, 1.2},
@@ -28,14 +30,22 @@ Status run_frontier(const EngineOptions& options, const std::vector<KnobSweep>& 
   base.mode_knob = -1.0;
   ENGINE_TRY(measure_fill_mode(base, FillMode::None, 0.0, &f.none));
   for (const KnobSweep& sweep : sweeps) {
+    if (sweep.margin && sweep.notice_lead)
+      return Status{pfErrorInvalidArgument,
+                    fmt::format("frontier: {} sweep '{}' varies both the margin and the notice "
+                                "lead; one at a time",
+                                fill_mode_name(sweep.mode), sweep.knob)};
     for (double value : sweep.values) {
-      if (!(value > 0))
+      if (sweep.margin ? !(value >= 0) : !(value > 0))
         return Status{pfErrorInvalidArgument,
-                      fmt::format("frontier: {} knob values must be > 0, got {}",
-                                  fill_mode_name(sweep.mode), value)};
+                      fmt::format("frontier: {} knob '{}' values must be {}, got {}",
+                                  fill_mode_name(sweep.mode), sweep.knob,
+                                  sweep.margin ? ">= 0" : "> 0", value)};
       EngineOptions o = options;
       if (sweep.notice_lead) {
         o.notice_lead_us = value;
+      } else if (sweep.margin) {
+        o.margin_us = value;
       } else {
         o.mode_knob = value;
       }
@@ -44,7 +54,7 @@ Status run_frontier(const EngineOptions& options, const std::vector<KnobSweep>& 
       point.mode = sweep.mode;
       point.knob = sweep.knob;
       point.value = value;
-      point.is_default = value == sweep.default_value;
+      point.is_default = !sweep.margin && value == sweep.default_value;
       ENGINE_TRY(measure_fill_mode(o, sweep.mode, f.none.iteration_us, &point.row));
       f.points.push_back(point);
     }

@@ -20,9 +20,14 @@ struct KnobSweep {
   // instead of mode_knob: PipeFill with an engine that also tells each receiver when the send
   // is near. Its points are printed as "PipeFill+notice" and kept off ours' plain curve.
   bool notice_lead = false;
+  // The values are EngineOptions::margin_us instead (the runtime's safety margin before every
+  // bubble's end; >= 0, and with it no per-class margins), mode_knob at its default: PipeFill's
+  // second knob, with less margin than the receive's transfer (84 us) the gate lets items run
+  // beside the message's bytes. Its points are on ours' plain curve. Not with notice_lead.
+  bool margin = false;
 };
 
-// PipeFill: gated quantile, then its notice lead (us); naive: share of the expected bubble;
+// PipeFill: gated quantile, its safety margin (us), then its notice lead (us); naive: share of the expected bubble;
 // FreeRide-style: admission pad; Tally-style: SM share; paper-style: prediction quantile
 // (engine.hpp EngineOptions::mode_knob).
 std::vector<KnobSweep> default_knob_sweeps();
@@ -44,7 +49,7 @@ struct Frontier {
 Status run_frontier(const EngineOptions& options, const std::vector<KnobSweep>& sweeps,
                     Frontier* out);
 
-// Ours' slowdown at `filled_pct` on its plain curve (the gated-quantile points, no notice;
+// Ours' slowdown at `filled_pct` on its plain curve (the gated-quantile and margin points, no notice;
 // straight lines between its points, the lowest where the curve folds back); false when no point
 // of ours fills that much.
 bool ours_slowdown_at(const Frontier& frontier, double filled_pct, double* slowdown_pct);

@@ -103,3 +103,36 @@ TEST(Frontier, RefusesANonPositiveKnobAndLeavesTheOutputAlone) {
   ASSERT_EQ(f.points.size(), 1u);
   EXPECT_EQ(f.points.front().row.filled_pct, 80.0);
 }
+
+// Ours' second knob: the safety margin before each bubble's end. Below the receive's transfer
+// time (the engine's default) the gate's budget reaches into the transfer, so ours fills more of
+// each bubble and, beside the message's bytes (gamma), slows the main job more.
+TEST(Frontier, LessMarginFillsMoreOfEachBubbleAndCostsMore) {
+  const EngineOptions o = small(0.05);
+  const PeerRow engine_margin = measure(o, FillMode::PipeFill, -1.0);
+  Frontier f;
+  ASSERT_TRUE(run_frontier(o, {{FillMode::PipeFill, "margin us", {0}, -1.0, false, true}}, &f).ok());
+  ASSERT_EQ(f.points.size(), 1u);
+  const FrontierPoint& none = f.points.front();
+  EXPECT_FALSE(none.notice);  // on ours' plain curve
+  EXPECT_FALSE(none.is_default);
+  EXPECT_GT(none.row.filled_pct, engine_margin.filled_pct);
+  EXPECT_GT(none.row.slowdown_pct, engine_margin.slowdown_pct);
+  double s = -1.0;
+  ASSERT_TRUE(ours_slowdown_at(f, none.row.filled_pct, &s));
+  EXPECT_EQ(s, none.row.slowdown_pct);
+}
+
+TEST(Frontier, RefusesANegativeMarginAndAMarginWithANoticeNamingTheKnob) {
+  Frontier f;
+  f.points = {ours(80.0, 0.1)};
+  Status s = run_frontier(small(0.0), {{FillMode::PipeFill, "margin us", {20, -5}, -1.0, false, true}}, &f);
+  EXPECT_EQ(s.code, pfErrorInvalidArgument);
+  EXPECT_NE(s.message.find("margin us"), std::string::npos) << s.message;
+  EXPECT_NE(s.message.find("-5"), std::string::npos) << s.message;
+  s = run_frontier(small(0.0), {{FillMode::PipeFill, "both", {10}, -1.0, true, true}}, &f);
+  EXPECT_EQ(s.code, pfErrorInvalidArgument);
+  EXPECT_NE(s.message.find("both the margin and the notice"), std::string::npos) << s.message;
+  ASSERT_EQ(f.points.size(), 1u);  // a refused sweep changes nothing
+  EXPECT_EQ(f.points.front().row.filled_pct, 80.0);
+}
