@@ -7,7 +7,8 @@ planner picks the size per bubble class).
 
 Prints, from one process, side by side:
   - alone: samples per second of the plain loop (module on batches of the largest size; and of
-    the smallest), the fastest of 3 timed groups;
+    the smallest), the median of 3 timed groups, measured right before each job's bubbles (the
+    same moment of a machine whose speed drifts; python/examples/micro_steps_bench.py);
   - for each job (one size: the largest; then --sizes sizes, largest / 2**i): samples per
     bubble-second (samples handed to the sink over --bubbles bubbles of --bubble-us), its ratio
     to alone, the claims run per size and the planner's learned costs.
@@ -16,6 +17,7 @@ No figure is a pass/fail: timings on a shared machine are noisy; compare the rat
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import torch
@@ -48,22 +50,25 @@ class Samples:
         return self.count
 
 
-def plain_samples_per_s(module: nn.Module, rows: int, batches: int = 10, groups: int = 3) -> float:
+def plain_samples_per_s(module: nn.Module, rows: int, batches: int = 10, groups: int = 3,
+                        fastest: bool = False) -> float:
+    """The plain loop's samples per second over `groups` timed groups: their median, or with
+    `fastest` their best."""
     x = torch.randn(rows, DIM)
-    best = 0.0
+    rates = []
     with torch.no_grad():
         module(x)
         for _ in range(groups):
             t0 = time.perf_counter()
             for _ in range(batches):
                 module(x)
-            best = max(best, batches * rows / (time.perf_counter() - t0))
-    return best
+            rates.append(batches * rows / (time.perf_counter() - t0))
+    return max(rates) if fastest else statistics.median(rates)
 
 
 def rows_for(module: nn.Module, batch_ms: float) -> int:
     """Rows whose plain forward takes about batch_ms here (a multiple of 64)."""
-    rate = plain_samples_per_s(module, 256)
+    rate = plain_samples_per_s(module, 256, fastest=True)
     return max(64, int(round(rate * batch_ms * 1e-3 / 64)) * 64)
 
 
@@ -105,12 +110,12 @@ def main() -> None:
     sizes = sorted({max(1, rows >> i) for i in range(args.sizes)})
     print(f"MLP {DIM}->{HIDDEN}->{HIDDEN}->{OUT} inference, torch threads 1; "
           f"{args.bubbles} bubbles of {args.bubble_us:.0f} us; sizes {sizes}")
-    alone = plain_samples_per_s(module, rows)
-    alone_small = plain_samples_per_s(module, sizes[0])
-    print(f"  alone (the plain loop, best of 3): {alone:.0f} samples/s at batch {rows} "
-          f"({rows / alone * 1e3:.2f} ms a batch); {alone_small:.0f} samples/s at batch "
-          f"{sizes[0]}")
     for job_sizes in ([rows], sizes):
+        alone = plain_samples_per_s(module, rows)  # right before the job: the same moment
+        alone_small = plain_samples_per_s(module, sizes[0])
+        print(f"  alone (the plain loop, median of 3): {alone:.0f} samples/s at batch {rows} "
+              f"({rows / alone * 1e3:.2f} ms a batch); {alone_small:.0f} samples/s at batch "
+              f"{sizes[0]}")
         rate, runs, cost = in_bubbles(module, job_sizes, args.bubble_us, args.bubbles)
         print(f"  batch sizes {str(job_sizes):22s}: {rate:9.0f} samples per bubble-second: "
               f"ratio {rate / alone:.3f} of the plain loop at batch {rows}; claims per size "
