@@ -21,8 +21,8 @@ loop. Goal (issue 32): the micro-step job at >= 0.5 of alone per bubble-second, 
 one-config job runs only in probes (a ~20 ms step on 8 ms bubbles ran at 0.03).
 
 A micro-batch is the smallest piece the job can run, so a bubble holds whole ones only: with 8 ms
-bubbles, k = 8 (micro-batches of ~2.5-4 ms here) fits 2 or, when the machine is slow, 1 per
-bubble; k = 16 fits 3-5. Choose k so a micro-batch is at most about a quarter of the bubbles to
+bubbles, k = 8 (micro-batches of ~2.4-4 ms here) fits 2 (3 in fast moments, 1 when the machine
+is slow) per bubble; k = 16 (1.4-1.9 ms) fits 4-5. Choose k so a micro-batch is at most about a quarter of the bubbles to
 fill (docs/pytorch-streaming.md, "Micro-steps").
 """
 from __future__ import annotations

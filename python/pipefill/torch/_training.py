@@ -437,7 +437,7 @@ def training_job(runtime: Runtime, module: "torch.nn.Module", optimizer: Any,
     per item, per bubble class (pipefill/torch/_micro_steps.py): a step longer than the bubbles
     runs in pieces that fit them. A bubble holds whole micro-batches only, so choose ``k`` so that
     one is at most about a quarter of the bubbles to fill (a ~20 ms step on 8 ms bubbles: k = 8
-    fits 1-2 micro-batches a bubble, k = 16 fits 3-5; python/examples/micro_steps_bench.py).
+    fits 1-3 micro-batches a bubble, k = 16 fits 4-5; python/examples/micro_steps_bench.py).
     ``item_cost_us``: one step's cost; without micro-steps a given cost is kept by the planner
     (not learned from the slices)."""
     return TrainingJob(runtime, module, optimizer, loss_fn, data, steps=steps,
