@@ -3,7 +3,7 @@ the bubbles, run as one item per step (one configuration) and as micro-steps (th
 micro-batches per item per bubble class).
 
   python python/examples/micro_steps_bench.py [--step-ms 20] [--bubble-us 8000] [--bubbles 150]
-      [--micro-batches 8,16] [--rounds 5]
+      [--micro-batches 8,16] [--rounds 5] [--compute-us 0]
 
 Each round runs, back to back in one process, so that every ratio compares runs made at the same
 moment of a machine whose speed drifts (2-core VMs here: a micro-batch's CPU time moved 3.1 -> 4.8
@@ -15,7 +15,9 @@ ms between runs minutes apart on 2026-12-07):
     steps over --bubbles bubbles of --bubble-us, per bubble-second, with the configuration the
     planner used last, the learned item cost, the share of bubble time filled and the fill time
     past bubble ends (the runtime's stats: what a trainer sharing the cores would wait for; the
-    trainer here is a sleep).
+    trainer is a sleep unless --compute-us gives it CPU work between bubbles, streaming_bench's
+    matmuls on the main thread: then each job's trainer step is also timed against the same
+    trainer with a runtime and no job, run right before it, and the median ratio printed).
 Then, per job, the median over the rounds of its ratio to the plain loop and to the accumulation
 loop. Goal (issue 32): the micro-step job at >= 0.5 of alone per bubble-second, where the
 one-config job runs only in probes (a ~20 ms step on 8 ms bubbles ran at 0.03).
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import List
 
 import torch
 from torch import nn
@@ -86,20 +89,65 @@ def rows_for(step_ms: float) -> int:
     return rows
 
 
-def in_bubbles(rows: int, k: int, bubble_us: float, bubbles: int):
-    module, opt, batches = make(rows)
-    rt = pf.Runtime(backend="host", reserved_sms=0, safety_margin_us=0.0,
-                    safety_margin_fraction=0.0, min_samples=1000000)
-    job = pft.training_job(rt, module, opt, nn.functional.mse_loss, batches, steps=10**6,
-                           micro_batches=k, name=f"micro{k}")
+# The trainer's own CPU work between bubbles with --compute-us (streaming_bench's: 128x128
+# matmuls on the main thread); without it, a 500 us sleep on its stream.
+_A = torch.randn(128, 128)
+
+
+def cpu_compute(reps: int) -> None:
+    x = _A
+    for _ in range(reps):
+        x = torch.mm(x, _A).clamp_(-1.0, 1.0)
+
+
+def compute_reps(compute_us: float) -> int:
+    """Matmul repetitions that take compute_us here now; 0 for none."""
+    if compute_us <= 0:
+        return 0
+    cpu_compute(50)
+    t0 = time.perf_counter()
+    cpu_compute(200)
+    return max(1, round(compute_us / ((time.perf_counter() - t0) * 1e6 / 200)))
+
+
+def trainer(rt: pf.Runtime, bubble_us: float, bubbles: int, reps: int) -> List[float]:
+    """The trainer's steps: a bubble of bubble_us, then its own work; each step's wall time (s)."""
     stream = rt.high_priority_stream()
+    steps = []
     for _ in range(bubbles):
+        t0 = time.perf_counter()
         with rt.bubble(stream, expected_us=bubble_us):
             pf.host_stream_delay(stream, bubble_us)
         pf.host_stream_synchronize(stream)
-        pf.host_stream_delay(stream, 500.0)  # the trainer's own work between bubbles
+        if reps:
+            cpu_compute(reps)
+        else:
+            pf.host_stream_delay(stream, 500.0)
+            pf.host_stream_synchronize(stream)
         rt.iteration_end()
-        pf.host_stream_synchronize(stream)
+        steps.append(time.perf_counter() - t0)
+    return steps
+
+
+def host_runtime() -> pf.Runtime:
+    return pf.Runtime(backend="host", reserved_sms=0, safety_margin_us=0.0,
+                      safety_margin_fraction=0.0, min_samples=1000000)
+
+
+def plain_step_s(bubble_us: float, bubbles: int, reps: int) -> float:
+    """The trainer's median step with a runtime and no job (the step ratio's base)."""
+    rt = host_runtime()
+    steps = trainer(rt, bubble_us, bubbles, reps)
+    rt.close()
+    return statistics.median(steps[2:])
+
+
+def in_bubbles(rows: int, k: int, bubble_us: float, bubbles: int, reps: int = 0):
+    module, opt, batches = make(rows)
+    rt = host_runtime()
+    job = pft.training_job(rt, module, opt, nn.functional.mse_loss, batches, steps=10**6,
+                           micro_batches=k, name=f"micro{k}")
+    job.trainer_step_s = statistics.median(trainer(rt, bubble_us, bubbles, reps)[2:])
     rt.synchronize()
     stats = rt.stats()
     steps = job.step
@@ -129,6 +177,9 @@ def main() -> None:
     parser.add_argument("--micro-batches", default="8,16",
                         help="comma-separated k of the micro-step jobs (each > 1)")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--compute-us", type=float, default=0.0,
+                        help="the trainer's own CPU work between bubbles (matmuls on the main "
+                             "thread), its step with the job against without it; 0: a sleep")
     args = parser.parse_args()
     ks = [int(k) for k in args.micro_batches.split(",")]
     if any(k < 2 for k in ks) or args.rounds < 1:
@@ -136,30 +187,39 @@ def main() -> None:
                      f"--rounds {args.rounds}: at least 1")
     torch.set_num_threads(1)
     rows = rows_for(args.step_ms)
+    reps = compute_reps(args.compute_us)
     print(f"MLP {DIM}->{HIDDEN}->{HIDDEN}->{OUT}, SGD, {rows} rows per step, torch threads 1; "
           f"{args.bubbles} bubbles of {args.bubble_us:.0f} us; {args.rounds} rounds")
     ratios = {micro: ([], []) for micro in [1] + ks}  # per job: (to plain, to accumulation)
+    steps = {micro: [] for micro in [1] + ks}  # per job: trainer step filling / plain
     for r in range(args.rounds):
         print(f"  round {r + 1}:")
         for micro in [1] + ks:
             alone = plain_steps_per_s(rows, 1)  # right before each job: the same moment
             alone_k = alone if micro == 1 else plain_steps_per_s(rows, micro)
-            rate, config, cost, job = in_bubbles(rows, micro, args.bubble_us, args.bubbles)
+            plain_step = plain_step_s(args.bubble_us, args.bubbles, reps) if reps else 0.0
+            rate, config, cost, job = in_bubbles(rows, micro, args.bubble_us, args.bubbles, reps)
             ratios[micro][0].append(rate / alone)
             ratios[micro][1].append(rate / alone_k)
             print(f"    micro_batches {micro:2d}: {rate:7.2f} steps per bubble-second; alone "
                   f"{alone:.2f} steps/s, with its accumulation {alone_k:.2f}; ratio {rate / alone:.3f} of the "
                   f"plain loop, {rate / alone_k:.3f} of the accumulation loop; "
                   f"{describe(job, config, cost)}")
+            if reps:
+                steps[micro].append(job.trainer_step_s / plain_step)
+                print(f"      trainer step with the job {job.trainer_step_s * 1e3:.3f} ms, without "
+                      f"{plain_step * 1e3:.3f} ms: ratio {job.trainer_step_s / plain_step:.3f}")
     print(f"  median of {args.rounds} rounds (steps per bubble-second / steps per second alone):")
     for micro in [1] + ks:
         plain, accumulated = (statistics.median(v) for v in ratios[micro])
         low, high = min(ratios[micro][0]), max(ratios[micro][0])
         verdict = ("" if micro == 1 else
                    f"; goal >= 0.5 of the plain loop: {'met' if plain >= 0.5 else 'MISSED'}")
+        trainer_ratio = (f"; trainer step {statistics.median(steps[micro]):.3f}x its plain step"
+                         if steps[micro] else "")
         print(f"  micro_batches {micro:2d}: {plain:.3f} of the plain loop ({low:.3f}-{high:.3f}), "
               f"{accumulated:.3f} of the accumulation loop with {micro} micro-batches of "
-              f"{rows // micro} rows{verdict}")
+              f"{rows // micro} rows{verdict}{trainer_ratio}")
 
 
 if __name__ == "__main__":

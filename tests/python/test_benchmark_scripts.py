@@ -22,6 +22,9 @@ SCRIPTS = [
     ("benchmarks/python/trainer_phases.py", [], "compute phase"),
     ("python/examples/micro_steps_bench.py", ["--bubbles", "10", "--step-ms", "4", "--rounds", "1"],
      "micro_batches  8"),
+    ("python/examples/micro_steps_bench.py", ["--bubbles", "10", "--step-ms", "4", "--rounds", "1",
+                                              "--micro-batches", "8", "--compute-us", "500"],
+     "x its plain step"),
     ("python/examples/batch_sizes_bench.py", ["--bubbles", "10"], "samples per bubble-second"),
 ]
 
