@@ -39,6 +39,7 @@ from torch import nn
 
 import pipefill as pf
 import pipefill.torch as pft
+import streaming_bench  # this folder's: the trainer's CPU work (run as a script, it is on the path)
 
 DIM, HIDDEN, OUT = 256, 512, 16
 
@@ -89,25 +90,11 @@ def rows_for(step_ms: float) -> int:
     return rows
 
 
-# The trainer's own CPU work between bubbles with --compute-us (streaming_bench's: 128x128
-# matmuls on the main thread); without it, a 500 us sleep on its stream.
-_A = torch.randn(128, 128)
-
-
-def cpu_compute(reps: int) -> None:
-    x = _A
-    for _ in range(reps):
-        x = torch.mm(x, _A).clamp_(-1.0, 1.0)
-
-
+# The trainer's own CPU work between bubbles with --compute-us: streaming_bench's (128x128
+# matmuls on the main thread, calibrated to a time); without it, a 500 us sleep on its stream.
 def compute_reps(compute_us: float) -> int:
     """Matmul repetitions that take compute_us here now; 0 for none."""
-    if compute_us <= 0:
-        return 0
-    cpu_compute(50)
-    t0 = time.perf_counter()
-    cpu_compute(200)
-    return max(1, round(compute_us / ((time.perf_counter() - t0) * 1e6 / 200)))
+    return streaming_bench.calibrate(compute_us) if compute_us > 0 else 0
 
 
 def trainer(rt: pf.Runtime, bubble_us: float, bubbles: int, reps: int) -> List[float]:
@@ -120,7 +107,7 @@ def trainer(rt: pf.Runtime, bubble_us: float, bubbles: int, reps: int) -> List[f
             pf.host_stream_delay(stream, bubble_us)
         pf.host_stream_synchronize(stream)
         if reps:
-            cpu_compute(reps)
+            streaming_bench.cpu_compute(reps)
         else:
             pf.host_stream_delay(stream, 500.0)
             pf.host_stream_synchronize(stream)
