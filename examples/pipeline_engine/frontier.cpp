@@ -54,7 +54,7 @@ Status run_frontier(const EngineOptions& options, const std::vector<KnobSweep>& 
       point.mode = sweep.mode;
       point.knob = sweep.knob;
       point.value = value;
-      point.is_default = !sweep.margin && value == sweep.default_value;
+      point.is_default = value == sweep.default_value;
       ENGINE_TRY(measure_fill_mode(o, sweep.mode, f.none.iteration_us, &point.row));
       f.points.push_back(point);
     }

@@ -27,9 +27,9 @@ struct KnobSweep {
   bool margin = false;
 };
 
-// PipeFill: gated quantile, its safety margin (us), then its notice lead (us); naive: share of the expected bubble;
-// FreeRide-style: admission pad; Tally-style: SM share; paper-style: prediction quantile
-// (engine.hpp EngineOptions::mode_knob).
+// PipeFill: gated quantile, its safety margin (us), then its notice lead (us); naive: share of
+// the expected bubble; FreeRide-style: admission pad; Tally-style: SM share; paper-style:
+// prediction quantile (engine.hpp EngineOptions::mode_knob).
 std::vector<KnobSweep> default_knob_sweeps();
 
 struct FrontierPoint {
@@ -49,9 +49,9 @@ struct Frontier {
 Status run_frontier(const EngineOptions& options, const std::vector<KnobSweep>& sweeps,
                     Frontier* out);
 
-// Ours' slowdown at `filled_pct` on its plain curve (the gated-quantile and margin points, no notice;
-// straight lines between its points, the lowest where the curve folds back); false when no point
-// of ours fills that much.
+// Ours' slowdown at `filled_pct` on its plain curve (the gated-quantile and margin points, no
+// notice; straight lines between its points, the lowest where the curve folds back); false when
+// no point of ours fills that much.
 bool ours_slowdown_at(const Frontier& frontier, double filled_pct, double* slowdown_pct);
 
 // The table (one line per point, each peer point with ours' slowdown at its filled share and the

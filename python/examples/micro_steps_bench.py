@@ -24,15 +24,15 @@ one-config job runs only in probes (a ~20 ms step on 8 ms bubbles ran at 0.03).
 
 A micro-batch is the smallest piece the job can run, so a bubble holds whole ones only: with 8 ms
 bubbles, k = 8 (micro-batches of ~2.4-4 ms here) fits 2 (3 in fast moments, 1 when the machine
-is slow) per bubble; k = 16 (1.4-1.9 ms) fits 4-5. Choose k so a micro-batch is at most about a quarter of the bubbles to
-fill (docs/pytorch-streaming.md, "Micro-steps").
+is slow) per bubble; k = 16 (1.4-1.9 ms) fits 4-5. Choose k so a micro-batch is at most about a
+quarter of the bubbles to fill (docs/pytorch-streaming.md, "Micro-steps").
 """
 from __future__ import annotations
 
 import argparse
 import statistics
 import time
-from typing import List
+from typing import Any, List, NamedTuple
 
 import torch
 from torch import nn
@@ -116,44 +116,51 @@ def trainer(rt: pf.Runtime, bubble_us: float, bubbles: int, reps: int) -> List[f
     return steps
 
 
-def host_runtime() -> pf.Runtime:
-    return pf.Runtime(backend="host", reserved_sms=0, safety_margin_us=0.0,
-                      safety_margin_fraction=0.0, min_samples=1000000)
-
-
 def plain_step_s(bubble_us: float, bubbles: int, reps: int) -> float:
     """The trainer's median step with a runtime and no job (the step ratio's base)."""
-    rt = host_runtime()
+    rt = streaming_bench.host_runtime()
     steps = trainer(rt, bubble_us, bubbles, reps)
     rt.close()
     return statistics.median(steps[2:])
 
 
-def in_bubbles(rows: int, k: int, bubble_us: float, bubbles: int, reps: int = 0):
+class BubbleRun(NamedTuple):
+    """One job's run over the bubbles."""
+    rate: float            # optimizer steps per bubble-second
+    config: str            # the configuration the planner used last
+    cost: Any              # Job.cost_info() at the end
+    overrun_us: float      # fill time past bubble ends, per bubble (runtime stats)
+    max_overrun_us: float  # the largest single overrun
+    filled_share: float    # fill time inside bubbles / bubble time
+    trainer_step_s: float  # the trainer's median step meanwhile
+
+
+def in_bubbles(rows: int, k: int, bubble_us: float, bubbles: int, reps: int = 0) -> BubbleRun:
     module, opt, batches = make(rows)
-    rt = host_runtime()
+    rt = streaming_bench.host_runtime()
     job = pft.training_job(rt, module, opt, nn.functional.mse_loss, batches, steps=10**6,
                            micro_batches=k, name=f"micro{k}")
-    job.trainer_step_s = statistics.median(trainer(rt, bubble_us, bubbles, reps)[2:])
+    trainer_step_s = statistics.median(trainer(rt, bubble_us, bubbles, reps)[2:])
     rt.synchronize()
     stats = rt.stats()
-    steps = job.step
-    cost = job.job.cost_info()
-    config = job.job.info().config_index
+    names = [c[0] for c in job._micro.configs(1.0, 0.0)] if job._micro else ["1 step"]
+    index = job.job.info().config_index
+    run = BubbleRun(rate=job.step / (bubbles * bubble_us * 1e-6),
+                    config=names[index] if 0 <= index < len(names) else str(index),
+                    cost=job.job.cost_info(), overrun_us=stats.overrun_time_us / bubbles,
+                    max_overrun_us=stats.max_overrun_us, filled_share=stats.filled_share,
+                    trainer_step_s=trainer_step_s)
     job.close()
     rt.close()
-    job.overrun = (stats.overrun_time_us / bubbles, stats.max_overrun_us, stats.filled_share)
-    return steps / (bubbles * bubble_us * 1e-6), config, cost, job
+    return run
 
 
-def describe(job, config: int, cost) -> str:
-    names = [c[0] for c in job._micro.configs(1.0, 0.0)] if job._micro else ["1 step"]
-    name = names[config] if 0 <= config < len(names) else str(config)
-    per_bubble, largest, filled = job.overrun
-    return (f"last configuration {name}, learned item cost {cost.learned_cost_us:.0f} us "
+def describe(run: BubbleRun) -> str:
+    cost = run.cost
+    return (f"last configuration {run.config}, learned item cost {cost.learned_cost_us:.0f} us "
             f"({cost.probes} probes, {cost.too_short_bubbles} bubbles too short); filled "
-            f"{100 * filled:.0f}% of bubble time, fill past bubble ends {per_bubble:.0f} us per "
-            f"bubble (largest {largest:.0f} us)")
+            f"{100 * run.filled_share:.0f}% of bubble time, fill past bubble ends "
+            f"{run.overrun_us:.0f} us per bubble (largest {run.max_overrun_us:.0f} us)")
 
 
 def main() -> None:
@@ -185,17 +192,17 @@ def main() -> None:
             alone = plain_steps_per_s(rows, 1)  # right before each job: the same moment
             alone_k = alone if micro == 1 else plain_steps_per_s(rows, micro)
             plain_step = plain_step_s(args.bubble_us, args.bubbles, reps) if reps else 0.0
-            rate, config, cost, job = in_bubbles(rows, micro, args.bubble_us, args.bubbles, reps)
-            ratios[micro][0].append(rate / alone)
-            ratios[micro][1].append(rate / alone_k)
-            print(f"    micro_batches {micro:2d}: {rate:7.2f} steps per bubble-second; alone "
-                  f"{alone:.2f} steps/s, with its accumulation {alone_k:.2f}; ratio {rate / alone:.3f} of the "
-                  f"plain loop, {rate / alone_k:.3f} of the accumulation loop; "
-                  f"{describe(job, config, cost)}")
+            run = in_bubbles(rows, micro, args.bubble_us, args.bubbles, reps)
+            ratios[micro][0].append(run.rate / alone)
+            ratios[micro][1].append(run.rate / alone_k)
+            print(f"    micro_batches {micro:2d}: {run.rate:7.2f} steps per bubble-second; alone "
+                  f"{alone:.2f} steps/s, with its accumulation {alone_k:.2f}; ratio "
+                  f"{run.rate / alone:.3f} of the plain loop, {run.rate / alone_k:.3f} of the "
+                  f"accumulation loop; {describe(run)}")
             if reps:
-                steps[micro].append(job.trainer_step_s / plain_step)
-                print(f"      trainer step with the job {job.trainer_step_s * 1e3:.3f} ms, without "
-                      f"{plain_step * 1e3:.3f} ms: ratio {job.trainer_step_s / plain_step:.3f}")
+                steps[micro].append(run.trainer_step_s / plain_step)
+                print(f"      trainer step with the job {run.trainer_step_s * 1e3:.3f} ms, without "
+                      f"{plain_step * 1e3:.3f} ms: ratio {run.trainer_step_s / plain_step:.3f}")
     print(f"  median of {args.rounds} rounds (steps per bubble-second / steps per second alone):")
     for micro in [1] + ks:
         plain, accumulated = (statistics.median(v) for v in ratios[micro])

@@ -18,7 +18,6 @@
 #pragma once
 
 #include <algorithm>
-
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
