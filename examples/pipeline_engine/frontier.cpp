@@ -15,6 +15,8 @@ std::vector<KnobSweep> default_knob_sweeps() {
        {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0}, 0.5},
       // Below the engine's margin (the receive's transfer time, 84 us): fill beside the bytes.
       {FillMode::PipeFill, "margin us", {60, 40, 20, 0}, -1.0, false, true},
+      // Both knobs at once: every slice sized to the class's longest bubble, run beside the bytes.
+      {FillMode::PipeFill, "margin us, q 1", {40, 20, 0}, -1.0, false, true, 1.0},
       {FillMode::PipeFill, "notice lead us", {40, 30, 20, 10, 5}, kDefaultNoticeLeadUs, true},
       {FillMode::Naive, "bubble share", {0.25, 0.5, 0.75, 1.0}, 1.0},
       {FillMode::FreeRide, "admission pad", {1.0, 1.2, 2.0, 4.0}, 1.2},
@@ -35,6 +37,12 @@ Status run_frontier(const EngineOptions& options, const std::vector<KnobSweep>& 
                     fmt::format("frontier: {} sweep '{}' varies both the margin and the notice "
                                 "lead; one at a time",
                                 fill_mode_name(sweep.mode), sweep.knob)};
+    if (sweep.at_quantile >= 0 && (!sweep.margin || sweep.mode != FillMode::PipeFill ||
+                                   !(sweep.at_quantile > 0 && sweep.at_quantile <= 1)))
+      return Status{pfErrorInvalidArgument,
+                    fmt::format("frontier: {} sweep '{}' has at_quantile {}: only a PipeFill "
+                                "margin sweep runs at a quantile, one in (0, 1]",
+                                fill_mode_name(sweep.mode), sweep.knob, sweep.at_quantile)};
     for (double value : sweep.values) {
       if (sweep.margin ? !(value >= 0) : !(value > 0))
         return Status{pfErrorInvalidArgument,
@@ -46,6 +54,7 @@ Status run_frontier(const EngineOptions& options, const std::vector<KnobSweep>& 
         o.notice_lead_us = value;
       } else if (sweep.margin) {
         o.margin_us = value;
+        if (sweep.at_quantile > 0) o.mode_knob = sweep.at_quantile;
       } else {
         o.mode_knob = value;
       }

@@ -25,9 +25,14 @@ struct KnobSweep {
   // second knob, with less margin than the receive's transfer (84 us) the gate lets items run
   // beside the message's bytes. Its points are on ours' plain curve. Not with notice_lead.
   bool margin = false;
+  // With margin: the gated quantile (EngineOptions::mode_knob) the margin sweep runs at; < 0:
+  // the mode's default. Ours' two knobs together: a high quantile sizes each slice to the
+  // class's long bubbles, and less margin lets it run beside the bytes.
+  double at_quantile = -1.0;
 };
 
-// PipeFill: gated quantile, its safety margin (us), then its notice lead (us); naive: share of
+// PipeFill: gated quantile, its safety margin (us) at the default quantile and at quantile 1,
+// then its notice lead (us); naive: share of
 // the expected bubble; FreeRide-style: admission pad; Tally-style: SM share; paper-style:
 // prediction quantile (engine.hpp EngineOptions::mode_knob).
 std::vector<KnobSweep> default_knob_sweeps();

@@ -3,6 +3,7 @@
 // transport; the figures every mode is measured by the same way (sim_transport.cpp).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,14 @@ struct PeerRow {
   double transfer_free_pct = 0.0;
 };
 
+// Fill-job items per iteration a comparison gives each stage's job when options.fill_items is 0
+// (ours fills at most ~56,000 3.5 us MLP items per iteration and stage of the default pipeline).
+inline constexpr uint64_t kComparisonItemsPerIteration = 200000;
+
 // One mode's run with `options` (its mode_knob included), measured against a no-fill run whose
-// mean iteration time is `none_iteration_us` (0: this is the no-fill run; slowdown 0).
+// mean iteration time is `none_iteration_us` (0: this is the no-fill run; slowdown 0). Fails when
+// a stage's PipeFill job completed during the run (its filled share would be capped by the
+// job's size); options.fill_items 0 gives each job kComparisonItemsPerIteration x iterations.
 Status measure_fill_mode(const EngineOptions& options, FillMode mode, double none_iteration_us,
                          PeerRow* row);
 

@@ -192,6 +192,11 @@ BubblePlan SliceLauncher::plan(RuntimeState& s, const FillRequest& in,
         job->kind == pfJobOpaque ? std::min(gated_budget, ungated_budget) : 0.0;
     out.slices.push_back(PackedSlice{job, std::move(slice), stream, opaque_budget});
   }
+  if (order.empty() && so_far == nullptr)  // the skip's log line names its cause, not nothing
+    note(pfSkipNoJob, job_count == 0 ? "no fill job exists"
+                                     : fmt::format("none of the {} fill jobs is runnable (each "
+                                                   "finished, failed, or has no items left)",
+                                                   job_count));
   return out;
 }
 

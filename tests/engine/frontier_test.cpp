@@ -136,3 +136,56 @@ TEST(Frontier, RefusesANegativeMarginAndAMarginWithANoticeNamingTheKnob) {
   ASSERT_EQ(f.points.size(), 1u);  // a refused sweep changes nothing
   EXPECT_EQ(f.points.front().row.filled_pct, 80.0);
 }
+
+// Ours' two knobs together: a margin sweep at quantile 1 sizes each slice to its class's longest
+// bubble (the gate still closes at the end), so at the same margin it fills at least as much as
+// at the default median, and more where bubbles vary (jitter). A quantile given to a sweep that
+// is not ours' margin sweep, or one outside (0, 1], is refused naming it.
+TEST(Frontier, AMarginSweepAtQuantileOneFillsMoreThanAtTheMedian) {
+  const EngineOptions o = small(0.05);
+  Frontier median, longest;
+  ASSERT_TRUE(run_frontier(o, {{FillMode::PipeFill, "margin us", {0}, -1.0, false, true}}, &median).ok());
+  ASSERT_TRUE(run_frontier(o, {{FillMode::PipeFill, "margin us, q 1", {0}, -1.0, false, true, 1.0}},
+                           &longest).ok());
+  ASSERT_EQ(median.points.size(), 1u);
+  ASSERT_EQ(longest.points.size(), 1u);
+  EXPECT_GT(longest.points.front().row.filled_pct, median.points.front().row.filled_pct);
+  EXPECT_FALSE(longest.points.front().notice);  // on ours' plain curve
+
+  Frontier f;
+  f.points = {ours(80.0, 0.1)};
+  Status s = run_frontier(o, {{FillMode::PipeFill, "gated quantile", {0.5}, 0.5, false, false, 1.0}}, &f);
+  EXPECT_EQ(s.code, pfErrorInvalidArgument);
+  EXPECT_NE(s.message.find("at_quantile 1"), std::string::npos) << s.message;
+  s = run_frontier(o, {{FillMode::PipeFill, "margin us", {0}, -1.0, false, true, 1.5}}, &f);
+  EXPECT_EQ(s.code, pfErrorInvalidArgument);
+  EXPECT_NE(s.message.find("1.5"), std::string::npos) << s.message;
+  ASSERT_EQ(f.points.size(), 1u);  // refused sweeps change nothing
+}
+
+// A comparison never measures a job that ran out: ours' job holds a fixed number of items, and
+// once they are done its bubbles have nothing to fill, which would cap its filled share by the
+// job's size. 1000 items of 3.5 us are fewer than one long bubble holds on 124 SMs, so the run
+// completes the job and the measurement is refused, naming the option. Given no item count, a
+// comparison sizes the job by the run's length, and ours at its highest-filling settings (the
+// longest-bubble quantile, no margin) is measured over the benchmark's 20 iterations (124 SMs x
+// ~6 ms of bubbles per iteration / 3.5 us is over 200,000 items an iteration could take).
+TEST(Frontier, AComparisonRefusesAJobThatRanOutOfItems) {
+  EngineOptions o = small(0.05);
+  o.fill_items = 1000;
+  PeerRow row;
+  row.filled_pct = 42.0;
+  Status s = measure_fill_mode(o, FillMode::PipeFill, 0.0, &row);
+  EXPECT_EQ(s.code, pfErrorInvalidArgument);
+  EXPECT_NE(s.message.find("completed all 1000 items"), std::string::npos) << s.message;
+  EXPECT_NE(s.message.find("--fill-items"), std::string::npos) << s.message;
+  EXPECT_EQ(row.filled_pct, 42.0);  // a refused measurement changes nothing
+
+  o.fill_items = 0;
+  o.iterations = 20;  // the kind's default 1,000,000 items run out within these at these settings
+  o.mode_knob = 1.0;
+  o.margin_us = 0.0;
+  s = measure_fill_mode(o, FillMode::PipeFill, 0.0, &row);
+  EXPECT_TRUE(s.ok()) << s.message;
+  EXPECT_GT(row.filled_pct, 90.0);
+}
