@@ -25,8 +25,8 @@ struct RuntimeCore {
   std::atomic<bool> in_bubble{false};
   std::atomic<uintptr_t> bubble_stream{0};
   // Host backend: the native slice observer, always set (the fill window; it forwards to the
-  // Python observer of set_slice_observer).
-  SliceEvents slice_events;
+  // Python observer of set_slice_observer). Shared with the bubble-end markers in flight.
+  std::shared_ptr<SliceEvents> slice_events = std::make_shared<SliceEvents>();
 };
 
 class Runtime {
@@ -50,7 +50,7 @@ class Runtime {
     if (backend == pfBackendHost) {
       nb::gil_scoped_release release;
       check(pfRuntimeSetSliceObserver(core_->runtime, &SliceEvents::observe,
-                                      &core_->slice_events));
+                                      core_->slice_events.get()));
     }
   }
   ~Runtime() {
@@ -168,13 +168,24 @@ class Runtime {
       Use use(core_->life, "Runtime");
       check(pfBubbleEnd(core_->runtime, as_pointer(stream)));
       core_->in_bubble = false;
+      mark_fill_window_closed(stream);
     });
   }
   void bubble_close_fill(uintptr_t stream) {
     without_gil([&] {
       Use use(core_->life, "Runtime");
       check(pfBubbleCloseFill(core_->runtime, as_pointer(stream)));
+      mark_fill_window_closed(stream);
     });
+  }
+  // Host backend: the fill window closes when the bubble's end (or the close of its fill) runs
+  // on the stream, in stream order behind it (SliceEvents). A marker that cannot be queued
+  // leaves the window to the slice's end, as before: the instruction itself succeeded.
+  void mark_fill_window_closed(uintptr_t stream) {
+    if (core_->backend != pfBackendHost) return;
+    auto* owner = new std::shared_ptr<SliceEvents>(core_->slice_events);
+    if (pfHostLaunchHostFunc(as_pointer(stream), &SliceEvents::bubble_ended, owner) != pfSuccess)
+      delete owner;
   }
   bool in_bubble() {
     return without_gil([&] {
@@ -326,7 +337,7 @@ class Runtime {
     without_gil([&] {
       Use use(core_->life, "Runtime");
       if (core_->backend == pfBackendHost) {
-        core_->slice_events.forward.store(raw, std::memory_order_release);
+        core_->slice_events->forward.store(raw, std::memory_order_release);
       } else {  // refused, naming the backend
         check(pfRuntimeSetSliceObserver(core_->runtime,
                                         raw != nullptr ? &PySliceObserver::observe : nullptr, raw));
@@ -339,7 +350,7 @@ class Runtime {
   // work), and a wait for it, GIL released (False when timeout_s passed first). Other backends:
   // always False at once (no window: their fill work is not on the trainer's CPU).
   bool fill_window_open() {
-    return core_->backend == pfBackendHost && core_->slice_events.is_open();
+    return core_->backend == pfBackendHost && core_->slice_events->is_open();
   }
   bool wait_fill_window(double timeout_s) {
     if (!std::isfinite(timeout_s) || timeout_s < 0.0) {
@@ -352,9 +363,9 @@ class Runtime {
     // The wait holds no lock (a close is not held up by it); a daemon thread's wait (the
     // feeder's, the drainer's) may end at interpreter exit: waiting_without_gil parks it then.
     std::shared_ptr<RuntimeCore> core = core_;
-    return waiting_without_gil([&] { return core->slice_events.wait_open(timeout_s); });
+    return waiting_without_gil([&] { return core->slice_events->wait_open(timeout_s); });
   }
-  uint64_t fill_windows() { return core_->slice_events.windows.load(); }
+  uint64_t fill_windows() { return core_->slice_events->windows.load(); }
   // The first exception of the current observer (its later calls were skipped), or None.
   std::optional<std::string> slice_observer_error() {
     if (current_observer_ == nullptr || !current_observer_->failed.load()) return std::nullopt;

@@ -29,14 +29,17 @@ void PySliceObserver::observe(void* user, const pfSliceEvent_t* event) {
 void SliceEvents::observe(void* user, const pfSliceEvent_t* event) {
   auto* self = static_cast<SliceEvents*>(user);
   if (event->phase == pfSliceStart) {
-    if (self->open_slices.fetch_add(1, std::memory_order_acq_rel) == 0) {
+    const bool was_open = self->is_open();
+    self->open_slices.fetch_add(1, std::memory_order_acq_rel);
+    self->starts.fetch_add(1, std::memory_order_acq_rel);
+    if (!was_open) {
       self->windows.fetch_add(1, std::memory_order_relaxed);
       // Under the mutex: a waiter that saw the window closed is then inside wait, not between
-      // its check and its wait (no lost wake-up). Only the 0 -> 1 edge wakes anyone.
+      // its check and its wait (no lost wake-up). Only an opening wakes anyone.
       { std::lock_guard<std::mutex> lock(self->mutex); }
       self->opened.notify_all();
     }
-  } else {
+  } else if (event->phase == pfSliceEnd) {
     // A slice's end without its start cannot happen (both are queued with the slice), but a
     // count never goes below 0 whatever the order.
     int open = self->open_slices.load(std::memory_order_acquire);
@@ -47,6 +50,19 @@ void SliceEvents::observe(void* user, const pfSliceEvent_t* event) {
   if (PySliceObserver* forward = self->forward.load(std::memory_order_acquire)) {
     PySliceObserver::observe(forward, event);
   }
+}
+
+void SliceEvents::bubble_ended(void* user) {
+  auto* owner = static_cast<std::shared_ptr<SliceEvents>*>(user);
+  SliceEvents& self = **owner;
+  // The slices started so far belong to this bubble or an earlier one (a later bubble's begin
+  // is behind this marker on the same stream, and its slices wait for that begin).
+  const uint64_t started = self.starts.load(std::memory_order_acquire);
+  uint64_t closed = self.closed_at.load(std::memory_order_acquire);
+  while (closed < started &&
+         !self.closed_at.compare_exchange_weak(closed, started, std::memory_order_acq_rel)) {
+  }
+  delete owner;
 }
 
 bool SliceEvents::wait_open(double timeout_s) {

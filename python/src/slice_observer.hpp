@@ -13,6 +13,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <memory>
 
 #include "common.hpp"
 
@@ -34,17 +35,34 @@ struct PySliceObserver {
 };
 
 // The native observer of a host-backend runtime: the fill window, and the forward to the
-// current Python observer (nullptr: none). Lives in the runtime's core, which outlives the
-// pfRuntime_t (no call runs after pfRuntimeDestroy).
+// current Python observer (nullptr: none). Owned by the runtime's core, which outlives the
+// pfRuntime_t (no observer call runs after pfRuntimeDestroy), and by each bubble-end marker
+// still queued on a main stream.
+//
+// The window is open while a fill slice is in progress and its bubble has not ended: the
+// bubble's end on the trainer's stream (a host function queued behind pfBubbleEnd, or behind
+// pfBubbleCloseFill) closes it, although the item in flight at the gate may run on. That item
+// is fill work past the bubble; the feeder's and drainer's Python beside it would compete
+// with the trainer's compute for the GIL and the cores (issue 32: with the window closed at
+// the slice's end instead, the feeder ran ~0.5 ms of its dataset per 8.5 ms trainer step
+// after the bubble, the last item waiting for the GIL among them).
 struct SliceEvents {
   std::atomic<PySliceObserver*> forward{nullptr};
   std::atomic<int> open_slices{0};  // slices started and not ended, on every fill stream
-  std::atomic<uint64_t> windows{0};  // times the window opened (0 -> 1 slices in progress)
+  std::atomic<uint64_t> starts{0};  // slices started, ever
+  std::atomic<uint64_t> closed_at{0};  // `starts` when the latest bubble end ran on its stream
+  std::atomic<uint64_t> windows{0};  // times the window opened
   std::mutex mutex;
   std::condition_variable opened;
 
   static void observe(void* user, const pfSliceEvent_t* event);
-  bool is_open() const { return open_slices.load(std::memory_order_acquire) > 0; }
+  // Host function queued on the trainer's stream behind a bubble's end; `user` is a
+  // heap-allocated std::shared_ptr<SliceEvents>, deleted here.
+  static void bubble_ended(void* user);
+  bool is_open() const {
+    return open_slices.load(std::memory_order_acquire) > 0 &&
+           starts.load(std::memory_order_acquire) > closed_at.load(std::memory_order_acquire);
+  }
   // Blocks (the caller released the GIL) until a slice is in progress or timeout_s passed;
   // returns whether the window is open.
   bool wait_open(double timeout_s);

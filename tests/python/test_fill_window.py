@@ -2,7 +2,8 @@
 trainer's step while a Python job fills its bubbles).
 
 - Runtime.fill_window_open / wait_fill_window / fill_windows: a fill slice in progress (the
-  extension's native slice observer counts them); an item always sees the window open.
+  extension's native slice observer counts them) whose bubble has not ended (a marker behind the
+  bubble's end on the trainer's stream); an item claimed in a bubble sees the window open.
 - inference_job's feeder (the dataset) and drainer (the sink) run inside the windows once the
   ring's first fill is staged: outside them they would hold the GIL the trainer needs.
 - an item's thread has the process's torch intra-op thread count (OpenMP keeps it per thread: a
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 import time
 
 import pytest
@@ -58,6 +60,44 @@ def test_the_window_is_open_exactly_while_slices_run():
     assert len(seen) == 40 and all(seen)  # every item ran inside a window
     assert 1 <= native.fill_windows() <= steps
     assert not native.fill_window_open()  # the last slice ended with its bubble
+    del job
+    rt.close()
+
+
+def test_the_window_closes_at_the_bubbles_end_while_its_last_item_runs():
+    """The bubble's end on the trainer's stream closes the window, although the item in flight
+    at the gate runs on: the feeder and drainer must not compete with the trainer's compute
+    beside it. The next bubble's slice opens a new window."""
+    rt = host_runtime()
+    native = rt._native
+    started, release = threading.Event(), threading.Event()
+    ran = []
+
+    def item(i):
+        ran.append(i)
+        if i == 0:
+            started.set()
+            release.wait(10.0)  # the item stays in flight past its bubble, GIL released
+
+    job = native.create_item_job("tail", 0, 2, 100.0, item, ALL, True)
+    stream = rt.high_priority_stream()
+    try:
+        for _ in range(50):
+            with rt.bubble(stream, expected_us=3000.0):
+                pf.host_stream_delay(stream, 3000.0)
+            pf.host_stream_synchronize(stream)  # the bubble's end ran on the stream
+            rt.iteration_end()
+            if started.is_set():
+                break
+        assert started.is_set()
+        assert ran == [0] and not release.is_set()  # item 0 still running, its bubble over
+        assert not native.fill_window_open()
+        opened = native.fill_windows()
+    finally:
+        release.set()
+    trainer(rt, lambda: len(ran) >= 2)
+    assert ran == [0, 1]
+    assert native.fill_windows() > opened  # item 1's slice opened a window of its own
     del job
     rt.close()
 
