@@ -284,6 +284,13 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(job_items),
                 static_cast<unsigned long long>(duplicates),
                 static_cast<unsigned long long>(out_of_order));
+    // A job that completed left its stage's later bubbles with nothing to fill: the filled
+    // column then measures the job's size, not the fill. Said, not left to be guessed.
+    for (size_t s = 0; s < filled.stages.size(); ++s)
+      if (filled.stages[s].job_status == pfJobCompleted)
+        std::printf("stage %zu's fill job completed all its %llu items during the run: its later "
+                    "bubbles had nothing to fill (--fill-items sets the count)\n",
+                    s, static_cast<unsigned long long>(filled.stages[s].items_completed));
     if (o.fill == "train") {
       for (size_t s = 0; s < filled.stages.size(); ++s)
         std::printf("stage %zu training job: held-out loss %.5f -> %.5f after %llu steps\n", s,
