@@ -83,10 +83,12 @@ void bind_runtime(nb::module_& m) {
            "pfRuntimeSetSliceObserver: fn(phase, job_name, bubble_id, fill_stream, first_item, "
            "max_items) on the fill stream's thread (host backend); None removes it.")
       .def("fill_window_open", &Runtime::fill_window_open,
-           "host backend: a fill slice is in progress now (False on other backends)")
+           "host backend: the fill window is open now: a fill slice of a bubble that has not "
+           "ended is in progress (False on other backends)")
       .def("wait_fill_window", &Runtime::wait_fill_window, "timeout_s"_a,
-           "host backend: waits (GIL released) until a fill slice is in progress or timeout_s "
-           "passed; returns whether one is (False at once on other backends)")
+           "host backend: waits (GIL released) until a fill window is open or has opened "
+           "since the call, or timeout_s passed; returns whether one is open or opened "
+           "(False at once on other backends)")
       .def("fill_windows", &Runtime::fill_windows,
            "host backend: times the fill window opened (no slice -> a slice in progress)")
       .def("slice_observer_error", &Runtime::slice_observer_error,

@@ -346,8 +346,9 @@ class Runtime {
     if (observer != nullptr) observers_.push_back(observer);
     current_observer_ = std::move(observer);
   }
-  // Host backend: whether a fill slice is in progress now (the trainer's bubble is running fill
-  // work), and a wait for it, GIL released (False when timeout_s passed first). Other backends:
+  // Host backend: whether the fill window is open now (a fill slice of a bubble that has not
+  // ended is in progress), and a wait for a window to open, GIL released (True also when one
+  // opened and closed again during the wait; False when timeout_s passed first). Other backends:
   // always False at once (no window: their fill work is not on the trainer's CPU).
   bool fill_window_open() {
     return core_->backend == pfBackendHost && core_->slice_events->is_open();

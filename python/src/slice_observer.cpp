@@ -66,11 +66,19 @@ void SliceEvents::bubble_ended(void* user) {
 }
 
 bool SliceEvents::wait_open(double timeout_s) {
+  // A window that opened during the wait ends it even when it closed again before this thread
+  // ran: a slice of trivial items can open and close its window within the waiter's wake-up
+  // latency, and a wait that looked only at is_open() then slept out its whole timeout while
+  // the job's ring ran dry (a loaded machine: 0 items in 3 bubbles of 4).
+  const uint64_t seen = windows.load(std::memory_order_acquire);
   if (is_open()) return true;
   const auto deadline = deadline_after(timeout_s);
+  const auto opened_since = [&] {
+    return is_open() || windows.load(std::memory_order_acquire) != seen;
+  };
   std::unique_lock<std::mutex> lock(mutex);
-  opened.wait_until(lock, deadline, [&] { return is_open(); });
-  return is_open();
+  opened.wait_until(lock, deadline, opened_since);
+  return opened_since();
 }
 
 }  // namespace pfpy

@@ -63,8 +63,8 @@ struct SliceEvents {
     return open_slices.load(std::memory_order_acquire) > 0 &&
            starts.load(std::memory_order_acquire) > closed_at.load(std::memory_order_acquire);
   }
-  // Blocks (the caller released the GIL) until a slice is in progress or timeout_s passed;
-  // returns whether the window is open.
+  // Blocks (the caller released the GIL) until a window is open or has opened since the call,
+  // or timeout_s passed; returns whether one is open or opened (false: the timeout).
   bool wait_open(double timeout_s);
 };
 
