@@ -32,9 +32,8 @@ struct KnobSweep {
 };
 
 // PipeFill: gated quantile, its safety margin (us) at the default quantile and at quantile 1,
-// then its notice lead (us); naive: share of
-// the expected bubble; FreeRide-style: admission pad; Tally-style: SM share; paper-style:
-// prediction quantile (engine.hpp EngineOptions::mode_knob).
+// then its notice lead (us); naive: share of the expected bubble; FreeRide-style: admission pad;
+// Tally-style: SM share; paper-style: prediction quantile (engine.hpp EngineOptions::mode_knob).
 std::vector<KnobSweep> default_knob_sweeps();
 
 struct FrontierPoint {

@@ -51,8 +51,7 @@ Status measure_fill_mode(const EngineOptions& options, FillMode mode, double non
                                 "job's size, not by the fill mode; give the comparison more "
                                 "items (fill_items, --fill-items; it had {})",
                                 fill_mode_name(mode), s, r.stages[s].items_completed,
-                                options.iterations,
-                                sized.fill_items)};
+                                options.iterations, sized.fill_items)};
   PeerRow row;
   row.mode = mode;
   double sum = 0.0;
